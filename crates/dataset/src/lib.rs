@@ -85,18 +85,27 @@ impl Rng {
 }
 
 const FIRST_NAMES: [&str; 24] = [
-    "Minji", "Jisoo", "Seojun", "Hana", "Doyun", "Yuna", "Ana", "Liam", "Olivia", "Noah",
-    "Emma", "Mateo", "Sofia", "Lucas", "Amara", "Kenji", "Aiko", "Ravi", "Priya", "Omar",
-    "Leila", "Jonas", "Freya", "Tomas",
+    "Minji", "Jisoo", "Seojun", "Hana", "Doyun", "Yuna", "Ana", "Liam", "Olivia", "Noah", "Emma",
+    "Mateo", "Sofia", "Lucas", "Amara", "Kenji", "Aiko", "Ravi", "Priya", "Omar", "Leila", "Jonas",
+    "Freya", "Tomas",
 ];
 const LAST_NAMES: [&str; 20] = [
-    "Kim", "Lee", "Park", "Choi", "Jung", "Garcia", "Smith", "Muller", "Rossi", "Silva",
-    "Tanaka", "Sato", "Patel", "Khan", "Nielsen", "Novak", "Dubois", "Haddad", "Okafor",
-    "Larsen",
+    "Kim", "Lee", "Park", "Choi", "Jung", "Garcia", "Smith", "Muller", "Rossi", "Silva", "Tanaka",
+    "Sato", "Patel", "Khan", "Nielsen", "Novak", "Dubois", "Haddad", "Okafor", "Larsen",
 ];
 const STREETS: [&str; 12] = [
-    "Maple", "Harbour", "Station", "Mill", "Chestnut", "Bridge", "Garden", "Castle",
-    "Church", "Orchard", "Riverside", "Market",
+    "Maple",
+    "Harbour",
+    "Station",
+    "Mill",
+    "Chestnut",
+    "Bridge",
+    "Garden",
+    "Castle",
+    "Church",
+    "Orchard",
+    "Riverside",
+    "Market",
 ];
 /// (city, country, currency)
 const PLACES: [(&str, &str, &str); 8] = [
@@ -110,13 +119,30 @@ const PLACES: [(&str, &str, &str); 8] = [
     ("Osaka", "JP", "USD"),
 ];
 const ADJECTIVES: [&str; 16] = [
-    "Walnut", "Linen", "Ceramic", "Steel", "Bamboo", "Wool", "Copper", "Oak", "Glass",
-    "Leather", "Cotton", "Marble", "Felt", "Cork", "Brass", "Canvas",
+    "Walnut", "Linen", "Ceramic", "Steel", "Bamboo", "Wool", "Copper", "Oak", "Glass", "Leather",
+    "Cotton", "Marble", "Felt", "Cork", "Brass", "Canvas",
 ];
 const NOUNS: [&str; 20] = [
-    "Desk Lamp", "Notebook", "Mug", "Backpack", "Chair", "Throw", "Kettle", "Shelf", "Vase",
-    "Wallet", "Tote", "Coaster Set", "Planter", "Clock", "Headphones", "Keyboard", "Blanket",
-    "Bottle", "Tray", "Bookend",
+    "Desk Lamp",
+    "Notebook",
+    "Mug",
+    "Backpack",
+    "Chair",
+    "Throw",
+    "Kettle",
+    "Shelf",
+    "Vase",
+    "Wallet",
+    "Tote",
+    "Coaster Set",
+    "Planter",
+    "Clock",
+    "Headphones",
+    "Keyboard",
+    "Blanket",
+    "Bottle",
+    "Tray",
+    "Bookend",
 ];
 const NOTES: [&str; 6] = [
     "Please leave at the door",

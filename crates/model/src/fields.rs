@@ -156,12 +156,17 @@ impl FieldSet {
 
     /// The selected fields, in proto order.
     pub fn iter(self) -> impl Iterator<Item = OrderField> {
-        OrderField::ALL.into_iter().filter(move |f| self.contains(*f))
+        OrderField::ALL
+            .into_iter()
+            .filter(move |f| self.contains(*f))
     }
 
     /// The selected names, comma-separated.
     pub fn to_csv(self) -> String {
-        self.iter().map(OrderField::name).collect::<Vec<_>>().join(",")
+        self.iter()
+            .map(OrderField::name)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// The selected names, for a `FieldMask`; empty when all are selected.

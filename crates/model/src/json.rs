@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::{Address, Currency, FieldSet, NewOrder, Order, OrderField as F, OrderStatus, ParseError};
+use crate::{
+    Address, Currency, FieldSet, NewOrder, Order, OrderField as F, OrderStatus, ParseError,
+};
 
 /// An order's status, as JSON names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

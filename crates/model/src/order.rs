@@ -296,7 +296,10 @@ impl NewOrder {
         ] {
             if let Some(v) = value {
                 if v.chars().count() > max {
-                    return Err(ParseError::new(name, format!("is longer than {max} characters")));
+                    return Err(ParseError::new(
+                        name,
+                        format!("is longer than {max} characters"),
+                    ));
                 }
                 if v.contains('\0') {
                     return Err(ParseError::new(name, "contains a NUL character"));

@@ -142,7 +142,15 @@ mod tests {
 
     #[test]
     fn money_rejects_what_is_not_an_amount() {
-        for bad in ["", ".5", "1.234", "abc", "1.x", "--1", "99999999999999999999"] {
+        for bad in [
+            "",
+            ".5",
+            "1.234",
+            "abc",
+            "1.x",
+            "--1",
+            "99999999999999999999",
+        ] {
             assert!(parse_money("unit_price", bad).is_err(), "{bad:?} accepted");
         }
     }

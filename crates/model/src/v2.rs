@@ -6,7 +6,9 @@ use proto::order::v2 as pb;
 use proto::prost_types::{FieldMask, Timestamp};
 use uuid::Uuid;
 
-use crate::{Address, Currency, FieldSet, NewOrder, Order, OrderField as F, OrderStatus, ParseError};
+use crate::{
+    Address, Currency, FieldSet, NewOrder, Order, OrderField as F, OrderStatus, ParseError,
+};
 
 /// A time as a protobuf Timestamp.
 pub fn timestamp(t: DateTime<Utc>) -> Timestamp {
@@ -38,7 +40,11 @@ fn parse_uuid_or_nil(field: &str, s: &str) -> Result<Uuid, ParseError> {
 }
 
 fn uuid_or_empty(u: Uuid) -> String {
-    if u.is_nil() { String::new() } else { u.to_string() }
+    if u.is_nil() {
+        String::new()
+    } else {
+        u.to_string()
+    }
 }
 
 /// The field set a `FieldMask` names; an absent or empty mask means all.

@@ -1,0 +1,299 @@
+//! The gRPC API: `order.v2.OrderService` (unary, server stream, bidi stream),
+//! the legacy `order.v1.OrderService`, health and reflection, and gRPC-web on
+//! the same port.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt as _};
+use model::{FieldSet, NewOrder};
+use proto::order::{v1 as pb1, v2 as pb2};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::codec::CompressionEncoding;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::service::{AppError, Orders};
+
+impl From<AppError> for Status {
+    fn from(e: AppError) -> Self {
+        e.log();
+        let msg = e.to_string();
+        match e {
+            AppError::Invalid(_) => Status::invalid_argument(msg),
+            AppError::NotFound(_) => Status::not_found(msg),
+            AppError::KeyReused(_) => Status::failed_precondition(msg),
+            AppError::Unavailable(_) => Status::unavailable(msg),
+            AppError::Internal(_) => Status::internal(msg),
+        }
+    }
+}
+
+/// The per-lookup error of a bidi stream or raw-TCP frame.
+fn lookup_error(s: &Status) -> pb2::LookupError {
+    pb2::LookupError {
+        code: s.code() as i32,
+        message: s.message().to_owned(),
+    }
+}
+
+/// gRPC limits, all configurable.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcLimits {
+    /// The largest message sent or received, in bytes.
+    pub max_message_bytes: usize,
+    /// Lookups one bidi stream may have in flight; more wait for a slot.
+    pub max_lookups_in_flight: usize,
+}
+
+/// The v2 service.
+#[derive(Debug, Clone)]
+pub struct OrderServiceV2 {
+    orders: Orders,
+    limits: GrpcLimits,
+    /// Ends bidi streams at shutdown, once their lookups in flight are answered.
+    shutdown: CancellationToken,
+}
+
+fn page_size(n: i32) -> Option<i64> {
+    (n != 0).then_some(i64::from(n))
+}
+
+/// Answers one lookup of a bidi stream (or a raw-TCP frame).
+pub async fn lookup(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::LookupOrdersResponse {
+    let request_id = r.request_id;
+    let result: Result<_, AppError> = async {
+        let fields = model::v2::field_set(r.read_mask.as_ref())?;
+        let q = orders.list_query(
+            &r.user_id,
+            ("page_size", page_size(r.page_size)),
+            &r.page_token,
+            fields,
+        )?;
+        Ok((orders.list(&q).await?, fields))
+    }
+    .await;
+    match result {
+        Ok((page, fields)) => pb2::LookupOrdersResponse {
+            request_id,
+            orders: page
+                .orders
+                .iter()
+                .map(|o| model::v2::order_to_pb(o, fields))
+                .collect(),
+            next_page_token: page.next.map(|t| t.encode()).unwrap_or_default(),
+            error: None,
+        },
+        Err(e) => pb2::LookupOrdersResponse {
+            request_id,
+            error: Some(lookup_error(&Status::from(e))),
+            ..Default::default()
+        },
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb2::order_service_server::OrderService for OrderServiceV2 {
+    #[tracing::instrument(name = "grpc.get_order", skip_all)]
+    async fn get_order(
+        &self,
+        req: Request<pb2::GetOrderRequest>,
+    ) -> Result<Response<pb2::GetOrderResponse>, Status> {
+        let r = req.into_inner();
+        let fields = model::v2::field_set(r.read_mask.as_ref()).map_err(AppError::from)?;
+        let order = self.orders.get(&r.id, fields).await?;
+        Ok(Response::new(pb2::GetOrderResponse {
+            order: Some(model::v2::order_to_pb(&order, fields)),
+        }))
+    }
+
+    #[tracing::instrument(name = "grpc.list_orders", skip_all)]
+    async fn list_orders(
+        &self,
+        req: Request<pb2::ListOrdersRequest>,
+    ) -> Result<Response<pb2::ListOrdersResponse>, Status> {
+        let r = req.into_inner();
+        let fields = model::v2::field_set(r.read_mask.as_ref()).map_err(AppError::from)?;
+        let q = self
+            .orders
+            .list_query(
+                &r.user_id,
+                ("page_size", page_size(r.page_size)),
+                &r.page_token,
+                fields,
+            )
+            .map_err(AppError::from)?;
+        let page = self.orders.list(&q).await?;
+        Ok(Response::new(pb2::ListOrdersResponse {
+            orders: page
+                .orders
+                .iter()
+                .map(|o| model::v2::order_to_pb(o, fields))
+                .collect(),
+            next_page_token: page.next.map(|t| t.encode()).unwrap_or_default(),
+        }))
+    }
+
+    type StreamOrdersStream = BoxStream<pb2::StreamOrdersResponse>;
+
+    #[tracing::instrument(name = "grpc.stream_orders", skip_all)]
+    async fn stream_orders(
+        &self,
+        req: Request<pb2::StreamOrdersRequest>,
+    ) -> Result<Response<Self::StreamOrdersStream>, Status> {
+        let r = req.into_inner();
+        let fields = model::v2::field_set(r.read_mask.as_ref()).map_err(AppError::from)?;
+        let q = self
+            .orders
+            .list_query(
+                &r.user_id,
+                ("page_size", page_size(r.page_size)),
+                &r.page_token,
+                fields,
+            )
+            .map_err(AppError::from)?;
+        let page = self.orders.list(&q).await?;
+        let stream = futures::stream::iter(page.orders).map(move |o| {
+            Ok(pb2::StreamOrdersResponse {
+                order: Some(model::v2::order_to_pb(&o, fields)),
+            })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    type LookupOrdersStream = BoxStream<pb2::LookupOrdersResponse>;
+
+    #[tracing::instrument(name = "grpc.lookup_orders", skip_all)]
+    async fn lookup_orders(
+        &self,
+        req: Request<Streaming<pb2::LookupOrdersRequest>>,
+    ) -> Result<Response<Self::LookupOrdersStream>, Status> {
+        let mut incoming = req.into_inner();
+        let (tx, rx) = mpsc::channel::<Result<pb2::LookupOrdersResponse, Status>>(64);
+        let orders = self.orders.clone();
+        let slots = Arc::new(Semaphore::new(self.limits.max_lookups_in_flight));
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    // At shutdown, read no more; answer what is in flight.
+                    () = shutdown.cancelled() => break,
+                    next = incoming.next() => next,
+                };
+                let r = match next {
+                    Some(Ok(r)) => r,
+                    Some(Err(status)) => {
+                        tracing::debug!(%status, "lookup stream broke");
+                        break;
+                    }
+                    None => break,
+                };
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    break;
+                };
+                let (orders, tx) = (orders.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let answer = lookup(&orders, r).await;
+                    let _ = tx.send(Ok(answer)).await;
+                    drop(permit);
+                });
+            }
+            // The stream ends when the last in-flight lookup drops its sender.
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    #[tracing::instrument(name = "grpc.create_order", skip_all)]
+    async fn create_order(
+        &self,
+        req: Request<pb2::CreateOrderRequest>,
+    ) -> Result<Response<pb2::CreateOrderResponse>, Status> {
+        let r = req.into_inner();
+        let key = r.idempotency_key.clone();
+        let new = NewOrder::try_from(r).map_err(AppError::from)?;
+        let created = self.orders.create(new, &key).await?;
+        Ok(Response::new(pb2::CreateOrderResponse {
+            order: Some(model::v2::order_to_pb(&created.order, FieldSet::ALL)),
+            replayed: created.replayed,
+        }))
+    }
+}
+
+/// The legacy all-strings service.
+#[derive(Debug, Clone)]
+pub struct OrderServiceV1 {
+    orders: Orders,
+}
+
+#[tonic::async_trait]
+impl pb1::order_service_server::OrderService for OrderServiceV1 {
+    #[tracing::instrument(name = "grpc.v1.list_orders", skip_all)]
+    async fn list_orders(
+        &self,
+        req: Request<pb1::ListOrdersRequest>,
+    ) -> Result<Response<pb1::ListOrdersResponse>, Status> {
+        let r = req.into_inner();
+        let q = self
+            .orders
+            .list_query(
+                &r.user_id,
+                ("page_size", page_size(r.page_size)),
+                &r.page_token,
+                FieldSet::ALL,
+            )
+            .map_err(AppError::from)?;
+        let page = self.orders.list(&q).await?;
+        Ok(Response::new(pb1::ListOrdersResponse {
+            orders: page.orders.iter().map(model::v1::order_to_v1).collect(),
+            next_page_token: page.next.map(|t| t.encode()).unwrap_or_default(),
+        }))
+    }
+}
+
+/// Serves gRPC (and gRPC-web) on `listener` until `shutdown` is cancelled.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    orders: Orders,
+    limits: GrpcLimits,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<pb2::order_service_server::OrderServiceServer<OrderServiceV2>>()
+        .await;
+    health
+        .set_serving::<pb1::order_service_server::OrderServiceServer<OrderServiceV1>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let v2 = pb2::order_service_server::OrderServiceServer::new(OrderServiceV2 {
+        orders: orders.clone(),
+        limits,
+        shutdown: shutdown.clone(),
+    })
+    .max_decoding_message_size(limits.max_message_bytes)
+    .max_encoding_message_size(limits.max_message_bytes)
+    .accept_compressed(CompressionEncoding::Gzip)
+    .send_compressed(CompressionEncoding::Gzip);
+    let v1 = pb1::order_service_server::OrderServiceServer::new(OrderServiceV1 { orders })
+        .max_decoding_message_size(limits.max_message_bytes)
+        .max_encoding_message_size(limits.max_message_bytes);
+    tonic::transport::Server::builder()
+        .accept_http1(true)
+        .layer(tonic_web::GrpcWebLayer::new())
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(v2)
+        .add_service(v1)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown.cancelled_owned(),
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,337 @@
+//! The REST API: axum, one listener for HTTP/1.1 and h2c, JSON or protobuf on
+//! every route.
+//!
+//! # Layout
+//! - this file: the routes and their handlers, with their OpenAPI annotations;
+//! - [`negotiate`]: `Accept` / `Content-Type` handling and bounded body reads;
+//! - [`error`]: the one mapping from errors to statuses and JSON bodies.
+
+pub mod error;
+pub mod negotiate;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use model::json::{CreateOrderJson, CreatedOrderJson, ErrorJson, OrderJson, OrderPageJson};
+use model::{FieldSet, NewOrder};
+use proto::order::{v1 as pb1, v2 as pb2};
+use serde::Deserialize;
+use utoipa::{IntoParams, OpenApi};
+
+use crate::service::{AppError, Orders};
+use error::RestError;
+use negotiate::{Format, read_body};
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct RestState {
+    pub orders: Orders,
+    /// The largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// The REST router.
+pub fn router(state: RestState) -> Router {
+    Router::new()
+        .route("/v2/orders", get(list_orders).post(create_order))
+        .route("/v2/orders/{id}", get(get_order))
+        .route("/v1/orders", get(list_orders_v1))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
+        .fallback(not_found)
+        .with_state(state)
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+/// The OpenAPI document of this API, generated from the handlers below.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "order-service",
+        description = "Users' orders. Every route answers JSON by default and protobuf \
+                       (order.v2 / order.v1 messages) with `Accept: application/x-protobuf`."
+    ),
+    paths(list_orders, get_order, create_order, list_orders_v1, healthz, readyz),
+    components(schemas(
+        OrderPageJson,
+        OrderJson,
+        CreateOrderJson,
+        CreatedOrderJson,
+        ErrorJson,
+        pb1::ListOrdersResponse,
+        pb1::Order
+    ))
+)]
+pub struct ApiDoc;
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// Query of `GET /v2/orders`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ListParams {
+    /// The user whose orders to list (UUID).
+    user_id: Option<String>,
+    /// Page size, 1 to the server's maximum (10,000 by default). Default 100.
+    limit: Option<String>,
+    /// `next_page_token` of the previous page.
+    page_token: Option<String>,
+    /// Comma-separated fields to return, such as `id,status,total_minor`.
+    /// Default: all. `id` is always returned.
+    fields: Option<String>,
+}
+
+/// Query of `GET /v2/orders/{id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct GetParams {
+    /// Comma-separated fields to return. Default: all.
+    fields: Option<String>,
+}
+
+fn parse_limit(s: Option<&str>) -> Result<Option<i64>, RestError> {
+    s.map(|s| {
+        s.parse::<i64>().map_err(|_| {
+            AppError::Invalid(model::ParseError::new(
+                "limit",
+                format!("{s:?} is not a whole number"),
+            ))
+            .into()
+        })
+    })
+    .transpose()
+}
+
+fn parse_fields(s: Option<&str>) -> Result<FieldSet, RestError> {
+    Ok(FieldSet::parse_csv(s.unwrap_or("")).map_err(AppError::from)?)
+}
+
+/// One page of a user's orders, sorted by order id.
+#[utoipa::path(
+    get, path = "/v2/orders", params(ListParams),
+    responses(
+        (status = 200, description = "One page of orders", body = OrderPageJson),
+        (status = 400, description = "A malformed or out-of-range parameter", body = ErrorJson),
+        (status = 503, description = "The store is unavailable", body = ErrorJson),
+    )
+)]
+#[tracing::instrument(name = "rest.list_orders", skip_all)]
+async fn list_orders(
+    State(st): State<RestState>,
+    headers: HeaderMap,
+    q: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, RestError> {
+    let Query(p) = q?;
+    let format = Format::accepted(&headers)?;
+    let fields = parse_fields(p.fields.as_deref())?;
+    let query = st
+        .orders
+        .list_query(
+            p.user_id.as_deref().unwrap_or(""),
+            ("limit", parse_limit(p.limit.as_deref())?),
+            p.page_token.as_deref().unwrap_or(""),
+            fields,
+        )
+        .map_err(AppError::from)?;
+    let page = st.orders.list(&query).await?;
+    let next = page.next.map(|t| t.encode());
+    Ok(match format {
+        Format::Json => format.json(
+            StatusCode::OK,
+            &OrderPageJson {
+                orders: page
+                    .orders
+                    .iter()
+                    .map(|o| OrderJson::from_order(o, fields))
+                    .collect(),
+                next_page_token: next,
+            },
+        ),
+        Format::Proto => format.proto(
+            StatusCode::OK,
+            &pb2::ListOrdersResponse {
+                orders: page
+                    .orders
+                    .iter()
+                    .map(|o| model::v2::order_to_pb(o, fields))
+                    .collect(),
+                next_page_token: next.unwrap_or_default(),
+            },
+        ),
+    })
+}
+
+/// One order.
+#[utoipa::path(
+    get, path = "/v2/orders/{id}", params(("id" = String, Path, description = "Order id (UUID)"), GetParams),
+    responses(
+        (status = 200, description = "The order", body = OrderJson),
+        (status = 400, description = "A malformed id or field name", body = ErrorJson),
+        (status = 404, description = "No such order", body = ErrorJson),
+    )
+)]
+#[tracing::instrument(name = "rest.get_order", skip_all)]
+async fn get_order(
+    State(st): State<RestState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    q: Result<Query<GetParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, RestError> {
+    let Query(p) = q?;
+    let format = Format::accepted(&headers)?;
+    let fields = parse_fields(p.fields.as_deref())?;
+    let order = st.orders.get(&id, fields).await?;
+    Ok(match format {
+        Format::Json => format.json(StatusCode::OK, &OrderJson::from_order(&order, fields)),
+        Format::Proto => format.proto(
+            StatusCode::OK,
+            &pb2::GetOrderResponse {
+                order: Some(model::v2::order_to_pb(&order, fields)),
+            },
+        ),
+    })
+}
+
+/// Places an order. The `Idempotency-Key` header is required: a retry with the
+/// same key and body returns the first order (200, `replayed: true`) and never
+/// creates a second; the same key with another body is 422.
+#[utoipa::path(
+    post, path = "/v2/orders",
+    params(("Idempotency-Key" = String, Header, description = "1 to 255 characters naming this order; the same on every retry")),
+    request_body(content = CreateOrderJson, description = "JSON, or an order.v2.CreateOrderRequest with Content-Type application/x-protobuf"),
+    responses(
+        (status = 201, description = "Created", body = CreatedOrderJson),
+        (status = 200, description = "Replayed: the key was seen before", body = CreatedOrderJson),
+        (status = 400, description = "A malformed body or field", body = ErrorJson),
+        (status = 413, description = "The body is over the size limit", body = ErrorJson),
+        (status = 415, description = "Neither JSON nor protobuf", body = ErrorJson),
+        (status = 422, description = "The key was used for a different order", body = ErrorJson),
+    )
+)]
+#[tracing::instrument(name = "rest.create_order", skip_all)]
+async fn create_order(
+    State(st): State<RestState>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, RestError> {
+    let format = Format::accepted(&headers)?;
+    let body_format = Format::content_type(&headers)?;
+    let bytes = read_body(&headers, body, st.max_body_bytes).await?;
+    let (new, key) = match body_format {
+        Format::Json => {
+            let j: CreateOrderJson = serde_json::from_slice(&bytes)
+                .map_err(|e| RestError::BadBody(format!("the JSON body is invalid: {e}")))?;
+            (NewOrder::try_from(j).map_err(AppError::from)?, None)
+        }
+        Format::Proto => {
+            let r = <pb2::CreateOrderRequest as prost::Message>::decode(bytes)
+                .map_err(|e| RestError::BadBody(format!("the protobuf body is invalid: {e}")))?;
+            let key = (!r.idempotency_key.is_empty()).then(|| r.idempotency_key.clone());
+            (NewOrder::try_from(r).map_err(AppError::from)?, key)
+        }
+    };
+    let header_key = headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str().map(str::to_owned).map_err(|_| {
+                AppError::Invalid(model::ParseError::new(
+                    "Idempotency-Key",
+                    "must be visible ASCII",
+                ))
+            })
+        })
+        .transpose()?;
+    let key = header_key.or(key).unwrap_or_default();
+    let created = st.orders.create(new, &key).await?;
+    let status = if created.replayed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(match format {
+        Format::Json => format.json(
+            status,
+            &CreatedOrderJson {
+                order: OrderJson::from_order(&created.order, FieldSet::ALL),
+                replayed: created.replayed,
+            },
+        ),
+        Format::Proto => format.proto(
+            status,
+            &pb2::CreateOrderResponse {
+                order: Some(model::v2::order_to_pb(&created.order, FieldSet::ALL)),
+                replayed: created.replayed,
+            },
+        ),
+    })
+}
+
+/// Query of `GET /v1/orders`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ListV1Params {
+    /// The user whose orders to list (UUID).
+    user_id: Option<String>,
+    /// Page size, 1 to the server's maximum. Default 100.
+    limit: Option<String>,
+    /// `next_page_token` of the previous page.
+    page_token: Option<String>,
+}
+
+/// The legacy all-strings listing (seed 003's v1): every field a string.
+#[utoipa::path(
+    get, path = "/v1/orders", params(ListV1Params),
+    responses(
+        (status = 200, description = "One page of orders, all strings", body = pb1::ListOrdersResponse),
+        (status = 400, description = "A malformed or out-of-range parameter", body = ErrorJson),
+    )
+)]
+#[tracing::instrument(name = "rest.list_orders_v1", skip_all)]
+async fn list_orders_v1(
+    State(st): State<RestState>,
+    headers: HeaderMap,
+    q: Result<Query<ListV1Params>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, RestError> {
+    let Query(p) = q?;
+    let format = Format::accepted(&headers)?;
+    let query = st
+        .orders
+        .list_query(
+            p.user_id.as_deref().unwrap_or(""),
+            ("limit", parse_limit(p.limit.as_deref())?),
+            p.page_token.as_deref().unwrap_or(""),
+            FieldSet::ALL,
+        )
+        .map_err(AppError::from)?;
+    let page = st.orders.list(&query).await?;
+    let body = pb1::ListOrdersResponse {
+        orders: page.orders.iter().map(model::v1::order_to_v1).collect(),
+        next_page_token: page.next.map(|t| t.encode()).unwrap_or_default(),
+    };
+    Ok(match format {
+        Format::Json => format.json(StatusCode::OK, &body),
+        Format::Proto => format.proto(StatusCode::OK, &body),
+    })
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive")))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the store answers.
+#[utoipa::path(get, path = "/readyz", responses(
+    (status = 200, description = "Ready"),
+    (status = 503, description = "The store is unavailable", body = ErrorJson),
+))]
+async fn readyz(State(st): State<RestState>) -> Result<&'static str, RestError> {
+    st.orders.ready().await?;
+    Ok("ready")
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    RestError::NoRoute(uri.path().to_owned()).into_response()
+}

@@ -1,0 +1,93 @@
+//! Typed settings, from flags or environment variables (`ORDER_…`), each with
+//! a default that needs no set-up: in-memory store, REST on 8082, gRPC on
+//! 50052, raw TCP on 50062.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+
+/// order-service: serves users' orders over REST, gRPC and raw TCP.
+#[derive(Debug, Parser)]
+#[command(name = "order-service", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// What to do; the default is `serve`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve REST, gRPC and raw TCP until SIGTERM or ctrl-c (the default).
+    Serve,
+    /// Load the deterministic data set into Postgres (needs --database-url),
+    /// then exit. Running it twice changes nothing.
+    Seed,
+}
+
+/// Everything the service can be told.
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// REST listener: HTTP/1.1 and h2c (HTTP/2 prior knowledge) on one port.
+    #[arg(long, env = "ORDER_REST_ADDR", default_value = "0.0.0.0:8082")]
+    pub rest_addr: SocketAddr,
+
+    /// gRPC listener: order.v2 and order.v1, health, reflection and gRPC-web.
+    #[arg(long, env = "ORDER_GRPC_ADDR", default_value = "0.0.0.0:50052")]
+    pub grpc_addr: SocketAddr,
+
+    /// Raw-TCP listener: length-prefixed protobuf lookups (the tcp-proto floor).
+    #[arg(long, env = "ORDER_TCP_ADDR", default_value = "0.0.0.0:50062")]
+    pub tcp_addr: SocketAddr,
+
+    /// Postgres URL. Unset: the in-memory store, loaded with the data set.
+    /// Set: migrations/orders is applied at start.
+    #[arg(long, env = "ORDER_DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// With Postgres, load the data set at start (as `seed` does) before serving.
+    #[arg(long, env = "ORDER_SEED", default_value_t = false)]
+    pub seed: bool,
+
+    /// Postgres connections in the pool.
+    #[arg(long, env = "ORDER_DB_MAX_CONNECTIONS", default_value_t = 10)]
+    pub db_max_connections: u32,
+
+    /// How long a query waits for a Postgres connection before answering 503.
+    #[arg(long, env = "ORDER_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 2_000)]
+    pub db_acquire_timeout_ms: u64,
+
+    /// The largest page (`limit`, `page_size`) a caller may ask for.
+    #[arg(long, env = "ORDER_MAX_PAGE_SIZE", default_value_t = 10_000)]
+    pub max_page_size: u32,
+
+    /// The largest REST request body, in bytes; more is 413.
+    #[arg(long, env = "ORDER_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+
+    /// The largest gRPC message sent or received, in bytes; more is RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ORDER_MAX_MESSAGE_BYTES", default_value_t = 64 << 20)]
+    pub max_message_bytes: usize,
+
+    /// The largest raw-TCP request frame, in bytes; a longer length prefix closes the connection.
+    #[arg(long, env = "ORDER_MAX_FRAME_BYTES", default_value_t = 1 << 20)]
+    pub max_frame_bytes: usize,
+
+    /// Lookups in flight per bidi stream or raw-TCP connection; more wait.
+    #[arg(long, env = "ORDER_MAX_LOOKUPS_IN_FLIGHT", default_value_t = 256)]
+    pub max_lookups_in_flight: usize,
+}
+
+impl Settings {
+    /// Settings for a test: every listener on 127.0.0.1 port 0, the given store.
+    pub fn for_tests(database_url: Option<String>) -> Self {
+        let mut s = Cli::parse_from(["order-service"]).settings;
+        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        s.rest_addr = any;
+        s.grpc_addr = any;
+        s.tcp_addr = any;
+        s.database_url = database_url;
+        s
+    }
+}

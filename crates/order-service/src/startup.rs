@@ -1,0 +1,195 @@
+//! Building the application from its settings and running it.
+//!
+//! [`Application::build`] binds every listener first (port 0 works: the real
+//! port is read back), so a test knows where to send before anything runs.
+//! [`Application::run_until_stopped`] serves until the shutdown future
+//! completes, then lets requests and streams in flight finish.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::grpc::GrpcLimits;
+use crate::rest::RestState;
+use crate::service::{Limits, Orders};
+use crate::settings::Settings;
+use crate::store::memory::MemoryStore;
+use crate::store::postgres::{PgSettings, PgStore};
+use crate::store::{OrderStore as _, Store};
+use crate::tcp::TcpLimits;
+
+/// A built, not yet running, order-service.
+#[derive(Debug)]
+pub struct Application {
+    settings: Settings,
+    orders: Orders,
+    rest: TcpListener,
+    grpc: TcpListener,
+    tcp: TcpListener,
+}
+
+/// Connects to Postgres (and migrates) or builds the in-memory store.
+pub async fn open_store(s: &Settings) -> anyhow::Result<Store> {
+    Ok(match &s.database_url {
+        Some(url) => Store::Postgres(
+            PgStore::connect(&PgSettings {
+                url: url.clone(),
+                max_connections: s.db_max_connections,
+                acquire_timeout: Duration::from_millis(s.db_acquire_timeout_ms),
+            })
+            .await?,
+        ),
+        None => Store::Memory(Arc::new(MemoryStore::with_dataset())),
+    })
+}
+
+async fn bind(what: &str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the {what} listener to {addr}"))
+}
+
+impl Application {
+    /// Opens the store and binds the listeners.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let store = open_store(&settings).await?;
+        if let (Store::Postgres(pg), true) = (&store, settings.seed) {
+            let n = pg.seed().await.context("seeding Postgres")?;
+            tracing::info!(new_orders = n, "data set loaded into Postgres");
+        }
+        let orders = Orders {
+            store,
+            limits: Limits {
+                max_page_size: settings.max_page_size,
+            },
+        };
+        let app = Application {
+            rest: bind("REST", settings.rest_addr).await?,
+            grpc: bind("gRPC", settings.grpc_addr).await?,
+            tcp: bind("raw-TCP", settings.tcp_addr).await?,
+            orders,
+            settings,
+        };
+        tracing::info!(
+            store = app.orders.store.kind(),
+            rest = %app.rest_addr(),
+            grpc = %app.grpc_addr(),
+            tcp = %app.tcp_addr(),
+            "order-service ready to serve"
+        );
+        Ok(app)
+    }
+
+    /// The REST listener's address.
+    pub fn rest_addr(&self) -> SocketAddr {
+        self.rest.local_addr().unwrap_or(self.settings.rest_addr)
+    }
+
+    /// The gRPC listener's address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc.local_addr().unwrap_or(self.settings.grpc_addr)
+    }
+
+    /// The raw-TCP listener's address.
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.tcp.local_addr().unwrap_or(self.settings.tcp_addr)
+    }
+
+    /// "memory" or "postgres".
+    pub fn store_kind(&self) -> &'static str {
+        self.orders.store.kind()
+    }
+
+    /// Serves until `shutdown` completes, then drains: no new connections or
+    /// requests, and the ones in flight (streams included) finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let token = CancellationToken::new();
+        let s = &self.settings;
+        let rest_router = crate::rest::router(RestState {
+            orders: self.orders.clone(),
+            max_body_bytes: s.max_body_bytes,
+        });
+        let rest = tokio::spawn({
+            let t = token.clone();
+            let listener = self.rest;
+            async move {
+                axum::serve(listener, rest_router)
+                    .with_graceful_shutdown(t.cancelled_owned())
+                    .await
+                    .context("serving REST")
+            }
+        });
+        let grpc = tokio::spawn(crate::grpc::serve(
+            self.grpc,
+            self.orders.clone(),
+            GrpcLimits {
+                max_message_bytes: s.max_message_bytes,
+                max_lookups_in_flight: s.max_lookups_in_flight,
+            },
+            token.clone(),
+        ));
+        let tcp = tokio::spawn(crate::tcp::serve(
+            self.tcp,
+            self.orders.clone(),
+            TcpLimits {
+                max_frame_bytes: s.max_frame_bytes,
+                max_in_flight: s.max_lookups_in_flight,
+            },
+            token.clone(),
+        ));
+        // Stop on the signal, or as soon as one server fails.
+        let watcher = {
+            let t = token.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                tracing::info!("shutting down: draining requests in flight");
+                t.cancel();
+            })
+        };
+        let mut first_error = None;
+        for (name, handle) in [("REST", rest), ("gRPC", grpc), ("raw-TCP", tcp)] {
+            let result = handle
+                .await
+                .with_context(|| format!("the {name} server panicked"))
+                .and_then(|r| r);
+            if let Err(e) = result {
+                token.cancel();
+                first_error.get_or_insert(e);
+            }
+        }
+        watcher.abort();
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Completes on ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

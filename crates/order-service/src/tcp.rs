@@ -1,0 +1,218 @@
+//! The raw-TCP floor: the least any protocol can cost for the same bytes.
+//!
+//! A frame is a 4-byte big-endian length, then that many bytes of protobuf.
+//! Requests are `order.v2.LookupOrdersRequest`, answers
+//! `order.v2.LookupOrdersResponse`, matched by `request_id`: a connection
+//! carries many requests at once, and answers go out as they are ready, in
+//! any order. No HTTP, no headers, no per-call framing beyond the length.
+//!
+//! A length over the configured maximum is refused before anything is
+//! allocated: the connection gets one error frame (request id 0) and is closed,
+//! since the rest of its bytes can no longer be trusted to be frame-aligned.
+
+use std::sync::Arc;
+
+use bytes::{BufMut as _, Bytes, BytesMut};
+use prost::Message as _;
+use proto::order::v2 as pb2;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _, BufReader, BufWriter};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::service::Orders;
+
+/// Raw-TCP limits, all configurable.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpLimits {
+    /// The largest request frame accepted, in bytes.
+    pub max_frame_bytes: usize,
+    /// Requests one connection may have in flight; more wait for a slot.
+    pub max_in_flight: usize,
+}
+
+/// A frame holding `msg`.
+pub fn encode_frame<M: prost::Message>(msg: &M) -> Bytes {
+    let len = msg.encoded_len();
+    let mut buf = BytesMut::with_capacity(4 + len);
+    buf.put_u32(len as u32);
+    // Encoding into a buffer of the right size cannot fail.
+    let _ = msg.encode(&mut buf);
+    buf.freeze()
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("the frame announces {announced} bytes, over the limit of {max}")]
+    TooLarge { announced: usize, max: usize },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads one frame's payload; `Ok(None)` at a clean end of stream.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Option<Bytes>, FrameError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let announced = u32::from_be_bytes(len) as usize;
+    if announced > max {
+        return Err(FrameError::TooLarge { announced, max });
+    }
+    let mut buf = BytesMut::zeroed(announced);
+    r.read_exact(&mut buf).await?;
+    Ok(Some(buf.freeze()))
+}
+
+fn error_frame(code: tonic::Code, message: String) -> Bytes {
+    encode_frame(&pb2::LookupOrdersResponse {
+        request_id: 0,
+        error: Some(pb2::LookupError {
+            code: code as i32,
+            message,
+        }),
+        ..Default::default()
+    })
+}
+
+/// Serves raw-TCP lookups until `shutdown`; then stops accepting, answers the
+/// requests in flight, and closes every connection.
+pub async fn serve(
+    listener: TcpListener,
+    orders: Orders,
+    limits: TcpLimits,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let tracker = TaskTracker::new();
+    loop {
+        let (socket, peer) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, then go on.
+                    tracing::warn!(error = %e, "raw-TCP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = socket.set_nodelay(true);
+        let (orders, shutdown) = (orders.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            if let Err(e) = connection(socket, orders, limits, shutdown).await {
+                tracing::debug!(%peer, error = %e, "raw-TCP connection ended with an error");
+            }
+        });
+    }
+    tracker.close();
+    tracker.wait().await;
+    Ok(())
+}
+
+async fn connection(
+    socket: tokio::net::TcpStream,
+    orders: Orders,
+    limits: TcpLimits,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let (rd, wr) = socket.into_split();
+    let mut rd = BufReader::new(rd);
+    let (tx, mut rx) = mpsc::channel::<Bytes>(64);
+    let writer = tokio::spawn(async move {
+        let mut wr = BufWriter::new(wr);
+        while let Some(frame) = rx.recv().await {
+            wr.write_all(&frame).await?;
+            // Coalesce answers that are ready together into one write.
+            while let Ok(frame) = rx.try_recv() {
+                wr.write_all(&frame).await?;
+            }
+            wr.flush().await?;
+        }
+        wr.shutdown().await
+    });
+    let slots = Arc::new(Semaphore::new(limits.max_in_flight));
+    loop {
+        let frame = tokio::select! {
+            () = shutdown.cancelled() => break,
+            f = read_frame(&mut rd, limits.max_frame_bytes) => f,
+        };
+        let payload = match frame {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(FrameError::TooLarge { announced, max }) => {
+                let msg = format!("frame of {announced} bytes is over the limit of {max}");
+                let _ = tx
+                    .send(error_frame(tonic::Code::ResourceExhausted, msg))
+                    .await;
+                break;
+            }
+            Err(FrameError::Io(e)) => {
+                tracing::debug!(error = %e, "raw-TCP read failed");
+                break;
+            }
+        };
+        let request = match pb2::LookupOrdersRequest::decode(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = format!("the frame is not a LookupOrdersRequest: {e}");
+                let _ = tx
+                    .send(error_frame(tonic::Code::InvalidArgument, msg))
+                    .await;
+                break;
+            }
+        };
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let (orders, tx) = (orders.clone(), tx.clone());
+        tokio::spawn(async move {
+            let answer = crate::grpc::lookup(&orders, request).await;
+            let _ = tx.send(encode_frame(&answer)).await;
+            drop(permit);
+        });
+    }
+    drop(tx);
+    writer.await.map_err(std::io::Error::other)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_length_over_the_limit_is_refused_before_reading_the_body() {
+        // Announces 4 GiB - 1 and sends nothing more: the reader must refuse at
+        // once rather than allocate or wait for the body.
+        let bytes: &[u8] = &[0xFF, 0xFF, 0xFF, 0xFF];
+        let mut r = bytes;
+        match read_frame(&mut r, 1024).await {
+            Err(FrameError::TooLarge { announced, max }) => {
+                assert_eq!(announced, u32::MAX as usize);
+                assert_eq!(max, 1024);
+            }
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_round_trip() {
+        let msg = pb2::LookupOrdersRequest {
+            request_id: 7,
+            user_id: "u".into(),
+            ..Default::default()
+        };
+        let frame = encode_frame(&msg);
+        let mut r: &[u8] = &frame;
+        let payload = read_frame(&mut r, 1024).await.unwrap().unwrap();
+        assert_eq!(pb2::LookupOrdersRequest::decode(payload).unwrap(), msg);
+        assert!(read_frame(&mut r, 1024).await.unwrap().is_none());
+    }
+}
