@@ -62,7 +62,9 @@ pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> 
     };
     let mut settings = Settings::for_tests(db.as_ref().map(|d| d.url.clone()));
     tweak(&mut settings);
-    let app = Application::build(settings).await.expect("order-service builds");
+    let app = Application::build(settings)
+        .await
+        .expect("order-service builds");
     let (rest, grpc, tcp) = (app.rest_addr(), app.grpc_addr(), app.tcp_addr());
     let stop = CancellationToken::new();
     let handle = tokio::spawn(app.run_until_stopped(stop.clone().cancelled_owned()));
@@ -99,14 +101,18 @@ impl TestApp {
             .unwrap()
     }
 
-    pub async fn grpc_v2(&self) -> pb2::order_service_client::OrderServiceClient<tonic::transport::Channel> {
+    pub async fn grpc_v2(
+        &self,
+    ) -> pb2::order_service_client::OrderServiceClient<tonic::transport::Channel> {
         pb2::order_service_client::OrderServiceClient::connect(format!("http://{}", self.grpc))
             .await
             .unwrap()
             .max_decoding_message_size(64 << 20)
     }
 
-    pub async fn grpc_v1(&self) -> pb1::order_service_client::OrderServiceClient<tonic::transport::Channel> {
+    pub async fn grpc_v1(
+        &self,
+    ) -> pb1::order_service_client::OrderServiceClient<tonic::transport::Channel> {
         pb1::order_service_client::OrderServiceClient::connect(format!("http://{}", self.grpc))
             .await
             .unwrap()
