@@ -1,0 +1,27 @@
+//! user-service's entry point: settings, logging, then the library does the rest.
+
+use clap::Parser as _;
+use user_service::settings::{Cli, Command};
+use user_service::startup::{Application, shutdown_signal};
+use user_service::store::postgres::PgStore;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    user_service::telemetry::init(&cli.settings.log_format);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            let app = Application::build(cli.settings).await?;
+            app.run_until_stopped(shutdown_signal()).await
+        }
+        Command::Seed => {
+            let url = cli.settings.database_url.ok_or_else(|| {
+                anyhow::anyhow!("seed needs --database-url (or USER_DATABASE_URL)")
+            })?;
+            let store = PgStore::connect(&url.0, 2).await?;
+            let inserted = store.seed().await?;
+            tracing::info!(inserted, database = %url.redacted(), "seeded the data set's users");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The REST boundary: axum routes, served over HTTP/1.1 and h2c (prior
+//! knowledge) on one listener, JSON or protobuf by `Accept`/`Content-Type`.
+//!
+//! - `POST /v1/users`: register (201; a taken username is 409).
+//! - `GET /v1/users/{id}`: the user alone, the no-fan-out floor.
+//! - `GET /v1/users/{id}/orders?limit=&fields=&via=`: the user and its orders
+//!   from order-service; `via` may also come as the `x-via` header. The
+//!   answer carries `x-via` and `x-upstream-micros` headers.
+//! - `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/openapi.json`.
+
+pub mod error;
+pub mod negotiate;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use model::json::{ErrorJson, OrderJson};
+use model::{FieldSet, ParseError};
+use prost::Message as _;
+use proto::user::v1 as pb;
+use serde::Deserialize;
+use utoipa::OpenApi;
+use uuid::Uuid;
+
+use self::error::RestError;
+use self::negotiate::Format;
+use crate::domain::{
+    NewUser, RegisterUserJson, UserEnvelopeJson, UserJson, UserWithOrdersJson, user_to_pb,
+};
+use crate::metrics::Metrics;
+use crate::service::{AppError, DEFAULT_LIMIT, Service};
+
+/// The transport that fetched the orders (also a request header choosing it).
+pub const X_VIA: HeaderName = HeaderName::from_static("x-via");
+/// The round trip to order-service in microseconds, measured inside user-service.
+pub const X_UPSTREAM_MICROS: HeaderName = HeaderName::from_static("x-upstream-micros");
+
+/// The largest registration body read.
+const MAX_BODY: usize = 64 * 1024;
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub service: Service,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Every route.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/users", post(register))
+        .route("/v1/users/{id}", get(get_user))
+        .route("/v1/users/{id}/orders", get(get_user_orders))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .fallback(|uri: Uri| async move { RestError::NoRoute(uri.path().to_owned()) })
+        .with_state(state)
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+fn parse_id(id: &str) -> Result<Uuid, RestError> {
+    Ok(model::v2::parse_uuid("id", id).map_err(AppError::from)?)
+}
+
+/// Reads a request body of at most [`MAX_BODY`] bytes.
+async fn read_body(body: Body) -> Result<Bytes, RestError> {
+    match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(RestError::TooLarge(MAX_BODY)),
+        Err(e) => Err(RestError::BadBody(format!(
+            "the body could not be read: {e}"
+        ))),
+    }
+}
+
+/// Registers a user.
+#[utoipa::path(
+    post, path = "/v1/users",
+    request_body(content = RegisterUserJson, description = "JSON, or a protobuf user.v1.RegisterUserRequest with Content-Type application/x-protobuf"),
+    responses(
+        (status = 201, description = "Registered (protobuf: user.v1.RegisterUserResponse)", body = UserEnvelopeJson),
+        (status = 400, description = "A field is invalid; `field` names it", body = ErrorJson),
+        (status = 409, description = "The username is taken", body = ErrorJson),
+    )
+)]
+#[tracing::instrument(skip_all)]
+async fn register(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, RestError> {
+    let out = Format::accepted(&headers)?;
+    let bytes = read_body(body).await?;
+    let new = match Format::content_type(&headers)? {
+        Format::Json => {
+            let form: RegisterUserJson = serde_json::from_slice(&bytes)
+                .map_err(|e| RestError::BadBody(format!("the body is not a registration: {e}")))?;
+            NewUser::try_from(form).map_err(AppError::from)?
+        }
+        Format::Proto => {
+            let form = pb::RegisterUserRequest::decode(bytes).map_err(|e| {
+                RestError::BadBody(format!("the body is not a RegisterUserRequest: {e}"))
+            })?;
+            NewUser::try_from(form).map_err(AppError::from)?
+        }
+    };
+    let user = st.service.register(new).await?;
+    let mut resp = out.respond(
+        StatusCode::CREATED,
+        || UserEnvelopeJson {
+            user: UserJson::from(&user),
+        },
+        || pb::RegisterUserResponse {
+            user: Some(user_to_pb(&user)),
+        },
+    );
+    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/users/{}", user.id)) {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(resp)
+}
+
+/// One user, without its orders: no call to order-service.
+#[utoipa::path(
+    get, path = "/v1/users/{id}",
+    params(("id" = Uuid, Path, description = "The user's id")),
+    responses(
+        (status = 200, description = "The user (protobuf: user.v1.GetUserResponse)", body = UserEnvelopeJson),
+        (status = 400, description = "The id is not a UUID", body = ErrorJson),
+        (status = 404, description = "No such user", body = ErrorJson),
+    )
+)]
+#[tracing::instrument(skip_all, fields(id = %id))]
+async fn get_user(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, RestError> {
+    let out = Format::accepted(&headers)?;
+    let user = st.service.get_user(parse_id(&id)?).await?;
+    Ok(out.respond(
+        StatusCode::OK,
+        || UserEnvelopeJson {
+            user: UserJson::from(&user),
+        },
+        || pb::GetUserResponse {
+            user: Some(user_to_pb(&user)),
+        },
+    ))
+}
+
+/// The query of `GET /v1/users/{id}/orders`. Kept as text so that a bad
+/// value gets an error naming its field rather than a generic rejection.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct OrdersParams {
+    /// Orders to fetch, 1 to 10000; default 100.
+    limit: Option<String>,
+    /// Comma-separated order fields; default all. `id` is always included.
+    fields: Option<String>,
+    /// The transport to order-service (see the 400 for the list); default
+    /// from the settings. The `x-via` header does the same.
+    via: Option<String>,
+}
+
+/// One user with its orders, fetched from order-service over `via`.
+#[utoipa::path(
+    get, path = "/v1/users/{id}/orders",
+    params(("id" = Uuid, Path, description = "The user's id"), OrdersParams),
+    responses(
+        (status = 200, description = "The user and its orders (protobuf: user.v1.GetUserWithOrdersResponse without via/upstream_micros). \
+Headers: x-via (the transport) and x-upstream-micros (the round trip to order-service).", body = UserWithOrdersJson),
+        (status = 400, description = "A bad id, limit, fields or an unknown via (the message lists the valid ones)", body = ErrorJson),
+        (status = 404, description = "No such user", body = ErrorJson),
+        (status = 502, description = "order-service gave an answer that could not be used", body = ErrorJson),
+        (status = 503, description = "order-service is unavailable", body = ErrorJson),
+        (status = 504, description = "order-service did not answer within the upstream timeout", body = ErrorJson),
+    )
+)]
+#[tracing::instrument(skip_all, fields(id = %id))]
+async fn get_user_orders(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<OrdersParams>,
+    headers: HeaderMap,
+) -> Result<Response, RestError> {
+    let out = Format::accepted(&headers)?;
+    let id = parse_id(&id)?;
+    let via_header = headers.get(X_VIA).map(|v| v.to_str().unwrap_or("?"));
+    // The query wins over the header: it is the more specific of the two.
+    let via = st.service.transport(p.via.as_deref().or(via_header))?;
+    let limit = match p.limit.as_deref().map(str::trim) {
+        None | Some("") => DEFAULT_LIMIT,
+        Some(s) => s.parse().map_err(|_| {
+            AppError::from(ParseError::new(
+                "limit",
+                format!("{s:?} is not a number from 1 to 10000"),
+            ))
+        })?,
+    };
+    let fields = FieldSet::parse_csv(p.fields.as_deref().unwrap_or("")).map_err(AppError::from)?;
+    let got = st.service.user_with_orders(id, via, limit, fields).await?;
+    let mut resp = out.respond(
+        StatusCode::OK,
+        || UserWithOrdersJson {
+            user: UserJson::from(&got.user),
+            orders: got
+                .orders
+                .iter()
+                .map(|o| OrderJson::from_order(o, got.fields))
+                .collect(),
+        },
+        || pb::GetUserWithOrdersResponse {
+            user: Some(user_to_pb(&got.user)),
+            orders: got
+                .orders
+                .iter()
+                .map(|o| model::v2::order_to_pb(o, got.fields))
+                .collect(),
+            // Left unset on REST (the headers carry them) so that the body is
+            // the same whichever transport fetched it.
+            via: String::new(),
+            upstream_micros: 0,
+        },
+    );
+    let h = resp.headers_mut();
+    h.insert(X_VIA, HeaderValue::from_static(got.via.name()));
+    h.insert(
+        X_UPSTREAM_MICROS,
+        HeaderValue::from(got.upstream.as_micros() as u64),
+    );
+    Ok(resp)
+}
+
+/// Ready when the store answers. order-service being down does not make
+/// user-service unready: `GET /v1/users/{id}` still works, and the order
+/// routes answer 503 quickly rather than being taken out of rotation.
+async fn readyz(State(st): State<AppState>) -> Response {
+    match st.service.store().ready().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, "the store is not ready").into_response()
+        }
+    }
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        st.metrics.render(),
+    )
+        .into_response()
+}
+
+/// The OpenAPI document of the routes above, generated from this code.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "user-service",
+        description = "Users, and their orders fetched from order-service over a switchable transport."
+    ),
+    paths(register, get_user, get_user_orders),
+    components(schemas(
+        UserJson,
+        UserEnvelopeJson,
+        UserWithOrdersJson,
+        RegisterUserJson,
+        OrderJson,
+        ErrorJson,
+        crate::domain::Gender
+    ))
+)]
+pub struct ApiDoc;
+
+async fn openapi() -> impl IntoResponse {
+    axum::Json(ApiDoc::openapi())
+}

@@ -1,0 +1,200 @@
+//! The use cases both boundaries (REST and gRPC) call, and the one error type
+//! they map to a status each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use model::{FieldSet, Order, ParseError};
+use uuid::Uuid;
+
+use crate::domain::{NewUser, User};
+use crate::store::{StoreError, UserStore};
+use crate::upstream::{OrderQuery, Transport, UnknownTransport, UpstreamError, Upstreams};
+
+/// The most orders one request may ask for (order-service's own maximum).
+pub const MAX_LIMIT: u32 = 10_000;
+/// The orders fetched when a request names no limit.
+pub const DEFAULT_LIMIT: u32 = 100;
+
+/// Everything a use case can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("{0}")]
+    Invalid(#[from] ParseError),
+    #[error("{0}")]
+    UnknownTransport(#[from] UnknownTransport),
+    #[error("no user has the id {0}")]
+    NotFound(Uuid),
+    #[error("the username {0:?} is taken")]
+    UsernameTaken(String),
+    /// The call to order-service failed; how long it took still goes into
+    /// the `x-upstream-micros` header.
+    #[error("fetching the orders over {via} failed: {error}")]
+    Upstream {
+        via: Transport,
+        elapsed: Duration,
+        error: UpstreamError,
+    },
+    #[error("the users database is unavailable")]
+    StoreUnavailable(#[source] sqlx::Error),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl From<StoreError> for AppError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::UsernameTaken(n) => AppError::UsernameTaken(n),
+            StoreError::Unavailable(e) => AppError::StoreUnavailable(e),
+            StoreError::Other(e) => AppError::Internal(e),
+        }
+    }
+}
+
+impl AppError {
+    /// A stable machine-readable kind, as the JSON `error` field says it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AppError::Invalid(_) | AppError::UnknownTransport(_) => "invalid_argument",
+            AppError::NotFound(_) => "not_found",
+            AppError::UsernameTaken(_) => "already_exists",
+            AppError::Upstream { error, .. } => match error {
+                UpstreamError::Timeout(_) => "upstream_timeout",
+                UpstreamError::Unavailable(_) => "upstream_unavailable",
+                UpstreamError::Rejected { .. } | UpstreamError::Protocol(_) => {
+                    "bad_upstream_answer"
+                }
+            },
+            AppError::StoreUnavailable(_) => "unavailable",
+            AppError::Internal(_) => "internal",
+        }
+    }
+
+    /// The request field at fault, when there is one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            AppError::Invalid(e) => Some(&e.field),
+            AppError::UnknownTransport(_) => Some("via"),
+            AppError::UsernameTaken(_) => Some("username"),
+            _ => None,
+        }
+    }
+
+    /// Logs what the caller will not see: the cause of a 5xx. Called once,
+    /// where the error becomes a response.
+    pub fn log(&self) {
+        match self {
+            AppError::Internal(e) => tracing::error!(error = ?e, "request failed"),
+            AppError::StoreUnavailable(e) => {
+                tracing::error!(error = %e, "the users database is unavailable")
+            }
+            AppError::Upstream {
+                via,
+                elapsed,
+                error,
+            } => tracing::warn!(
+                via = via.name(),
+                elapsed_ms = elapsed.as_millis() as u64,
+                error = %error,
+                "order-service call failed"
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// A user and the orders fetched for it.
+#[derive(Debug, Clone)]
+pub struct UserWithOrders {
+    pub user: User,
+    pub orders: Vec<Order>,
+    /// The fields selected: the others are blank in `orders`.
+    pub fields: FieldSet,
+    pub via: Transport,
+    /// The round trip to order-service, slot wait included.
+    pub upstream: Duration,
+}
+
+/// The use cases.
+#[derive(Clone)]
+pub struct Service {
+    store: Arc<dyn UserStore>,
+    upstreams: Upstreams,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("store", &self.store.kind())
+            .field("upstreams", &self.upstreams)
+            .finish()
+    }
+}
+
+impl Service {
+    /// The use cases over this store and these adapters.
+    pub fn new(store: Arc<dyn UserStore>, upstreams: Upstreams) -> Self {
+        Service { store, upstreams }
+    }
+
+    /// The store, for readiness.
+    pub fn store(&self) -> &Arc<dyn UserStore> {
+        &self.store
+    }
+
+    /// The transport a request names; none or empty means the default.
+    pub fn transport(&self, via: Option<&str>) -> Result<Transport, AppError> {
+        match via.map(str::trim) {
+            None | Some("") => Ok(self.upstreams.default_transport()),
+            Some(name) => Ok(name.parse()?),
+        }
+    }
+
+    /// The user alone.
+    #[tracing::instrument(skip(self))]
+    pub async fn get_user(&self, id: Uuid) -> Result<User, AppError> {
+        self.store.get(id).await?.ok_or(AppError::NotFound(id))
+    }
+
+    /// Registers a user.
+    #[tracing::instrument(skip_all, fields(username = %new.username))]
+    pub async fn register(&self, new: NewUser) -> Result<User, AppError> {
+        Ok(self.store.register(new).await?)
+    }
+
+    /// The user, then its first `limit` orders from order-service over `via`.
+    /// An unknown user is 404 without any call to order-service.
+    #[tracing::instrument(skip(self, fields))]
+    pub async fn user_with_orders(
+        &self,
+        id: Uuid,
+        via: Transport,
+        limit: u32,
+        fields: FieldSet,
+    ) -> Result<UserWithOrders, AppError> {
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(ParseError::new("limit", format!("must be 1 to {MAX_LIMIT}")).into());
+        }
+        let user = self.get_user(id).await?;
+        let q = OrderQuery {
+            user_id: id,
+            limit,
+            fields,
+        };
+        let (result, elapsed) = self.upstreams.fetch(via, &q).await;
+        match result {
+            Ok(orders) => Ok(UserWithOrders {
+                user,
+                orders,
+                fields,
+                via,
+                upstream: elapsed,
+            }),
+            Err(error) => Err(AppError::Upstream {
+                via,
+                elapsed,
+                error,
+            }),
+        }
+    }
+}

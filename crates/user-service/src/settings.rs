@@ -1,0 +1,209 @@
+//! Typed settings, from flags or `USER_…` environment variables.
+//!
+//! `main` parses them once and passes them in; nothing reads the environment
+//! anywhere else. Tests build [`Settings`] directly (see
+//! [`Settings::default`]) so that a stray variable in the environment cannot
+//! change what they run.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::upstream::Transport;
+
+/// user-service: users over REST and gRPC, with their orders fetched from
+/// order-service over a transport chosen per request.
+#[derive(Debug, Parser)]
+#[command(
+    name = "user-service",
+    version,
+    about,
+    long_about = "user-service: users over REST (HTTP/1.1 + h2c, JSON or protobuf) and gRPC, \
+with each user's orders fetched from order-service over a transport chosen per request \
+(`?via=`, the `x-via` header or the gRPC `via` field).\n\n\
+Transports: h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, grpc, grpc-stream, \
+grpc-bidi, tcp-proto, grpc-v1. Each gets its own budget of --pool-size TCP connections, and \
+its round trips, connections and wire bytes are served at /metrics.\n\n\
+Without --database-url the users live in memory, seeded from the deterministic data set. \
+Every flag can also be set by the environment variable shown."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// What to do; serving is the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Serve REST and gRPC until SIGTERM or ctrl-c (the default).
+    Serve,
+    /// Apply the migrations and load the data set's users into Postgres,
+    /// skipping those already there, then exit. Needs --database-url.
+    Seed,
+}
+
+/// A database URL whose password never reaches a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(pub String);
+
+impl DatabaseUrl {
+    /// The URL with any password replaced by `***`, for logs.
+    pub fn redacted(&self) -> String {
+        match url_parts(&self.0) {
+            Some((scheme, userinfo, rest)) => match userinfo.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{rest}"),
+                None => self.0.clone(),
+            },
+            None => self.0.clone(),
+        }
+    }
+}
+
+fn url_parts(url: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, after) = url.split_once("://")?;
+    let (userinfo, rest) = after.split_once('@')?;
+    Some((scheme, userinfo, rest))
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl std::str::FromStr for DatabaseUrl {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(DatabaseUrl(s.to_owned()))
+    }
+}
+
+/// Everything the service needs to run.
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// Where REST listens (HTTP/1.1 and h2c on the same port).
+    #[arg(long, env = "USER_REST_ADDR", default_value = "0.0.0.0:8081")]
+    pub rest_addr: SocketAddr,
+
+    /// Where gRPC listens (user.v1.UserService, health, reflection).
+    #[arg(long, env = "USER_GRPC_ADDR", default_value = "0.0.0.0:50051")]
+    pub grpc_addr: SocketAddr,
+
+    /// Postgres URL of the users database. Unset: users live in memory,
+    /// seeded from the data set (the "no database" runs of seed 001).
+    #[arg(long, env = "USER_DATABASE_URL")]
+    pub database_url: Option<DatabaseUrl>,
+
+    /// Postgres connections user-service may hold.
+    #[arg(long, env = "USER_DATABASE_POOL_SIZE", default_value_t = 10)]
+    pub database_pool_size: u32,
+
+    /// Load the data set's users into Postgres at start (idempotent), as the
+    /// `seed` command does.
+    #[arg(long, env = "USER_SEED", default_value_t = false)]
+    pub seed: bool,
+
+    /// order-service's REST port (h1-* and h2c-* transports).
+    #[arg(
+        long,
+        env = "USER_ORDER_REST_URL",
+        default_value = "http://127.0.0.1:8082"
+    )]
+    pub order_rest_url: http::Uri,
+
+    /// order-service's gRPC port (grpc, grpc-stream, grpc-bidi, grpc-v1).
+    #[arg(
+        long,
+        env = "USER_ORDER_GRPC_URL",
+        default_value = "http://127.0.0.1:50052"
+    )]
+    pub order_grpc_url: http::Uri,
+
+    /// order-service's raw-TCP port, host:port (tcp-proto).
+    #[arg(long, env = "USER_ORDER_TCP_ADDR", default_value = "127.0.0.1:50062")]
+    pub order_tcp_addr: String,
+
+    /// The transport used when a request names none.
+    #[arg(long, env = "USER_DEFAULT_VIA", default_value = "grpc", value_parser = parse_transport)]
+    pub default_via: Transport,
+
+    /// TCP connections to order-service per transport: HTTP/1.1 carries at
+    /// most this many calls at once (others wait, and the wait counts as
+    /// upstream time); HTTP/2, gRPC and raw TCP multiplex over this many.
+    #[arg(long, env = "USER_POOL_SIZE", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub pool_size: u16,
+
+    /// Upstream timeout in milliseconds: the gRPC deadline sent, and the most
+    /// a call to order-service may take before the answer is 504.
+    #[arg(long, env = "USER_UPSTREAM_TIMEOUT_MS", default_value_t = 5000)]
+    pub upstream_timeout_ms: u64,
+
+    /// Log format: `json`, `pretty`, or `auto` (JSON unless stdout is a terminal).
+    #[arg(long, env = "USER_LOG_FORMAT", default_value = "auto")]
+    pub log_format: String,
+}
+
+fn parse_transport(s: &str) -> Result<Transport, String> {
+    s.parse()
+        .map_err(|e: crate::upstream::UnknownTransport| e.to_string())
+}
+
+impl Default for Settings {
+    /// The documented defaults, but on port 0 of 127.0.0.1 for both
+    /// listeners, in memory, as tests want them.
+    fn default() -> Self {
+        Settings {
+            rest_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            database_url: None,
+            database_pool_size: 10,
+            seed: false,
+            order_rest_url: http::Uri::from_static("http://127.0.0.1:8082"),
+            order_grpc_url: http::Uri::from_static("http://127.0.0.1:50052"),
+            order_tcp_addr: "127.0.0.1:50062".to_owned(),
+            default_via: Transport::Grpc,
+            pool_size: 4,
+            upstream_timeout_ms: 5000,
+            log_format: "auto".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_into_typed_settings() {
+        let cli = Cli::try_parse_from([
+            "user-service",
+            "--default-via",
+            "tcp-proto",
+            "--pool-size",
+            "1",
+            "--database-url",
+            "postgres://u:secret@db/users",
+            "seed",
+        ])
+        .unwrap();
+        assert_eq!(cli.command, Some(Command::Seed));
+        assert_eq!(cli.settings.default_via, Transport::TcpProto);
+        assert_eq!(cli.settings.pool_size, 1);
+        let url = cli.settings.database_url.unwrap();
+        assert_eq!(format!("{url:?}"), "postgres://u:***@db/users");
+    }
+
+    #[test]
+    fn an_unknown_default_transport_is_refused_with_the_valid_names() {
+        let err =
+            Cli::try_parse_from(["user-service", "--default-via", "smoke-signals"]).unwrap_err();
+        assert!(err.to_string().contains("grpc-bidi"), "{err}");
+    }
+
+    #[test]
+    fn a_pool_of_zero_connections_is_refused() {
+        assert!(Cli::try_parse_from(["user-service", "--pool-size", "0"]).is_err());
+    }
+}

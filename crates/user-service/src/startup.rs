@@ -1,0 +1,192 @@
+//! Building and running the application: the store, the adapters, both
+//! listeners, one shutdown signal.
+//!
+//! [`Application::build`] binds its listeners at once (port 0 picks a free
+//! port; the real one is read back), so tests know where to call before the
+//! application runs.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::grpc::UserApi;
+use crate::metrics::Metrics;
+use crate::rest::{self, AppState};
+use crate::service::Service;
+use crate::settings::Settings;
+use crate::store::UserStore;
+use crate::store::memory::MemoryStore;
+use crate::store::postgres::PgStore;
+use crate::upstream::Upstreams;
+
+/// A built, not yet running, user-service.
+#[derive(Debug)]
+pub struct Application {
+    rest: TcpListener,
+    grpc: TcpListener,
+    rest_addr: SocketAddr,
+    grpc_addr: SocketAddr,
+    state: AppState,
+}
+
+/// The store the settings ask for: Postgres (migrated, optionally seeded) or
+/// the in-memory data set.
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn UserStore>> {
+    Ok(match &settings.database_url {
+        Some(url) => {
+            let store = PgStore::connect(&url.0, settings.database_pool_size).await?;
+            if settings.seed {
+                let n = store.seed().await?;
+                tracing::info!(inserted = n, "seeded the data set's users");
+            }
+            tracing::info!(store = "postgres", database = %url.redacted(), "users are in Postgres");
+            Arc::new(store)
+        }
+        None => {
+            let store = MemoryStore::seeded();
+            tracing::info!(
+                store = "memory",
+                users = store.len(),
+                "users are in memory, from the data set"
+            );
+            Arc::new(store)
+        }
+    })
+}
+
+impl Application {
+    /// Opens the store, prepares the adapters (they connect on first use) and
+    /// binds both listeners.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let store = open_store(&settings).await?;
+        let metrics = Arc::new(Metrics::new(store.kind(), usize::from(settings.pool_size)));
+        let upstreams = Upstreams::new(&settings, metrics.clone())
+            .context("configuring the order-service clients")?;
+        tracing::info!(
+            default_via = settings.default_via.name(),
+            pool_size = settings.pool_size,
+            timeout_ms = settings.upstream_timeout_ms,
+            order_rest = %settings.order_rest_url,
+            order_grpc = %settings.order_grpc_url,
+            order_tcp = %settings.order_tcp_addr,
+            "order-service transports ready"
+        );
+        let rest = TcpListener::bind(settings.rest_addr)
+            .await
+            .with_context(|| format!("binding REST to {}", settings.rest_addr))?;
+        let grpc = TcpListener::bind(settings.grpc_addr)
+            .await
+            .with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
+        Ok(Application {
+            rest_addr: rest.local_addr()?,
+            grpc_addr: grpc.local_addr()?,
+            rest,
+            grpc,
+            state: AppState {
+                service: Service::new(store, upstreams),
+                metrics,
+            },
+        })
+    }
+
+    /// Where REST listens.
+    pub fn rest_addr(&self) -> SocketAddr {
+        self.rest_addr
+    }
+
+    /// Where gRPC listens.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// This instance's counters (what `/metrics` serves).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.state.metrics.clone()
+    }
+
+    /// Serves REST and gRPC until `shutdown` completes, then lets in-flight
+    /// requests finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let stop = CancellationToken::new();
+        let trigger = stop.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!("shutting down");
+            trigger.cancel();
+        });
+        tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, "user-service listening");
+
+        // axum::serve speaks HTTP/1.1 and, with axum's `http2` feature, h2c
+        // by prior knowledge on the same listener.
+        let rest = axum::serve(self.rest, rest::router(self.state.clone()))
+            .with_graceful_shutdown(stop.clone().cancelled_owned());
+
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<proto::user::v1::user_service_server::UserServiceServer<UserApi>>()
+            .await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .context("building the reflection service")?;
+        let grpc = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(UserApi::server(self.state.service.clone()))
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(self.grpc),
+                stop.clone().cancelled_owned(),
+            );
+
+        // Whichever server ends first (an error) stops the other one too.
+        let (rest, grpc) = tokio::join!(
+            async {
+                let r = rest.await.context("serving REST");
+                stop.cancel();
+                r
+            },
+            async {
+                let r = grpc.await.context("serving gRPC");
+                stop.cancel();
+                r
+            }
+        );
+        rest.and(grpc)
+    }
+}
+
+/// Resolves on ctrl-c or SIGTERM: the one shutdown signal of `main`.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

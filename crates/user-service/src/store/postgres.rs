@@ -1,0 +1,179 @@
+//! The Postgres store, through sqlx, with the migrations of
+//! `migrations/users` embedded and applied at start.
+//!
+//! Queries are runtime-checked `sqlx::query_as` with bound parameters (no
+//! `.sqlx/` offline data is needed to build, and nothing is ever formatted
+//! into SQL).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use chrono::{DateTime, NaiveDate, Utc};
+use futures::future::BoxFuture;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use uuid::Uuid;
+
+use super::{StoreError, UserStore, now};
+use crate::domain::{Gender, NewUser, User, from_dataset};
+
+/// The migrations of `migrations/users`, embedded at build time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/users");
+
+/// Users in Postgres.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+#[derive(sqlx::FromRow)]
+struct UserRow {
+    id: Uuid,
+    username: String,
+    first_name: String,
+    last_name: String,
+    email: String,
+    phone: String,
+    gender: i16,
+    birth_date: NaiveDate,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<UserRow> for User {
+    type Error = StoreError;
+    fn try_from(r: UserRow) -> Result<Self, Self::Error> {
+        Ok(User {
+            id: r.id,
+            username: r.username,
+            first_name: r.first_name,
+            last_name: r.last_name,
+            email: r.email,
+            phone: r.phone,
+            gender: Gender::from_i32(i32::from(r.gender)).map_err(|e| {
+                anyhow::anyhow!("user {} has a bad gender in the database: {e}", r.id)
+            })?,
+            birth_date: r.birth_date,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+impl PgStore {
+    /// Connects (failing fast if Postgres is not there) and applies the
+    /// migrations.
+    pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            // A request waits at most this long for a connection, then 503.
+            .acquire_timeout(Duration::from_secs(3))
+            .connect(url)
+            .await
+            .context("connecting to the users database")?;
+        MIGRATOR
+            .run(&pool)
+            .await
+            .context("applying the migrations of migrations/users")?;
+        Ok(PgStore { pool })
+    }
+
+    /// A store on an existing pool (already migrated).
+    pub fn from_pool(pool: PgPool) -> Self {
+        PgStore { pool }
+    }
+
+    /// The pool, for tests and the seed command.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Inserts the data set's users that are not there yet, in one statement
+    /// per thousand users; running it twice changes nothing. Returns how many
+    /// rows were inserted.
+    #[tracing::instrument(skip_all)]
+    pub async fn seed(&self) -> anyhow::Result<u64> {
+        let users: Vec<User> = dataset::users().iter().map(from_dataset).collect();
+        let mut inserted = 0;
+        for chunk in users.chunks(1000) {
+            let col = |f: fn(&User) -> String| chunk.iter().map(f).collect::<Vec<String>>();
+            let result = sqlx::query(
+                "INSERT INTO users (id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at)
+                 SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                      $7::smallint[], $8::date[], $9::timestamptz[], $10::timestamptz[])
+                 -- No conflict target: an id or a username already there is skipped.
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(chunk.iter().map(|u| u.id).collect::<Vec<Uuid>>())
+            .bind(col(|u| u.username.clone()))
+            .bind(col(|u| u.first_name.clone()))
+            .bind(col(|u| u.last_name.clone()))
+            .bind(col(|u| u.email.clone()))
+            .bind(col(|u| u.phone.clone()))
+            .bind(chunk.iter().map(|u| u.gender.as_i16()).collect::<Vec<i16>>())
+            .bind(chunk.iter().map(|u| u.birth_date).collect::<Vec<NaiveDate>>())
+            .bind(chunk.iter().map(|u| u.created_at).collect::<Vec<DateTime<Utc>>>())
+            .bind(chunk.iter().map(|u| u.updated_at).collect::<Vec<DateTime<Utc>>>())
+            .execute(&self.pool)
+            .await
+            .context("inserting the data set's users")?;
+            inserted += result.rows_affected();
+        }
+        Ok(inserted)
+    }
+}
+
+impl UserStore for PgStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn get(&self, id: Uuid) -> BoxFuture<'_, Result<Option<User>, StoreError>> {
+        Box::pin(async move {
+            let row: Option<UserRow> = sqlx::query_as(
+                "SELECT id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at
+                 FROM users WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+            row.map(User::try_from).transpose()
+        })
+    }
+
+    fn register(&self, new: NewUser) -> BoxFuture<'_, Result<User, StoreError>> {
+        Box::pin(async move {
+            let user = new.into_user(Uuid::new_v4(), now());
+            let inserted = sqlx::query(
+                "INSERT INTO users (id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(user.id)
+            .bind(&user.username)
+            .bind(&user.first_name)
+            .bind(&user.last_name)
+            .bind(&user.email)
+            .bind(&user.phone)
+            .bind(user.gender.as_i16())
+            .bind(user.birth_date)
+            .bind(user.created_at)
+            .bind(user.updated_at)
+            .execute(&self.pool)
+            .await;
+            match inserted {
+                Ok(_) => Ok(user),
+                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                    Err(StoreError::UsernameTaken(user.username))
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query("SELECT 1").execute(&self.pool).await?;
+            Ok(())
+        })
+    }
+}

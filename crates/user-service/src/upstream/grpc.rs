@@ -1,0 +1,271 @@
+//! The gRPC adapters: `grpc` (unary `ListOrders`), `grpc-stream`
+//! (`StreamOrders`), `grpc-v1` (the all-strings legacy `ListOrders`) and
+//! `grpc-bidi` (`LookupOrders`, one long-lived stream per connection).
+//!
+//! One tonic `Channel` is one HTTP/2 connection, so a budget of N is N
+//! channels, picked round-robin. Each channel connects through
+//! [`wire::connect`], lazily, and reconnects by itself when its connection
+//! breaks. The upstream timeout travels as the gRPC deadline (`grpc-timeout`)
+//! on every unary and server-streaming call.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use hyper_util::rt::TokioIo;
+use model::v2::field_mask;
+use proto::order::v1::order_service_client::OrderServiceClient as V1Client;
+use proto::order::v2::order_service_client::OrderServiceClient;
+use proto::order::v2::{ListOrdersRequest, LookupOrdersRequest, StreamOrdersRequest};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use super::mux::{Ids, Link, Pending, Slot, answer_to_orders};
+use super::{
+    Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError, to_domain,
+    wire,
+};
+use crate::metrics::TransportMetrics;
+
+/// `pool_size` lazily connected channels whose sockets are counted.
+fn channels(ep: &Endpoints, metrics: &Arc<TransportMetrics>) -> anyhow::Result<Vec<Channel>> {
+    let addr = wire::authority(&ep.grpc_url)?;
+    let endpoint = Endpoint::from(ep.grpc_url.clone()).connect_timeout(ep.timeout);
+    Ok((0..ep.pool_size)
+        .map(|_| {
+            let addr = addr.clone();
+            let metrics = metrics.clone();
+            endpoint.connect_with_connector_lazy(tower::service_fn(move |_: http::Uri| {
+                let addr = addr.clone();
+                let metrics = metrics.clone();
+                async move { wire::connect(&addr, &metrics).await.map(TokioIo::new) }
+            }))
+        })
+        .collect())
+}
+
+/// A tonic status as an upstream error.
+pub(crate) fn from_status(s: &tonic::Status) -> UpstreamError {
+    use tonic::Code;
+    let message = s.message().to_owned();
+    match s.code() {
+        Code::DeadlineExceeded => UpstreamError::Timeout(message),
+        // A refused or broken connection reaches us as Unavailable or, when
+        // the channel could not even become ready, as Unknown.
+        Code::Unavailable | Code::Unknown | Code::Cancelled => UpstreamError::Unavailable(message),
+        code => UpstreamError::Rejected {
+            status: format!("{code:?}"),
+            message,
+        },
+    }
+}
+
+/// The unary and server-streaming adapters.
+#[derive(Debug)]
+pub struct GrpcSource {
+    transport: Transport,
+    channels: Vec<Channel>,
+    next: AtomicUsize,
+    timeout: Duration,
+    metrics: Arc<TransportMetrics>,
+}
+
+impl GrpcSource {
+    /// `grpc`, `grpc-stream` or `grpc-v1`, with its own `pool_size` channels.
+    pub fn new(
+        transport: Transport,
+        ep: &Endpoints,
+        metrics: Arc<TransportMetrics>,
+    ) -> anyhow::Result<Self> {
+        Ok(GrpcSource {
+            transport,
+            channels: channels(ep, &metrics)?,
+            next: AtomicUsize::new(0),
+            timeout: ep.timeout,
+            metrics,
+        })
+    }
+
+    fn channel(&self) -> Channel {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.channels.len();
+        self.channels[i].clone()
+    }
+
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        req.set_timeout(self.timeout);
+        req
+    }
+
+    async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
+        let mut client = OrderServiceClient::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let req = self.request(ListOrdersRequest {
+            user_id: q.user_id.to_string(),
+            page_size: page_size(q),
+            page_token: String::new(),
+            read_mask: field_mask(q.fields),
+        });
+        let _on_wire = self.metrics.in_flight();
+        let answer = client.list_orders(req).await.map_err(|s| from_status(&s))?;
+        to_domain(answer.into_inner().orders)
+    }
+
+    async fn stream(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
+        let mut client = OrderServiceClient::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let req = self.request(StreamOrdersRequest {
+            user_id: q.user_id.to_string(),
+            page_size: page_size(q),
+            page_token: String::new(),
+            read_mask: field_mask(q.fields),
+        });
+        let _on_wire = self.metrics.in_flight();
+        let mut stream = client
+            .stream_orders(req)
+            .await
+            .map_err(|s| from_status(&s))?
+            .into_inner();
+        let mut orders = Vec::with_capacity(q.limit.min(10_000) as usize);
+        while let Some(msg) = stream.message().await.map_err(|s| from_status(&s))? {
+            let o = msg.order.ok_or_else(|| {
+                UpstreamError::Protocol("a StreamOrdersResponse carried no order".to_owned())
+            })?;
+            orders.push(o);
+        }
+        to_domain(orders)
+    }
+
+    async fn legacy(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
+        let mut client = V1Client::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let req = self.request(proto::order::v1::ListOrdersRequest {
+            user_id: q.user_id.to_string(),
+            page_size: page_size(q),
+            page_token: String::new(),
+        });
+        let _on_wire = self.metrics.in_flight();
+        let answer = client.list_orders(req).await.map_err(|s| from_status(&s))?;
+        // v1 has no field selection: every field crosses the wire and the
+        // unselected ones are blanked here, so the answer equals the others'.
+        let orders = to_domain(answer.into_inner().orders)?;
+        Ok(orders.iter().map(|o| o.project(q.fields)).collect())
+    }
+}
+
+fn page_size(q: &OrderQuery) -> i32 {
+    i32::try_from(q.limit).unwrap_or(i32::MAX)
+}
+
+impl OrderSource for GrpcSource {
+    fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    fn list_orders<'a>(
+        &'a self,
+        q: &'a OrderQuery,
+    ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
+        Box::pin(async move {
+            match self.transport {
+                Transport::GrpcStream => self.stream(q).await,
+                Transport::GrpcV1 => self.legacy(q).await,
+                _ => self.unary(q).await,
+            }
+        })
+    }
+}
+
+/// `grpc-bidi`: per channel, one long-lived `LookupOrders` stream carrying
+/// every lookup sent on that connection.
+#[derive(Debug)]
+pub struct BidiSource {
+    channels: Vec<Channel>,
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+    ids: Ids,
+    metrics: Arc<TransportMetrics>,
+}
+
+impl BidiSource {
+    /// The adapter with its own `pool_size` channels; streams open on first use.
+    pub fn new(ep: &Endpoints, metrics: Arc<TransportMetrics>) -> anyhow::Result<Self> {
+        let channels = channels(ep, &metrics)?;
+        Ok(BidiSource {
+            slots: channels.iter().map(|_| Slot::default()).collect(),
+            channels,
+            next: AtomicUsize::new(0),
+            ids: Ids::default(),
+            metrics,
+        })
+    }
+
+    /// Starts a stream on `channel`. It does not wait for order-service's
+    /// response headers: the first lookup is queued at once and, if the
+    /// stream cannot be opened, fails with the reason like any other pending
+    /// lookup. (Waiting here would deadlock against a server that answers
+    /// headers only after the first message.)
+    fn open(channel: Channel) -> Link {
+        let pending = Arc::new(Pending::default());
+        let (tx, rx) = mpsc::channel::<LookupOrdersRequest>(1024);
+        let reader = pending.clone();
+        tokio::spawn(async move {
+            let mut client = OrderServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let mut inbound = match client.lookup_orders(ReceiverStream::new(rx)).await {
+                Ok(r) => r.into_inner(),
+                Err(s) => {
+                    reader.fail_all(&format!(
+                        "the lookup stream could not be opened: {}",
+                        s.message()
+                    ));
+                    return;
+                }
+            };
+            let why = loop {
+                match inbound.message().await {
+                    Ok(Some(answer)) => reader.deliver(answer),
+                    Ok(None) => break "order-service ended the lookup stream".to_owned(),
+                    Err(s) => break format!("the lookup stream broke: {}", s.message()),
+                }
+            };
+            reader.fail_all(&why);
+        });
+        Link::new(tx, pending)
+    }
+}
+
+impl OrderSource for BidiSource {
+    fn transport(&self) -> Transport {
+        Transport::GrpcBidi
+    }
+
+    fn list_orders<'a>(
+        &'a self,
+        q: &'a OrderQuery,
+    ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
+        Box::pin(async move {
+            let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+            let channel = self.channels[i].clone();
+            let link = self.slots[i]
+                .get(|| async move { Ok(Self::open(channel)) })
+                .await?;
+            let req = LookupOrdersRequest {
+                request_id: self.ids.next(),
+                user_id: q.user_id.to_string(),
+                page_size: page_size(q),
+                page_token: String::new(),
+                read_mask: field_mask(q.fields),
+                trace_context: Default::default(),
+            };
+            let _on_wire = self.metrics.in_flight();
+            answer_to_orders(link.call(req).await?)
+        })
+    }
+}

@@ -1,0 +1,514 @@
+//! The REST adapters: `h1-json`, `h1-json-close`, `h2c-json`, `h1-proto` and
+//! `h2c-proto`, all calling `GET /v2/orders` and differing only in the wire
+//! and the body's encoding.
+//!
+//! The clients are built on hyper's low-level `client::conn` with connections
+//! opened by [`wire::connect`], because the budget must be exact and a pooled
+//! client (reqwest, hyper-util's legacy client) does not cap connections per
+//! host:
+//! - [`H1Pool`]: a semaphore of N slots; a slot holder takes an idle
+//!   keep-alive connection or opens one, so there are never more than N
+//!   connections nor N calls in flight. Callers beyond N wait for a slot, and
+//!   the wait counts in the upstream time.
+//! - [`H1Close`]: the same N slots, but every call opens its own connection
+//!   and sends `Connection: close` (seed 000's default `http.Post`).
+//! - [`H2Pool`]: N HTTP/2 connections (prior knowledge, no upgrade),
+//!   round-robin, every call a stream on one of them.
+//!
+//! A pooled connection that broke while idle (order-service restarted) is
+//! noticed when it is taken or when the request fails before an answer
+//! arrives; the GET is then retried once on a fresh connection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST};
+use http::{HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use model::json::{ErrorJson, OrderPageJson};
+use prost::Message as _;
+use tokio::sync::Semaphore;
+
+use super::{
+    Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError, to_domain,
+    wire,
+};
+use crate::metrics::TransportMetrics;
+
+const PROTOBUF: &str = "application/x-protobuf";
+const JSON: &str = "application/json";
+
+/// What came back from one GET.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub content_type: Option<HeaderValue>,
+    pub body: Bytes,
+}
+
+/// Where the REST port is.
+#[derive(Debug, Clone)]
+struct Target {
+    /// `host:port`, to connect to.
+    addr: String,
+    /// The same, as the `Host` header (HTTP/1.1) and `:authority` (HTTP/2).
+    host: HeaderValue,
+}
+
+impl Target {
+    fn new(url: &http::Uri) -> anyhow::Result<Self> {
+        let addr = wire::authority(url)?;
+        Ok(Target {
+            host: HeaderValue::from_str(&addr)?,
+            addr,
+        })
+    }
+}
+
+fn unavailable(what: &str, e: impl std::fmt::Display) -> UpstreamError {
+    UpstreamError::Unavailable(format!("{what}: {e}"))
+}
+
+/// Reads a whole response body, up to the message limit.
+async fn read_body(body: hyper::body::Incoming) -> Result<Bytes, UpstreamError> {
+    match Limited::new(body, MAX_MESSAGE_BYTES).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(UpstreamError::Protocol(
+            format!("the answer is larger than {MAX_MESSAGE_BYTES} bytes"),
+        )),
+        Err(e) => Err(unavailable("the answer broke off", e)),
+    }
+}
+
+fn into_answer(parts: http::response::Parts, body: Bytes) -> Answer {
+    Answer {
+        status: parts.status,
+        content_type: parts.headers.get(CONTENT_TYPE).cloned(),
+        body,
+    }
+}
+
+/// HTTP/1.1 keep-alive connections, at most N, each carrying one call at a time.
+#[derive(Debug)]
+pub struct H1Pool {
+    target: Target,
+    slots: Semaphore,
+    idle: std::sync::Mutex<Vec<http1::SendRequest<Full<Bytes>>>>,
+    metrics: Arc<TransportMetrics>,
+}
+
+async fn open_h1(
+    target: &Target,
+    metrics: &Arc<TransportMetrics>,
+) -> Result<http1::SendRequest<Full<Bytes>>, UpstreamError> {
+    let io = wire::connect(&target.addr, metrics)
+        .await
+        .map_err(|e| unavailable(&format!("cannot connect to {}", target.addr), e))?;
+    let (sender, conn) = http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| unavailable("the HTTP/1.1 handshake failed", e))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "an HTTP/1.1 connection to order-service ended");
+        }
+    });
+    Ok(sender)
+}
+
+fn h1_request(
+    target: &Target,
+    path_and_query: &str,
+    accept: &'static str,
+    close: bool,
+) -> Result<Request<Full<Bytes>>, UpstreamError> {
+    let mut b = Request::get(path_and_query)
+        .header(HOST, target.host.clone())
+        .header(ACCEPT, accept);
+    if close {
+        b = b.header(CONNECTION, "close");
+    }
+    b.body(Full::new(Bytes::new()))
+        .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))
+}
+
+impl H1Pool {
+    fn new(target: Target, size: usize, metrics: Arc<TransportMetrics>) -> Self {
+        H1Pool {
+            target,
+            slots: Semaphore::new(size),
+            idle: std::sync::Mutex::new(Vec::with_capacity(size)),
+            metrics,
+        }
+    }
+
+    /// An idle connection that is still usable, if any.
+    async fn take_idle(&self) -> Option<http1::SendRequest<Full<Bytes>>> {
+        loop {
+            let mut sender = self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop()?;
+            if !sender.is_closed() && sender.ready().await.is_ok() {
+                return Some(sender);
+            }
+        }
+    }
+
+    async fn get(
+        &self,
+        path_and_query: &str,
+        accept: &'static str,
+    ) -> Result<Answer, UpstreamError> {
+        // Held until the answer is read: the budget is calls, not just sockets.
+        let _slot =
+            self.slots.acquire().await.map_err(|_| {
+                UpstreamError::Unavailable("the connection pool is closed".to_owned())
+            })?;
+        let mut retried = false;
+        loop {
+            let (mut sender, reused) = match self.take_idle().await {
+                Some(s) => (s, true),
+                None => (open_h1(&self.target, &self.metrics).await?, false),
+            };
+            let req = h1_request(&self.target, path_and_query, accept, false)?;
+            let on_wire = self.metrics.in_flight();
+            let resp = match sender.send_request(req).await {
+                Ok(r) => r,
+                // A keep-alive connection the server closed while it sat
+                // idle: the GET is idempotent, so try once more on a new one.
+                Err(e) if reused && !retried => {
+                    tracing::debug!(error = %e, "a pooled HTTP/1.1 connection was stale; retrying on a new one");
+                    retried = true;
+                    drop((on_wire, sender));
+                    continue;
+                }
+                Err(e) => return Err(unavailable("the HTTP/1.1 call failed", e)),
+            };
+            let (parts, body) = resp.into_parts();
+            let body = read_body(body).await?;
+            drop(on_wire);
+            let keep = !parts
+                .headers
+                .get(CONNECTION)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+            if keep && !sender.is_closed() {
+                self.idle
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(sender);
+            }
+            return Ok(into_answer(parts, body));
+        }
+    }
+}
+
+/// HTTP/1.1 with a new connection per call, at most N calls at once.
+#[derive(Debug)]
+pub struct H1Close {
+    target: Target,
+    slots: Semaphore,
+    metrics: Arc<TransportMetrics>,
+}
+
+impl H1Close {
+    async fn get(
+        &self,
+        path_and_query: &str,
+        accept: &'static str,
+    ) -> Result<Answer, UpstreamError> {
+        let _slot =
+            self.slots.acquire().await.map_err(|_| {
+                UpstreamError::Unavailable("the connection pool is closed".to_owned())
+            })?;
+        let mut sender = open_h1(&self.target, &self.metrics).await?;
+        let req = h1_request(&self.target, path_and_query, accept, true)?;
+        let _on_wire = self.metrics.in_flight();
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| unavailable("the HTTP/1.1 call failed", e))?;
+        let (parts, body) = resp.into_parts();
+        let body = read_body(body).await?;
+        Ok(into_answer(parts, body))
+    }
+}
+
+/// N HTTP/2 cleartext connections, each multiplexing every call sent on it.
+/// One HTTP/2 connection of an [`H2Pool`], numbered so that a caller whose
+/// call failed replaces that connection and not a newer one another caller
+/// already opened.
+#[derive(Debug)]
+struct H2Conn {
+    generation: u64,
+    sender: http2::SendRequest<Full<Bytes>>,
+}
+
+#[derive(Debug, Default)]
+struct H2Slot {
+    conn: Option<H2Conn>,
+    generations: u64,
+}
+
+/// N HTTP/2 cleartext connections, each multiplexing every call sent on it.
+#[derive(Debug)]
+pub struct H2Pool {
+    target: Target,
+    slots: Vec<tokio::sync::Mutex<H2Slot>>,
+    next: AtomicUsize,
+    metrics: Arc<TransportMetrics>,
+}
+
+impl H2Pool {
+    fn new(target: Target, size: usize, metrics: Arc<TransportMetrics>) -> Self {
+        H2Pool {
+            target,
+            slots: (0..size)
+                .map(|_| tokio::sync::Mutex::new(H2Slot::default()))
+                .collect(),
+            next: AtomicUsize::new(0),
+            metrics,
+        }
+    }
+
+    /// The connection of slot `i`, opened if it is not open, broke, or is the
+    /// generation `failed` a caller just saw fail. The slot's lock makes
+    /// concurrent callers wait for one handshake rather than each open a
+    /// connection.
+    async fn sender(
+        &self,
+        i: usize,
+        failed: Option<u64>,
+    ) -> Result<(u64, http2::SendRequest<Full<Bytes>>), UpstreamError> {
+        let mut slot = self.slots[i].lock().await;
+        if let Some(c) = slot
+            .conn
+            .as_ref()
+            .filter(|c| !c.sender.is_closed() && Some(c.generation) != failed)
+        {
+            return Ok((c.generation, c.sender.clone()));
+        }
+        slot.conn = None;
+        let io = wire::connect(&self.target.addr, &self.metrics)
+            .await
+            .map_err(|e| unavailable(&format!("cannot connect to {}", self.target.addr), e))?;
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| unavailable("the HTTP/2 handshake failed", e))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "an HTTP/2 connection to order-service ended");
+            }
+        });
+        slot.generations += 1;
+        let generation = slot.generations;
+        slot.conn = Some(H2Conn {
+            generation,
+            sender: sender.clone(),
+        });
+        Ok((generation, sender))
+    }
+
+    async fn get(
+        &self,
+        path_and_query: &str,
+        accept: &'static str,
+    ) -> Result<Answer, UpstreamError> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        // HTTP/2 wants the absolute form: it becomes :scheme and :authority.
+        let uri = format!("http://{}{path_and_query}", self.target.addr);
+        let mut failed = None;
+        loop {
+            let (generation, mut sender) = self.sender(i, failed).await?;
+            let req = Request::get(uri.as_str())
+                .header(ACCEPT, accept)
+                .body(Full::new(Bytes::new()))
+                .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))?;
+            let on_wire = self.metrics.in_flight();
+            let sent = match sender.ready().await {
+                Ok(()) => sender.send_request(req).await,
+                Err(e) => Err(e),
+            };
+            let resp = match sent {
+                Ok(r) => r,
+                // The shared connection died before answering (order-service
+                // went away and came back): one more try on a new connection.
+                Err(e) if failed.is_none() => {
+                    tracing::debug!(error = %e, "an HTTP/2 connection failed; retrying on a new one");
+                    failed = Some(generation);
+                    drop(on_wire);
+                    continue;
+                }
+                Err(e) => return Err(unavailable("the HTTP/2 call failed", e)),
+            };
+            let (parts, body) = resp.into_parts();
+            let body = read_body(body).await?;
+            return Ok(into_answer(parts, body));
+        }
+    }
+}
+
+/// The wire under a REST adapter.
+#[derive(Debug)]
+enum Wire {
+    H1(H1Pool),
+    H1Close(H1Close),
+    H2(H2Pool),
+}
+
+/// One REST adapter: a wire and an encoding.
+#[derive(Debug)]
+pub struct RestSource {
+    transport: Transport,
+    wire: Wire,
+    proto: bool,
+}
+
+impl RestSource {
+    /// The adapter for one of the five REST transports.
+    pub fn new(
+        transport: Transport,
+        ep: &Endpoints,
+        metrics: Arc<TransportMetrics>,
+    ) -> anyhow::Result<Self> {
+        let target = Target::new(&ep.rest_url)?;
+        let n = ep.pool_size;
+        let (wire, proto) = match transport {
+            Transport::H1Json => (Wire::H1(H1Pool::new(target, n, metrics)), false),
+            Transport::H1Proto => (Wire::H1(H1Pool::new(target, n, metrics)), true),
+            Transport::H1JsonClose => (
+                Wire::H1Close(H1Close {
+                    target,
+                    slots: Semaphore::new(n),
+                    metrics,
+                }),
+                false,
+            ),
+            Transport::H2cJson => (Wire::H2(H2Pool::new(target, n, metrics)), false),
+            Transport::H2cProto => (Wire::H2(H2Pool::new(target, n, metrics)), true),
+            other => anyhow::bail!("{other} is not a REST transport"),
+        };
+        Ok(RestSource {
+            transport,
+            wire,
+            proto,
+        })
+    }
+
+    async fn fetch(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
+        let mut pq = format!("/v2/orders?user_id={}&limit={}", q.user_id, q.limit);
+        if !q.fields.is_all() {
+            // Field names are [a-z_], and the comma is fine in a query.
+            pq.push_str("&fields=");
+            pq.push_str(&q.fields.to_csv());
+        }
+        let accept = if self.proto { PROTOBUF } else { JSON };
+        let answer = match &self.wire {
+            Wire::H1(p) => p.get(&pq, accept).await?,
+            Wire::H1Close(p) => p.get(&pq, accept).await?,
+            Wire::H2(p) => p.get(&pq, accept).await?,
+        };
+        decode(answer, self.proto)
+    }
+}
+
+/// The orders of a 200, or the error an error answer describes.
+fn decode(a: Answer, proto: bool) -> Result<Vec<model::Order>, UpstreamError> {
+    if a.status != StatusCode::OK {
+        let message = serde_json::from_slice::<ErrorJson>(&a.body)
+            .map(|e| e.message)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&a.body).chars().take(200).collect());
+        return Err(match a.status {
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::BAD_GATEWAY => {
+                UpstreamError::Unavailable(message)
+            }
+            StatusCode::GATEWAY_TIMEOUT => UpstreamError::Timeout(message),
+            s => UpstreamError::Rejected {
+                status: s.to_string(),
+                message,
+            },
+        });
+    }
+    let ct = a
+        .content_type
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let wanted = if proto { PROTOBUF } else { JSON };
+    if !ct.starts_with(wanted) {
+        return Err(UpstreamError::Protocol(format!(
+            "asked for {wanted}, got Content-Type {ct:?}"
+        )));
+    }
+    if proto {
+        let page = proto::order::v2::ListOrdersResponse::decode(a.body)
+            .map_err(|e| UpstreamError::Protocol(format!("not a ListOrdersResponse: {e}")))?;
+        to_domain(page.orders)
+    } else {
+        let page: OrderPageJson = serde_json::from_slice(&a.body)
+            .map_err(|e| UpstreamError::Protocol(format!("not an order page: {e}")))?;
+        to_domain(page.orders)
+    }
+}
+
+impl OrderSource for RestSource {
+    fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    fn list_orders<'a>(
+        &'a self,
+        q: &'a OrderQuery,
+    ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
+        Box::pin(self.fetch(q))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, ct: &str, body: &[u8]) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            content_type: Some(HeaderValue::from_str(ct).unwrap()),
+            body: Bytes::copy_from_slice(body),
+        }
+    }
+
+    #[test]
+    fn error_answers_map_to_upstream_errors() {
+        let body = br#"{"error":"unavailable","message":"db down"}"#;
+        assert_eq!(
+            decode(answer(503, JSON, body), false).unwrap_err(),
+            UpstreamError::Unavailable("db down".into())
+        );
+        assert!(matches!(
+            decode(answer(400, JSON, body), true),
+            Err(UpstreamError::Rejected { .. })
+        ));
+        assert!(matches!(
+            decode(answer(504, JSON, b"late"), false),
+            Err(UpstreamError::Timeout(_))
+        ));
+    }
+
+    #[test]
+    fn a_body_of_the_wrong_type_is_a_protocol_error() {
+        assert!(matches!(
+            decode(answer(200, JSON, b"{}"), true),
+            Err(UpstreamError::Protocol(_))
+        ));
+        let empty = decode(
+            answer(200, "application/json; charset=utf-8", br#"{"orders":[]}"#),
+            false,
+        )
+        .unwrap();
+        assert!(empty.is_empty());
+    }
+}

@@ -1,0 +1,316 @@
+//! The outbound port: how user-service fetches a user's orders from
+//! order-service, over a transport chosen per request.
+//!
+//! One trait, [`OrderSource`], and one adapter per [`Transport`]. Every adapter
+//! returns the same domain [`Order`]s for the same [`OrderQuery`]; what differs
+//! is the wire (HTTP/1.1, HTTP/2, gRPC, raw TCP), the encoding (JSON,
+//! protobuf, the all-strings v1) and how connections are used. [`Upstreams`]
+//! holds one adapter of each, times every call and keeps the per-transport
+//! [`Metrics`](crate::metrics::Metrics).
+//!
+//! Each adapter has a budget of `pool_size` TCP connections of its own, which
+//! it opens through [`wire::connect`] so that connections and bytes are counted
+//! on the socket itself.
+
+pub mod grpc;
+pub mod http;
+pub mod mux;
+pub mod tcp;
+pub mod wire;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use model::{FieldSet, Order};
+use uuid::Uuid;
+
+use crate::metrics::Metrics;
+use crate::settings::Settings;
+
+/// The largest message any client here accepts or sends: 10,000 orders are
+/// about 2-3 MB, well past tonic's 4 MiB default margin for comfort.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// A transport to order-service, as the `via` parameter names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// HTTP/1.1, JSON, pooled keep-alive connections.
+    H1Json,
+    /// HTTP/1.1, JSON, a new connection for every call.
+    H1JsonClose,
+    /// HTTP/2 cleartext (prior knowledge), JSON, multiplexed.
+    H2cJson,
+    /// HTTP/1.1, protobuf body, pooled.
+    H1Proto,
+    /// HTTP/2 cleartext, protobuf body, multiplexed.
+    H2cProto,
+    /// gRPC unary `ListOrders`.
+    Grpc,
+    /// gRPC server streaming `StreamOrders`, one order per message.
+    GrpcStream,
+    /// gRPC bidirectional `LookupOrders`: one long-lived stream per
+    /// connection carries many lookups.
+    GrpcBidi,
+    /// Raw TCP, length-prefixed protobuf frames: the floor.
+    TcpProto,
+    /// gRPC unary on the legacy all-strings `order.v1` API.
+    GrpcV1,
+}
+
+impl Transport {
+    /// Every transport, in the order of the design's matrix.
+    pub const ALL: [Transport; 10] = [
+        Transport::H1Json,
+        Transport::H1JsonClose,
+        Transport::H2cJson,
+        Transport::H1Proto,
+        Transport::H2cProto,
+        Transport::Grpc,
+        Transport::GrpcStream,
+        Transport::GrpcBidi,
+        Transport::TcpProto,
+        Transport::GrpcV1,
+    ];
+
+    /// The name `via` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::H1Json => "h1-json",
+            Transport::H1JsonClose => "h1-json-close",
+            Transport::H2cJson => "h2c-json",
+            Transport::H1Proto => "h1-proto",
+            Transport::H2cProto => "h2c-proto",
+            Transport::Grpc => "grpc",
+            Transport::GrpcStream => "grpc-stream",
+            Transport::GrpcBidi => "grpc-bidi",
+            Transport::TcpProto => "tcp-proto",
+            Transport::GrpcV1 => "grpc-v1",
+        }
+    }
+
+    /// Every name, comma-separated, for error messages and `--help`.
+    pub fn names() -> String {
+        Self::ALL.map(Transport::name).join(", ")
+    }
+
+    /// The position in [`Transport::ALL`].
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A `via` that names no transport.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown transport {name:?}; valid transports are: {}",
+    Transport::names()
+)]
+pub struct UnknownTransport {
+    /// What the caller sent.
+    pub name: String,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = UnknownTransport;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Transport::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| UnknownTransport { name: s.to_owned() })
+    }
+}
+
+/// What user-service asks order-service for: the first `limit` orders of a
+/// user (ordered by order id), with the selected fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderQuery {
+    pub user_id: Uuid,
+    /// 1 to 10,000.
+    pub limit: u32,
+    pub fields: FieldSet,
+}
+
+/// Why a call to order-service failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    /// No answer within the configured upstream timeout (or order-service
+    /// said its own deadline passed).
+    #[error("order-service timed out: {0}")]
+    Timeout(String),
+    /// order-service could not be reached, or the connection broke.
+    #[error("order-service is unavailable: {0}")]
+    Unavailable(String),
+    /// order-service answered with an error of its own.
+    #[error("order-service refused the query ({status}): {message}")]
+    Rejected { status: String, message: String },
+    /// order-service's answer could not be read.
+    #[error("order-service's answer could not be read: {0}")]
+    Protocol(String),
+}
+
+/// The outbound port: one user's orders from order-service.
+///
+/// Object-safe on purpose (a boxed future rather than `async fn`) so that
+/// [`Upstreams`] can hold every adapter in one table and pick one per call.
+pub trait OrderSource: Send + Sync {
+    /// The transport this adapter speaks.
+    fn transport(&self) -> Transport;
+
+    /// The first `q.limit` orders of `q.user_id`, with `q.fields` selected and
+    /// the other fields blank.
+    fn list_orders<'a>(
+        &'a self,
+        q: &'a OrderQuery,
+    ) -> BoxFuture<'a, Result<Vec<Order>, UpstreamError>>;
+}
+
+/// How an adapter reaches order-service; built once from [`Settings`].
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    /// Base URL of the REST port, e.g. `http://127.0.0.1:8082`.
+    pub rest_url: ::http::Uri,
+    /// URL of the gRPC port, e.g. `http://127.0.0.1:50052`.
+    pub grpc_url: ::http::Uri,
+    /// `host:port` of the raw-TCP port.
+    pub tcp_addr: String,
+    /// Connections per transport.
+    pub pool_size: usize,
+    /// The upstream timeout, also sent as the gRPC deadline.
+    pub timeout: Duration,
+}
+
+/// One adapter per transport, with their shared metrics.
+#[derive(Clone)]
+pub struct Upstreams {
+    sources: Arc<Vec<Arc<dyn OrderSource>>>,
+    metrics: Arc<Metrics>,
+    default: Transport,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstreams")
+            .field("default", &self.default)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstreams {
+    /// Every adapter, each with its own connection budget. Nothing connects
+    /// yet: connections are opened on first use, so user-service starts even
+    /// when order-service is down.
+    pub fn new(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
+        let ep = Endpoints {
+            rest_url: settings.order_rest_url.clone(),
+            grpc_url: settings.order_grpc_url.clone(),
+            tcp_addr: settings.order_tcp_addr.clone(),
+            pool_size: usize::from(settings.pool_size.max(1)),
+            timeout: Duration::from_millis(settings.upstream_timeout_ms.max(1)),
+        };
+        let m = |t| metrics.transport(t).clone();
+        let mut sources: Vec<Arc<dyn OrderSource>> = Vec::with_capacity(Transport::ALL.len());
+        for t in Transport::ALL {
+            let s: Arc<dyn OrderSource> = match t {
+                Transport::H1Json
+                | Transport::H1JsonClose
+                | Transport::H2cJson
+                | Transport::H1Proto
+                | Transport::H2cProto => Arc::new(http::RestSource::new(t, &ep, m(t))?),
+                Transport::Grpc | Transport::GrpcStream | Transport::GrpcV1 => {
+                    Arc::new(grpc::GrpcSource::new(t, &ep, m(t))?)
+                }
+                Transport::GrpcBidi => Arc::new(grpc::BidiSource::new(&ep, m(t))?),
+                Transport::TcpProto => Arc::new(tcp::TcpSource::new(&ep, m(t))),
+            };
+            debug_assert_eq!(s.transport(), t);
+            sources.push(s);
+        }
+        Ok(Upstreams {
+            sources: Arc::new(sources),
+            metrics,
+            default: settings.default_via,
+            timeout: ep.timeout,
+        })
+    }
+
+    /// The transport used when a request names none.
+    pub fn default_transport(&self) -> Transport {
+        self.default
+    }
+
+    /// The metrics every adapter reports into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Fetches over `via`, timed from the first wait for a connection slot to
+    /// the last byte, and never for longer than the upstream timeout.
+    #[tracing::instrument(skip_all, fields(via = %via, user_id = %q.user_id, limit = q.limit))]
+    pub async fn fetch(
+        &self,
+        via: Transport,
+        q: &OrderQuery,
+    ) -> (Result<Vec<Order>, UpstreamError>, Duration) {
+        let source = &self.sources[via.index()];
+        let start = Instant::now();
+        let result = match tokio::time::timeout(self.timeout, source.list_orders(q)).await {
+            Ok(r) => r,
+            Err(_) => Err(UpstreamError::Timeout(format!(
+                "no answer within {} ms",
+                self.timeout.as_millis()
+            ))),
+        };
+        let elapsed = start.elapsed();
+        self.metrics
+            .transport(via)
+            .record_call(elapsed, result.is_ok());
+        (result, elapsed)
+    }
+}
+
+/// Converts every order of an answer, naming the bad field of the first that
+/// does not parse.
+pub(crate) fn to_domain<T>(items: Vec<T>) -> Result<Vec<Order>, UpstreamError>
+where
+    T: TryInto<Order, Error = model::ParseError>,
+{
+    items
+        .into_iter()
+        .map(|o| {
+            o.try_into()
+                .map_err(|e: model::ParseError| UpstreamError::Protocol(format!("an order's {e}")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_transport_parses_back_from_its_name() {
+        for t in Transport::ALL {
+            assert_eq!(t.name().parse::<Transport>(), Ok(t));
+            assert_eq!(Transport::ALL[t.index()], t);
+        }
+    }
+
+    #[test]
+    fn an_unknown_transport_lists_the_valid_ones() {
+        let e = "carrier-pigeon".parse::<Transport>().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("\"carrier-pigeon\""), "{msg}");
+        for t in Transport::ALL {
+            assert!(msg.contains(t.name()), "{msg} lacks {t}");
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `tcp-proto`: the floor. Raw TCP, no HTTP: each frame is a 4-byte
+//! big-endian length and a protobuf `LookupOrdersRequest` (or, coming back,
+//! `LookupOrdersResponse`). N persistent connections, each carrying many
+//! lookups at once, matched by request id.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{SinkExt, StreamExt as _};
+use model::v2::field_mask;
+use prost::Message as _;
+use proto::order::v2::{LookupOrdersRequest, LookupOrdersResponse};
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+
+use super::mux::{Ids, Link, Pending, Slot, answer_to_orders};
+use super::{
+    Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError, wire,
+};
+use crate::metrics::TransportMetrics;
+
+/// The `tcp-proto` adapter.
+#[derive(Debug)]
+pub struct TcpSource {
+    addr: String,
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+    ids: Ids,
+    metrics: Arc<TransportMetrics>,
+}
+
+/// The frame format both ends agree on: 4-byte big-endian length prefix.
+fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .big_endian()
+        .max_frame_length(MAX_MESSAGE_BYTES)
+        .new_codec()
+}
+
+impl TcpSource {
+    /// An adapter with `ep.pool_size` connection slots, none open yet.
+    pub fn new(ep: &Endpoints, metrics: Arc<TransportMetrics>) -> Self {
+        TcpSource {
+            addr: ep.tcp_addr.clone(),
+            slots: (0..ep.pool_size).map(|_| Slot::default()).collect(),
+            next: AtomicUsize::new(0),
+            ids: Ids::default(),
+            metrics,
+        }
+    }
+
+    /// Opens a connection and starts its writer and reader tasks.
+    async fn open(addr: String, metrics: Arc<TransportMetrics>) -> Result<Link, UpstreamError> {
+        let io = wire::connect(&addr, &metrics).await.map_err(|e| {
+            UpstreamError::Unavailable(format!("cannot connect to the raw-TCP port {addr}: {e}"))
+        })?;
+        let (r, w) = io.into_split();
+        let pending = Arc::new(Pending::default());
+        // Bounded: a caller waits here when the socket cannot keep up.
+        let (tx, mut rx) = mpsc::channel::<LookupOrdersRequest>(1024);
+
+        let writer_pending = pending.clone();
+        tokio::spawn(async move {
+            let mut sink = FramedWrite::new(w, codec());
+            while let Some(req) = rx.recv().await {
+                let mut result = sink.feed(Bytes::from(req.encode_to_vec())).await;
+                // Write whatever else is already queued before flushing, so a
+                // burst of lookups shares system calls.
+                while result.is_ok() {
+                    match rx.try_recv() {
+                        Ok(more) => result = sink.feed(Bytes::from(more.encode_to_vec())).await,
+                        Err(_) => break,
+                    }
+                }
+                if let Err(e) = result.and(SinkExt::<Bytes>::flush(&mut sink).await) {
+                    writer_pending.fail_all(&format!(
+                        "writing to order-service's raw-TCP port failed: {e}"
+                    ));
+                    return;
+                }
+            }
+            // Every sender is gone: the link was replaced or the app stopped.
+            // Dropping the write half shuts our side down.
+        });
+
+        let reader_pending = pending.clone();
+        tokio::spawn(async move {
+            let mut frames = FramedRead::new(r, codec());
+            let why = loop {
+                match frames.next().await {
+                    Some(Ok(frame)) => match LookupOrdersResponse::decode(frame) {
+                        Ok(answer) => reader_pending.deliver(answer),
+                        Err(e) => {
+                            break format!(
+                                "order-service sent a frame that is not a LookupOrdersResponse: {e}"
+                            );
+                        }
+                    },
+                    Some(Err(e)) => {
+                        break format!("reading from order-service's raw-TCP port failed: {e}");
+                    }
+                    None => break "order-service closed the raw-TCP connection".to_owned(),
+                }
+            };
+            reader_pending.fail_all(&why);
+        });
+
+        Ok(Link::new(tx, pending))
+    }
+}
+
+impl OrderSource for TcpSource {
+    fn transport(&self) -> Transport {
+        Transport::TcpProto
+    }
+
+    fn list_orders<'a>(
+        &'a self,
+        q: &'a OrderQuery,
+    ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
+        Box::pin(async move {
+            let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+            let link = self.slots[i]
+                .get(|| Self::open(self.addr.clone(), self.metrics.clone()))
+                .await?;
+            let req = LookupOrdersRequest {
+                request_id: self.ids.next(),
+                user_id: q.user_id.to_string(),
+                page_size: i32::try_from(q.limit).unwrap_or(i32::MAX),
+                page_token: String::new(),
+                read_mask: field_mask(q.fields),
+                trace_context: Default::default(),
+            };
+            let _on_wire = self.metrics.in_flight();
+            answer_to_orders(link.call(req).await?)
+        })
+    }
+}
