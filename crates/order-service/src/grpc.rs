@@ -253,6 +253,24 @@ impl pb1::order_service_server::OrderService for OrderServiceV1 {
     }
 }
 
+/// tonic answers a request message over the size limit with OUT_OF_RANGE; the
+/// gRPC spec (and every other implementation) says RESOURCE_EXHAUSTED, which
+/// is what clients retry-classify on. The refusal comes before any handler
+/// runs, as a trailers-only response, so fixing its header is enough.
+fn oversize_is_resource_exhausted<B>(mut res: http::Response<B>) -> http::Response<B> {
+    let h = res.headers();
+    let oversize = h.get("grpc-status").is_some_and(|s| s == "11")
+        && h.get("grpc-message").is_some_and(|m| {
+            let has = |needle: &[u8]| m.as_bytes().windows(needle.len()).any(|w| w == needle);
+            has(b"too%20large") || has(b"too large")
+        });
+    if oversize {
+        res.headers_mut()
+            .insert("grpc-status", http::HeaderValue::from_static("8"));
+    }
+    res
+}
+
 /// Serves gRPC (and gRPC-web) on `listener` until `shutdown` is cancelled.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -286,6 +304,9 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .accept_http1(true)
         .layer(tonic_web::GrpcWebLayer::new())
+        .layer(tower::util::MapResponseLayer::new(
+            oversize_is_resource_exhausted::<tonic::body::Body>,
+        ))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(v2)

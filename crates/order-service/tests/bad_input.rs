@@ -1,0 +1,350 @@
+//! Bad input gets a precise status and a body that names the problem, on every
+//! API, and the service keeps serving.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Backend, TestApp, spawn, spawn_with};
+use model::json::ErrorJson;
+use proto::order::v2 as pb2;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const USER: &str = "00000000-0000-0000-0000-000000000010";
+
+async fn rest_error(app: &TestApp, req: reqwest::RequestBuilder, status: u16) -> ErrorJson {
+    let res = req.send().await.unwrap();
+    assert_eq!(res.status(), status, "{:?}", res.url());
+    assert_eq!(res.headers()["content-type"], "application/json");
+    let e: ErrorJson = res.json().await.unwrap();
+    assert!(!e.message.is_empty());
+    // The service still answers a good request afterwards.
+    let ok = app
+        .h1()
+        .get(app.url(&format!("/v2/orders?user_id={USER}&limit=1")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_query_parameters_are_400_naming_the_parameter() {
+    let app = spawn(Backend::Memory).await;
+    let c = app.h1();
+    for (query, field, words) in [
+        ("limit=10", "user_id", "is required"),
+        ("user_id=nope&limit=10", "user_id", "\"nope\" is not a UUID"),
+        (
+            "user_id={USER}&limit=0",
+            "limit",
+            "0 is out of range: must be 1 to 10000",
+        ),
+        (
+            "user_id={USER}&limit=10001",
+            "limit",
+            "10001 is out of range",
+        ),
+        ("user_id={USER}&limit=-3", "limit", "out of range"),
+        (
+            "user_id={USER}&limit=ten",
+            "limit",
+            "\"ten\" is not a whole number",
+        ),
+        (
+            "user_id={USER}&fields=id,colour",
+            "fields",
+            "unknown field \"colour\"",
+        ),
+        (
+            "user_id={USER}&page_token=%21%21",
+            "page_token",
+            "not a token",
+        ),
+    ] {
+        let url = app.url(&format!("/v2/orders?{}", query.replace("{USER}", USER)));
+        let e = rest_error(&app, c.get(url), 400).await;
+        assert_eq!(e.error, "invalid_argument");
+        assert_eq!(e.field.as_deref(), Some(field), "{query}");
+        assert!(e.message.contains(words), "{query}: {}", e.message);
+    }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_or_unknown_order_id_is_400_or_404() {
+    let app = spawn(Backend::Postgres).await;
+    let c = app.h1();
+    let e = rest_error(&app, c.get(app.url("/v2/orders/12345")), 400).await;
+    assert_eq!(e.field.as_deref(), Some("id"));
+    let missing = uuid::Uuid::new_v4();
+    let e = rest_error(&app, c.get(app.url(&format!("/v2/orders/{missing}"))), 404).await;
+    assert_eq!(e.error, "not_found");
+    assert!(e.message.contains(&missing.to_string()));
+    let e = rest_error(&app, c.get(app.url("/v3/nothing")), 404).await;
+    assert!(e.message.contains("/v3/nothing"));
+    app.stop().await;
+}
+
+fn new_order_json() -> serde_json::Value {
+    serde_json::json!({
+        "user_id": USER,
+        "product_id": "6d1b4a60-2f7e-4d8e-9a5e-3c2f1b0a9d8c",
+        "product_name": "Oak Tray",
+        "quantity": 2,
+        "unit_price_minor": 1250,
+        "currency": "EUR",
+        "shipping_address": {"line1": "1 Mill Street", "city": "Lyon", "postal_code": "69001", "country_code": "FR"}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_are_400_and_oversized_ones_413() {
+    let app = spawn_with(Backend::Memory, |s| s.max_body_bytes = 4096).await;
+    let c = app.h1();
+    let post = || {
+        c.post(app.url("/v2/orders"))
+            .header("idempotency-key", "k1")
+    };
+
+    let e = rest_error(
+        &app,
+        post()
+            .header("content-type", "application/json")
+            .body("{\"user_id\": "),
+        400,
+    )
+    .await;
+    assert_eq!(e.field.as_deref(), Some("body"));
+    assert!(e.message.contains("JSON body is invalid"), "{}", e.message);
+
+    let mut missing = new_order_json();
+    missing.as_object_mut().unwrap().remove("quantity");
+    let e = rest_error(&app, post().json(&missing), 400).await;
+    assert!(e.message.contains("quantity"), "{}", e.message);
+
+    let mut bad = new_order_json();
+    bad["currency"] = "euro".into();
+    let e = rest_error(&app, post().json(&bad), 400).await;
+    assert_eq!(e.field.as_deref(), Some("currency"));
+
+    let mut bad = new_order_json();
+    bad["quantity"] = 0.into();
+    let e = rest_error(&app, post().json(&bad), 400).await;
+    assert_eq!(e.field.as_deref(), Some("quantity"));
+
+    let e = rest_error(
+        &app,
+        post()
+            .header("content-type", "application/x-protobuf")
+            .body(vec![0xFF, 0xFF, 0xFF, 0x01]),
+        400,
+    )
+    .await;
+    assert!(
+        e.message.contains("protobuf body is invalid"),
+        "{}",
+        e.message
+    );
+
+    let mut huge = new_order_json();
+    huge["note"] = "x".repeat(10_000).into();
+    let e = rest_error(&app, post().json(&huge), 413).await;
+    assert_eq!(e.error, "payload_too_large");
+    assert!(e.message.contains("4096"), "{}", e.message);
+
+    // Without a Content-Length the limit still holds: the body is streamed.
+    let chunks = futures::stream::iter(
+        (0..10).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 1000]))),
+    );
+    let e = rest_error(
+        &app,
+        post()
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(chunks)),
+        413,
+    )
+    .await;
+    assert_eq!(e.error, "payload_too_large");
+
+    let e = rest_error(
+        &app,
+        post().header("content-type", "text/xml").body("<order/>"),
+        415,
+    )
+    .await;
+    assert_eq!(e.error, "unsupported_media_type");
+
+    let e = rest_error(
+        &app,
+        c.get(app.url(&format!("/v2/orders?user_id={USER}")))
+            .header("accept", "text/html"),
+        406,
+    )
+    .await;
+    assert_eq!(e.error, "not_acceptable");
+
+    let e = rest_error(
+        &app,
+        c.post(app.url("/v2/orders")).json(&new_order_json()),
+        400,
+    )
+    .await;
+    assert_eq!(e.field.as_deref(), Some("idempotency_key"));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
+    let app = spawn_with(Backend::Memory, |s| s.max_message_bytes = 4096).await;
+    let mut g = app.grpc_v2().await;
+    let list = |user: &str, size: i32, paths: &[&str]| pb2::ListOrdersRequest {
+        user_id: user.into(),
+        page_size: size,
+        page_token: String::new(),
+        read_mask: Some(proto::prost_types::FieldMask {
+            paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        }),
+    };
+    let s = g.list_orders(list("nope", 10, &[])).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    assert_eq!(s.message(), "user_id: \"nope\" is not a UUID");
+
+    let s = g.list_orders(list(USER, 10_001, &[])).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        s.message(),
+        "page_size: 10001 is out of range: must be 1 to 10000"
+    );
+
+    let s = g
+        .list_orders(list(USER, 10, &["colour"]))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    let rest = app
+        .h1()
+        .get(app.url(&format!("/v2/orders?user_id={USER}&fields=colour")))
+        .send()
+        .await
+        .unwrap()
+        .json::<ErrorJson>()
+        .await
+        .unwrap();
+    // The same explanation, under each API's own name for the parameter.
+    assert_eq!(
+        s.message().strip_prefix("read_mask: "),
+        rest.message.strip_prefix("fields: ")
+    );
+
+    let missing = uuid::Uuid::new_v4().to_string();
+    let s = g
+        .get_order(pb2::GetOrderRequest {
+            id: missing.clone(),
+            read_mask: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::NotFound);
+    assert_eq!(s.message(), format!("no order has the id {missing}"));
+
+    let s = g
+        .create_order(pb2::CreateOrderRequest {
+            idempotency_key: "k".into(),
+            note: Some("x".repeat(10_000)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+
+    let s = g
+        .create_order(pb2::CreateOrderRequest {
+            idempotency_key: "k".into(),
+            user_id: USER.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    assert!(s.message().starts_with("product_id:"), "{}", s.message());
+
+    // Still serving.
+    let ok = g
+        .list_orders(list(USER, 10, &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ok.orders.len(), 10);
+    app.stop().await;
+}
+
+async fn read_answer(s: &mut tokio::net::TcpStream) -> pb2::LookupOrdersResponse {
+    use prost::Message as _;
+    let len = s.read_u32().await.unwrap() as usize;
+    let mut buf = vec![0; len];
+    s.read_exact(&mut buf).await.unwrap();
+    pb2::LookupOrdersResponse::decode(&buf[..]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_tcp_refuses_oversized_and_garbage_frames_and_reports_bad_lookups() {
+    let app = spawn_with(Backend::Memory, |s| s.max_frame_bytes = 1024).await;
+
+    // A bad lookup gets its own error; the connection goes on.
+    let mut s = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
+    let bad = pb2::LookupOrdersRequest {
+        request_id: 9,
+        user_id: "nope".into(),
+        ..Default::default()
+    };
+    s.write_all(&order_service::tcp::encode_frame(&bad))
+        .await
+        .unwrap();
+    let a = read_answer(&mut s).await;
+    assert_eq!(a.request_id, 9);
+    let err = a.error.unwrap();
+    assert_eq!(err.code, tonic::Code::InvalidArgument as i32);
+    assert_eq!(err.message, "user_id: \"nope\" is not a UUID");
+    let good = pb2::LookupOrdersRequest {
+        request_id: 10,
+        user_id: USER.into(),
+        page_size: 5,
+        ..Default::default()
+    };
+    s.write_all(&order_service::tcp::encode_frame(&good))
+        .await
+        .unwrap();
+    let a = read_answer(&mut s).await;
+    assert_eq!((a.request_id, a.orders.len()), (10, 5));
+
+    // A length over the limit: one error frame, then the connection closes,
+    // though the announced body never comes.
+    s.write_all(&u32::MAX.to_be_bytes()).await.unwrap();
+    let a = read_answer(&mut s).await;
+    let err = a.error.unwrap();
+    assert_eq!(err.code, tonic::Code::ResourceExhausted as i32);
+    assert!(
+        err.message.contains("over the limit of 1024"),
+        "{}",
+        err.message
+    );
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+
+    // Bytes that are not a request: an error frame, then close.
+    let mut s = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
+    s.write_all(&[0, 0, 0, 3, 0xFF, 0xFF, 0xFF]).await.unwrap();
+    let a = read_answer(&mut s).await;
+    assert_eq!(a.error.unwrap().code, tonic::Code::InvalidArgument as i32);
+
+    // And the listener still serves new connections.
+    let mut s = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
+    s.write_all(&order_service::tcp::encode_frame(&good))
+        .await
+        .unwrap();
+    assert_eq!(read_answer(&mut s).await.orders.len(), 5);
+    app.stop().await;
+}
