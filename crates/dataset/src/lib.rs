@@ -152,6 +152,7 @@ const NOTES: [&str; 6] = [
     "Fragile",
     "Deliver after 6pm",
 ];
+static GENDERS: [&str; 3] = ["FEMALE", "MALE", "OTHER"];
 const COUPONS: [&str; 4] = ["WELCOME10", "SPRING25", "FREESHIP", "LOYAL5"];
 /// How many products the catalog has (seed 003's shop had 603).
 pub const PRODUCTS: u64 = 600;
@@ -205,7 +206,7 @@ fn user(id: Uuid, order_count: u32) -> DatasetUser {
         order_count,
         email: format!("{username}@example.com"),
         phone: format!("+1-555-{:04}-{:04}", r.below(10_000), r.below(10_000)),
-        gender: *r.pick(&["FEMALE", "MALE", "OTHER"]),
+        gender: r.pick::<&'static str>(&GENDERS),
         birth_date: NaiveDate::from_ymd_opt(1950, 1, 1)
             .unwrap_or_default()
             .checked_add_days(chrono::Days::new(r.below(365 * 55)))

@@ -251,7 +251,7 @@ impl NewOrder {
         if self.quantity == 0 || self.quantity > 10_000 {
             return Err(ParseError::new("quantity", "must be 1 to 10000"));
         }
-        if self.unit_price_minor < 0 || self.unit_price_minor > 1_000_000_000_00 {
+        if self.unit_price_minor < 0 || self.unit_price_minor > 100_000_000_000 {
             return Err(ParseError::new(
                 "unit_price_minor",
                 "must be 0 to 100000000000",

@@ -1,8 +1,6 @@
 //! Bad input gets a precise status and a body that names the problem, on every
 //! API, and the service keeps serving.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use common::{Backend, TestApp, spawn, spawn_with};

@@ -1,8 +1,6 @@
 //! Creating orders: an idempotency key makes a retry return the first order
 //! and never store a second; absent and empty optionals stay distinct.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use common::{Backend, TestApp, spawn};

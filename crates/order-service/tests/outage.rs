@@ -2,8 +2,6 @@
 //! again by itself when it returns. Postgres is reached through a proxy that
 //! the test can cut, so the real server keeps running for other tests.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::net::SocketAddr;

@@ -4,8 +4,6 @@
 //! Needs `grpcio-tools` in the Python that `PYTHON` names (default `python3`);
 //! the README's test command installs it into `.tools/venv`.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::path::Path;

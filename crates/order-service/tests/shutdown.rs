@@ -2,8 +2,6 @@
 //! bidi stream or a raw-TCP connection are answered, then the streams end and
 //! the service stops.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use common::{Backend, spawn};
@@ -69,11 +67,8 @@ async fn lookups_in_flight_are_answered_before_the_service_stops() {
     drop(tx);
 
     let mut got = 1;
-    loop {
-        let len = match tcp.read_u32().await {
-            Ok(n) => n as usize,
-            Err(_) => break,
-        };
+    while let Ok(len) = tcp.read_u32().await {
+        let len = len as usize;
         let mut buf = vec![0; len];
         tcp.read_exact(&mut buf).await.unwrap();
         assert_eq!(

@@ -3,8 +3,6 @@
 //! the legacy v1 API; on Postgres and in memory. The ground truth is the data
 //! set itself, so field values are checked, not only counts.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! its own (cloned from a seeded template) or on the in-memory store, and
 //! clients for every transport.
 
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::Path;
