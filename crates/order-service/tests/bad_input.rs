@@ -1,6 +1,9 @@
 //! Bad input gets a precise status and a body that names the problem, on every
 //! API, and the service keeps serving.
 
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::{Backend, TestApp, spawn, spawn_with};

@@ -1,6 +1,9 @@
 //! Creating orders: an idempotency key makes a retry return the first order
 //! and never store a second; absent and empty optionals stay distinct.
 
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::{Backend, TestApp, spawn};

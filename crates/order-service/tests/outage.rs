@@ -2,6 +2,9 @@
 //! again by itself when it returns. Postgres is reached through a proxy that
 //! the test can cut, so the real server keeps running for other tests.
 
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::net::SocketAddr;

@@ -3,6 +3,9 @@
 //! the legacy v1 API; on Postgres and in memory. The ground truth is the data
 //! set itself, so field values are checked, not only counts.
 
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! its own (cloned from a seeded template) or on the in-memory store, and
 //! clients for every transport.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::path::Path;
