@@ -358,7 +358,8 @@ mod tests {
 
     #[test]
     fn each_bad_field_is_named() {
-        let cases: [(&str, fn(&mut RegisterUserJson)); 6] = [
+        type Spoil = fn(&mut RegisterUserJson);
+        let cases: [(&str, Spoil); 6] = [
             ("username", |f| f.username = "Bad Name".into()),
             ("first_name", |f| f.first_name = "  ".into()),
             ("email", |f| f.email = "nope".into()),

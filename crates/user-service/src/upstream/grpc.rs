@@ -52,6 +52,11 @@ pub(crate) fn from_status(s: &tonic::Status) -> UpstreamError {
     let message = s.message().to_owned();
     match s.code() {
         Code::DeadlineExceeded => UpstreamError::Timeout(message),
+        // tonic enforces the deadline it sends on the client side too, and
+        // reports it as CANCELLED with exactly this message.
+        Code::Cancelled if message == tonic::TimeoutExpired(()).to_string() => {
+            UpstreamError::Timeout(message)
+        }
         // A refused or broken connection reaches us as Unavailable or, when
         // the channel could not even become ready, as Unknown.
         Code::Unavailable | Code::Unknown | Code::Cancelled => UpstreamError::Unavailable(message),

@@ -1,0 +1,11 @@
+//! Black-box tests of user-service against the real order-service, both on
+//! port 0 and on real Postgres databases of their own. One binary, so that
+//! the two services and the test templates are built and linked once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod budget;
+mod helpers;
+mod resilience;
+mod transports;
+mod users;

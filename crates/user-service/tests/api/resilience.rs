@@ -1,0 +1,219 @@
+//! Dead and slow dependencies: an order-service that is down answers 503
+//! quickly on every transport and every transport recovers when it returns;
+//! one that never answers is a 504 within the timeout; a connection that
+//! breaks with lookups pending fails them at once; the timeout travels as the
+//! gRPC deadline.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use model::json::ErrorJson;
+use tokio::io::AsyncReadExt as _;
+use tokio::net::TcpListener;
+use user_service::upstream::Transport;
+
+use crate::helpers::{OrderService, point_at, spawn_users_on, spawn_users_with};
+
+#[tokio::test]
+async fn when_order_service_is_down_every_transport_answers_503_quickly_and_recovers_when_it_returns()
+ {
+    let mut orders = OrderService::start().await;
+    let users = spawn_users_with(&orders, |s| {
+        s.pool_size = 2;
+        s.upstream_timeout_ms = 5_000;
+    })
+    .await;
+    let id = dataset::fixed_user_id(10);
+    for via in Transport::ALL {
+        assert_eq!(
+            users.orders(id, via, "").await.status(),
+            200,
+            "{via} before"
+        );
+    }
+
+    orders.kill().await;
+    for via in Transport::ALL {
+        let started = Instant::now();
+        let res = users.orders(id, via, "").await;
+        let took = started.elapsed();
+        assert_eq!(res.status(), 503, "{via} with order-service down");
+        assert!(res.headers().contains_key("x-upstream-micros"));
+        let e: ErrorJson = res.json().await.unwrap();
+        assert_eq!(e.error, "upstream_unavailable", "{via}: {e:?}");
+        assert!(
+            took < Duration::from_secs(4),
+            "{via} took {took:?} to say it is down"
+        );
+    }
+    // The plain user read needs no order-service.
+    let res = users
+        .http
+        .get(users.url(&format!("/v1/users/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+
+    orders.restart().await;
+    for via in Transport::ALL {
+        let res = users.orders(id, via, "").await;
+        let status = res.status();
+        assert_eq!(
+            status,
+            200,
+            "{via} after order-service came back: {}",
+            res.text().await.unwrap()
+        );
+        let s = users.snapshot(via);
+        assert!(s.connections_opened >= 2, "{via} did not reconnect: {s:?}");
+    }
+    users.stop().await;
+    orders.stop().await;
+}
+
+/// A listener that accepts connections and then does nothing with them.
+async fn black_hole() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            held.push(s);
+        }
+    });
+    addr
+}
+
+/// A listener that reads what a client sends first, then hangs up.
+async fn hang_up_after_reading() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                let _ = s.read(&mut buf).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                drop(s);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn an_order_service_that_never_answers_is_a_504_within_the_timeout() {
+    let hole = black_hole().await;
+    let mut settings = user_service::Settings {
+        upstream_timeout_ms: 500,
+        ..Default::default()
+    };
+    point_at(&mut settings, hole, hole, hole);
+    let users = spawn_users_on(settings, None).await;
+    let id = dataset::fixed_user_id(1);
+    for via in Transport::ALL {
+        let started = Instant::now();
+        let res = users.orders(id, via, "").await;
+        let took = started.elapsed();
+        assert_eq!(res.status(), 504, "{via}");
+        let micros: u64 = res.headers()["x-upstream-micros"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(micros >= 500_000, "{via}: {micros} µs");
+        assert!(took < Duration::from_secs(3), "{via} took {took:?}");
+        let e: ErrorJson = res.json().await.unwrap();
+        assert_eq!(e.error, "upstream_timeout");
+    }
+    // gRPC callers get DEADLINE_EXCEEDED.
+    let mut client = users.grpc_client().await;
+    let status = client
+        .get_user_with_orders(proto::user::v1::GetUserWithOrdersRequest {
+            id: id.to_string(),
+            via: "grpc-bidi".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    users.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_that_breaks_with_lookups_pending_fails_them_promptly_instead_of_hanging() {
+    let rude = hang_up_after_reading().await;
+    let mut settings = user_service::Settings {
+        // Far longer than the test allows: a hang would be caught.
+        upstream_timeout_ms: 30_000,
+        pool_size: 1,
+        ..Default::default()
+    };
+    point_at(&mut settings, rude, rude, rude);
+    let users = spawn_users_on(settings, None).await;
+    let id = dataset::fixed_user_id(100);
+    for via in Transport::ALL {
+        let started = Instant::now();
+        let calls = (0..4).map(|_| users.orders(id, via, ""));
+        for res in futures::future::join_all(calls).await {
+            assert_eq!(res.status(), 503, "{via}");
+            let e: ErrorJson = res.json().await.unwrap();
+            assert_eq!(e.error, "upstream_unavailable", "{via}: {e:?}");
+            if matches!(via, Transport::GrpcBidi | Transport::TcpProto) {
+                assert!(
+                    ["stream", "connection", "closed", "reset", "broke"]
+                        .iter()
+                        .any(|w| e.message.contains(w)),
+                    "{via}: the message does not say the connection broke: {}",
+                    e.message
+                );
+            }
+        }
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(10), "{via} took {took:?}");
+    }
+    users.stop().await;
+}
+
+#[tokio::test]
+async fn the_upstream_timeout_travels_as_the_grpc_deadline() {
+    // A fake gRPC server that records the request headers and never answers.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let record = record.clone();
+        async move {
+            let t = headers
+                .get("grpc-timeout")
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            record.lock().unwrap().push(t);
+            std::future::pending::<()>().await;
+        }
+    });
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await });
+
+    let mut settings = user_service::Settings {
+        upstream_timeout_ms: 700,
+        ..Default::default()
+    };
+    point_at(&mut settings, addr, addr, addr);
+    let users = spawn_users_on(settings, None).await;
+    let id = dataset::fixed_user_id(1);
+    for via in [Transport::Grpc, Transport::GrpcStream, Transport::GrpcV1] {
+        let res = users.orders(id, via, "").await;
+        let status = res.status();
+        assert_eq!(status, 504, "{via}: {}", res.text().await.unwrap());
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for t in seen {
+        // 700 ms, in the most precise unit that fits gRPC's 8 digits.
+        assert_eq!(t, "700000u", "grpc-timeout header");
+    }
+    users.stop().await;
+}
