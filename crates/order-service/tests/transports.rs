@@ -417,3 +417,30 @@ async fn health_and_reflection_answer_on_the_grpc_port() {
     }
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_describes_every_route() {
+    let app = spawn(Backend::Memory).await;
+    let doc: serde_json::Value = app
+        .h1()
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for path in [
+        "/v2/orders",
+        "/v2/orders/{id}",
+        "/v1/orders",
+        "/healthz",
+        "/readyz",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+    assert!(doc["paths"]["/v2/orders"]["post"]["requestBody"].is_object());
+    assert!(doc["components"]["schemas"]["OrderJson"]["properties"]["total_minor"].is_object());
+    app.stop().await;
+}
