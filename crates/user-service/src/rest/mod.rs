@@ -64,7 +64,8 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi))
         .fallback(|uri: Uri| async move { RestError::NoRoute(uri.path().to_owned()) })
         .with_state(state)
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        // Failures are logged once, by the error mapping, with their cause.
+        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(()))
 }
 
 fn parse_id(id: &str) -> Result<Uuid, RestError> {
