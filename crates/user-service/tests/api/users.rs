@@ -401,7 +401,7 @@ async fn health_readiness_metrics_and_openapi_are_served() {
         .connect()
         .await
         .unwrap();
-    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let res = health
         .check(tonic_health::pb::HealthCheckRequest {
             service: "user.v1.UserService".into(),
