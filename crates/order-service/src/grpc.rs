@@ -8,11 +8,13 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt as _};
 use model::{FieldSet, NewOrder};
 use proto::order::{v1 as pb1, v2 as pb2};
+use telemetry::metrics::{RecordLayer, RequestMetrics};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument as _;
 
 use crate::service::{AppError, Orders};
 
@@ -52,6 +54,8 @@ pub struct GrpcLimits {
 pub struct OrderServiceV2 {
     orders: Orders,
     limits: GrpcLimits,
+    /// Each lookup on a bidi stream is counted as a request of its own.
+    metrics: Arc<RequestMetrics>,
     /// Ends bidi streams at shutdown, once their lookups in flight are answered.
     shutdown: CancellationToken,
 }
@@ -60,8 +64,16 @@ fn page_size(n: i32) -> Option<i64> {
     (n != 0).then_some(i64::from(n))
 }
 
-/// Answers one lookup of a bidi stream (or a raw-TCP frame).
+/// Answers one lookup of a bidi stream (or a raw-TCP frame), in a span that is
+/// a child of the caller's span named in the message itself: the stream's own
+/// headers belong to whichever call opened it.
 pub async fn lookup(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::LookupOrdersResponse {
+    let span = tracing::info_span!("lookup", otel.kind = "server", request_id = r.request_id);
+    telemetry::propagation::set_parent_from_map(&span, &r.trace_context);
+    lookup_in(orders, r).instrument(span).await
+}
+
+async fn lookup_in(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::LookupOrdersResponse {
     let request_id = r.request_id;
     let result: Result<_, AppError> = async {
         let fields = model::v2::field_set(r.read_mask.as_ref())?;
@@ -91,6 +103,23 @@ pub async fn lookup(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::Lookup
             ..Default::default()
         },
     }
+}
+
+/// Counts one lookup of a shared stream or connection as a request.
+pub fn record_lookup(
+    metrics: &RequestMetrics,
+    protocol: &str,
+    answer: &pb2::LookupOrdersResponse,
+    took: std::time::Duration,
+) {
+    let (status, error) = match &answer.error {
+        None => ("grpc-0".to_owned(), false),
+        Some(e) => (
+            format!("grpc-{}", e.code),
+            matches!(e.code, 2 | 4 | 13 | 14 | 15),
+        ),
+    };
+    metrics.record(protocol, "LookupOrders", &status, error, took);
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -174,6 +203,7 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
         let mut incoming = req.into_inner();
         let (tx, rx) = mpsc::channel::<Result<pb2::LookupOrdersResponse, Status>>(64);
         let orders = self.orders.clone();
+        let metrics = self.metrics.clone();
         let slots = Arc::new(Semaphore::new(self.limits.max_lookups_in_flight));
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
@@ -194,9 +224,11 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
                 let Ok(permit) = slots.clone().acquire_owned().await else {
                     break;
                 };
-                let (orders, tx) = (orders.clone(), tx.clone());
+                let (orders, tx, metrics) = (orders.clone(), tx.clone(), metrics.clone());
                 tokio::spawn(async move {
+                    let started = std::time::Instant::now();
                     let answer = lookup(&orders, r).await;
+                    record_lookup(&metrics, "grpc-bidi", &answer, started.elapsed());
                     let _ = tx.send(Ok(answer)).await;
                     drop(permit);
                 });
@@ -276,6 +308,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     orders: Orders,
     limits: GrpcLimits,
+    metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -292,6 +325,7 @@ pub async fn serve(
     let v2 = pb2::order_service_server::OrderServiceServer::new(OrderServiceV2 {
         orders: orders.clone(),
         limits,
+        metrics: metrics.clone(),
         shutdown: shutdown.clone(),
     })
     .max_decoding_message_size(limits.max_message_bytes)
@@ -303,6 +337,9 @@ pub async fn serve(
         .max_encoding_message_size(limits.max_message_bytes);
     tonic::transport::Server::builder()
         .accept_http1(true)
+        .trace_fn(telemetry::propagation::server_span::<()>)
+        // Outermost, so that gRPC-web calls are counted as such.
+        .layer(RecordLayer::new(metrics))
         .layer(tonic_web::GrpcWebLayer::new())
         .layer(tower::util::MapResponseLayer::new(
             oversize_is_resource_exhausted::<tonic::body::Body>,

@@ -7,8 +7,20 @@ use order_service::store::Store;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_logging();
     let cli = Cli::parse();
+    let telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(
+        "order-service",
+        env!("CARGO_PKG_VERSION"),
+    )?)?;
+    let result = run(cli).await;
+    if let Err(e) = &result {
+        tracing::error!(error = format!("{e:#}"), "order-service failed");
+    }
+    telemetry.shutdown();
+    result
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             let app = Application::build(cli.settings).await?;
@@ -31,18 +43,5 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-    }
-}
-
-/// Readable logs on a terminal, JSON otherwise; `RUST_LOG` filters.
-fn init_logging() {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if std::io::stdout().is_terminal() {
-        builder.init();
-    } else {
-        builder.json().init();
     }
 }

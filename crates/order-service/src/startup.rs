@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use telemetry::metrics::RequestMetrics;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -112,9 +113,11 @@ impl Application {
     ) -> anyhow::Result<()> {
         let token = CancellationToken::new();
         let s = &self.settings;
+        let metrics = Arc::new(RequestMetrics::new("order"));
         let rest_router = crate::rest::router(RestState {
             orders: self.orders.clone(),
             max_body_bytes: s.max_body_bytes,
+            metrics: metrics.clone(),
         });
         let rest = tokio::spawn({
             let t = token.clone();
@@ -133,6 +136,7 @@ impl Application {
                 max_message_bytes: s.max_message_bytes,
                 max_lookups_in_flight: s.max_lookups_in_flight,
             },
+            metrics.clone(),
             token.clone(),
         ));
         let tcp = tokio::spawn(crate::tcp::serve(
@@ -142,6 +146,7 @@ impl Application {
                 max_frame_bytes: s.max_frame_bytes,
                 max_in_flight: s.max_lookups_in_flight,
             },
+            metrics,
             token.clone(),
         ));
         // Stop on the signal, or as soon as one server fails.

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::service::Orders;
+use telemetry::metrics::RequestMetrics;
 
 /// Raw-TCP limits, all configurable.
 #[derive(Debug, Clone, Copy)]
@@ -88,6 +89,7 @@ pub async fn serve(
     listener: TcpListener,
     orders: Orders,
     limits: TcpLimits,
+    metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
@@ -105,9 +107,9 @@ pub async fn serve(
             },
         };
         let _ = socket.set_nodelay(true);
-        let (orders, shutdown) = (orders.clone(), shutdown.clone());
+        let (orders, shutdown, metrics) = (orders.clone(), shutdown.clone(), metrics.clone());
         tracker.spawn(async move {
-            if let Err(e) = connection(socket, orders, limits, shutdown).await {
+            if let Err(e) = connection(socket, orders, limits, metrics, shutdown).await {
                 tracing::debug!(%peer, error = %e, "raw-TCP connection ended with an error");
             }
         });
@@ -121,6 +123,7 @@ async fn connection(
     socket: tokio::net::TcpStream,
     orders: Orders,
     limits: TcpLimits,
+    metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let (rd, wr) = socket.into_split();
@@ -172,9 +175,11 @@ async fn connection(
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
-        let (orders, tx) = (orders.clone(), tx.clone());
+        let (orders, tx, metrics) = (orders.clone(), tx.clone(), metrics.clone());
         tokio::spawn(async move {
+            let started = std::time::Instant::now();
             let answer = crate::grpc::lookup(&orders, request).await;
+            crate::grpc::record_lookup(&metrics, "tcp", &answer, started.elapsed());
             let _ = tx.send(encode_frame(&answer)).await;
             drop(permit);
         });

@@ -9,7 +9,9 @@
 pub mod error;
 pub mod negotiate;
 
-use axum::extract::{Path, Query, State};
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,9 +20,11 @@ use model::json::{CreateOrderJson, CreatedOrderJson, ErrorJson, OrderJson, Order
 use model::{FieldSet, NewOrder};
 use proto::order::{v1 as pb1, v2 as pb2};
 use serde::Deserialize;
+use telemetry::metrics::RequestMetrics;
 use utoipa::{IntoParams, OpenApi};
 
 use crate::service::{AppError, Orders};
+use crate::store::OrderStore as _;
 use error::RestError;
 use negotiate::{Format, read_body};
 
@@ -30,6 +34,8 @@ pub struct RestState {
     pub orders: Orders,
     /// The largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Requests served on every API, for /metrics.
+    pub metrics: Arc<RequestMetrics>,
 }
 
 /// The REST router.
@@ -40,10 +46,89 @@ pub fn router(state: RestState) -> Router {
         .route("/v1/orders", get(list_orders_v1))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        // A route layer sees the matched route template, a bounded label.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.metrics.clone(),
+            record,
+        ))
         .fallback(not_found)
         .with_state(state)
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(telemetry::propagation::server_span::<axum::body::Body>),
+        )
+}
+
+async fn record(
+    State(m): State<Arc<RequestMetrics>>,
+    matched: Option<MatchedPath>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let protocol = telemetry::metrics::protocol_of(&req);
+    let route = matched.map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let res = next.run(req).await;
+    let (status, error) = telemetry::metrics::status_of(&res);
+    m.record(protocol, &route, &status, error, started.elapsed());
+    res
+}
+
+/// Prometheus text: requests per protocol and route, the process, the store.
+async fn metrics(State(st): State<RestState>) -> Response {
+    use telemetry::metrics::sample;
+    let mut out = String::with_capacity(16 * 1024);
+    st.metrics.render(&mut out);
+    telemetry::metrics::render_process(&mut out);
+    let store = st.orders.store.kind();
+    sample(
+        &mut out,
+        "order_service_info",
+        "gauge",
+        "Which store this instance serves from.",
+        &format!(
+            "store=\"{store}\",version=\"{}\"",
+            env!("CARGO_PKG_VERSION")
+        ),
+        1.0,
+    );
+    if let crate::store::Store::Postgres(pg) = &st.orders.store {
+        let p = pg.pool_stats();
+        sample(
+            &mut out,
+            "order_db_pool_connections",
+            "gauge",
+            "Postgres connections open.",
+            "",
+            f64::from(p.size),
+        );
+        sample(
+            &mut out,
+            "order_db_pool_in_use",
+            "gauge",
+            "Postgres connections running a query.",
+            "",
+            (p.size as usize).saturating_sub(p.idle) as f64,
+        );
+        sample(
+            &mut out,
+            "order_db_pool_waiting",
+            "gauge",
+            "Queries waiting for a connection.",
+            "",
+            p.waiting as f64,
+        );
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        out,
+    )
+        .into_response()
 }
 
 /// The OpenAPI document of this API, generated from the handlers below.

@@ -8,12 +8,15 @@
 //! than by `query!` at compile time.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use model::{Address, Currency, FieldSet, NewOrder, Order, OrderField as F, OrderStatus};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPoolOptions, PgRow};
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{Acquire as _, AssertSqlSafe, PgPool, Postgres, Row};
 use uuid::Uuid;
 
 use super::{Created, ListQuery, OrderPage, OrderStore, StoreError};
@@ -25,6 +28,26 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// Queries waiting for a pooled connection now: sqlx does not count them,
+    /// and a growing queue is the first sign the pool is the bottleneck.
+    waiting: Arc<AtomicI64>,
+}
+
+/// The pool's state, for /metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub size: u32,
+    pub idle: usize,
+    pub waiting: i64,
+}
+
+/// Counts a query as waiting until it has a connection (or gives up).
+struct Waiting<'a>(&'a AtomicI64);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How to reach Postgres.
@@ -51,17 +74,31 @@ impl PgStore {
             .run(&pool)
             .await
             .context("applying the migrations in migrations/orders")?;
-        Ok(PgStore { pool })
+        Ok(Self::from_pool(pool))
     }
 
     /// A store on an existing pool (migrations already applied).
     pub fn from_pool(pool: PgPool) -> Self {
-        PgStore { pool }
+        PgStore {
+            pool,
+            waiting: Arc::new(AtomicI64::new(0)),
+        }
     }
 
-    /// The pool, for metrics.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    /// Connections open, idle, and queries waiting for one.
+    pub fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            size: self.pool.size(),
+            idle: self.pool.num_idle(),
+            waiting: self.waiting.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A pooled connection, counted as waiting while it is awaited.
+    async fn conn(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let _counted = Waiting(&self.waiting);
+        Ok(self.pool.acquire().await?)
     }
 
     /// Loads the deterministic data set; returns how many orders were new.
@@ -266,7 +303,7 @@ impl OrderStore for PgStore {
             .bind(q.user_id)
             .bind(q.after)
             .bind(i64::from(q.limit) + 1)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
         let orders = rows
             .iter()
@@ -280,7 +317,7 @@ impl OrderStore for PgStore {
         let sql = format!("SELECT {} FROM orders WHERE id = $1", select_list(fields));
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.conn().await?)
             .await?
             .ok_or(StoreError::NotFound(id))?;
         order_from_row(&row, fields)
@@ -291,7 +328,8 @@ impl OrderStore for PgStore {
         let fingerprint = new.fingerprint();
         let order = new.into_order(Uuid::new_v4(), super::now());
         let a = &order.shipping_address;
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
         sqlx::query(
             "INSERT INTO orders (id, user_id, product_id, product_name, quantity, \
              unit_price_minor, discount_minor, total_minor, currency, status, gift, \
@@ -345,8 +383,9 @@ impl OrderStore for PgStore {
         let (first, fp): (Uuid, String) =
             sqlx::query_as("SELECT order_id, fingerprint FROM idempotency_keys WHERE key = $1")
                 .bind(key)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *conn)
                 .await?;
+        drop(conn);
         if fp != fingerprint {
             return Err(StoreError::KeyReused(key.to_owned()));
         }
@@ -357,7 +396,9 @@ impl OrderStore for PgStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1")
+            .execute(&mut *self.conn().await?)
+            .await?;
         Ok(())
     }
 }

@@ -1,0 +1,59 @@
+//! /metrics: requests per protocol and route, errors, durations, the process
+//! and the database pool, in Prometheus text.
+
+mod common;
+
+use common::{Backend, spawn};
+use proto::order::v2 as pb2;
+
+const USER: &str = "00000000-0000-0000-0000-000000000010";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_per_protocol_and_route() {
+    let app = spawn(Backend::Postgres).await;
+    let list = app.url(&format!("/v2/orders?user_id={USER}&limit=3"));
+    for _ in 0..3 {
+        assert_eq!(app.h1().get(&list).send().await.unwrap().status(), 200);
+    }
+    assert_eq!(app.h2c().get(&list).send().await.unwrap().status(), 200);
+    let bad = app.url("/v2/orders?user_id=nope");
+    assert_eq!(app.h1().get(&bad).send().await.unwrap().status(), 400);
+    let mut g = app.grpc_v2().await;
+    g.list_orders(pb2::ListOrdersRequest {
+        user_id: USER.into(),
+        page_size: 3,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let text = app
+        .h1()
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",status=\"200\"} 3",
+        "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",status=\"400\"} 1",
+        "order_requests_total{protocol=\"h2c\",route=\"/v2/orders\",status=\"200\"} 1",
+        "order_requests_total{protocol=\"grpc\",route=\"/order.v2.OrderService/ListOrders\",status=\"grpc-0\"} 1",
+        "order_request_errors_total{protocol=\"http1\",route=\"/v2/orders\"} 0",
+        "order_request_duration_seconds_count{protocol=\"http1\",route=\"/v2/orders\"} 4",
+        "order_service_info{store=\"postgres\"",
+        "# TYPE process_cpu_seconds_total counter",
+        "# TYPE process_resident_memory_bytes gauge",
+        "order_db_pool_waiting 0",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    let in_use = text
+        .lines()
+        .find_map(|l| l.strip_prefix("order_db_pool_connections "))
+        .unwrap();
+    assert!(in_use.parse::<f64>().unwrap() >= 1.0);
+    app.stop().await;
+}

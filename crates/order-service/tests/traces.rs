@@ -1,0 +1,242 @@
+//! Traces: the order-service binary, exporting over OTLP to a collector inside
+//! the test, continues the caller's trace on every API (HTTP headers, gRPC
+//! metadata, the per-message context of bidi lookups and raw-TCP frames), and
+//! the SQL query sits under its server span. Sampling 0 exports nothing.
+
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use prost::Message as _;
+use proto::order::v2 as pb2;
+use telemetry::receiver::{Collector, ReceivedSpan};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+
+const USER: &str = "00000000-0000-0000-0000-000000000010";
+
+struct Child {
+    proc: tokio::process::Child,
+    rest: String,
+    grpc: String,
+    tcp: String,
+}
+
+/// Starts the real binary on port 0 and reads its listeners from its log.
+async fn start(db_url: &str, collector: &Collector, ratio: &str) -> Child {
+    let mut proc = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
+        .env("ORDER_REST_ADDR", "127.0.0.1:0")
+        .env("ORDER_GRPC_ADDR", "127.0.0.1:0")
+        .env("ORDER_TCP_ADDR", "127.0.0.1:0")
+        .env("ORDER_DATABASE_URL", db_url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint)
+        .env("OTEL_TRACES_SAMPLER_ARG", ratio)
+        .env("LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(proc.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["fields"]["message"] == "order-service ready to serve" {
+                return v["fields"].clone();
+            }
+        }
+        panic!("order-service exited before it was ready");
+    })
+    .await
+    .unwrap();
+    // Keep draining the log so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Child {
+        proc,
+        rest: ready["rest"].as_str().unwrap().to_owned(),
+        grpc: ready["grpc"].as_str().unwrap().to_owned(),
+        tcp: ready["tcp"].as_str().unwrap().to_owned(),
+    }
+}
+
+/// SIGTERM, so that the service drains and flushes its spans.
+async fn stop(mut c: Child) {
+    let pid = c.proc.id().unwrap().to_string();
+    let status = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), c.proc.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "order-service exited with {exit}");
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A caller's span: a fixed trace id per API, so each API's spans can be found.
+fn traceparent(n: u8) -> (String, String, String) {
+    let trace = format!("{:032x}", 0xABCD_0000_u128 + u128::from(n));
+    let span = format!("{:016x}", 0x1234_0000_u64 + u64::from(n));
+    (format!("00-{trace}-{span}-01"), trace, span)
+}
+
+fn list(n: i32) -> pb2::ListOrdersRequest {
+    pb2::ListOrdersRequest {
+        user_id: USER.into(),
+        page_size: n,
+        ..Default::default()
+    }
+}
+
+fn lookup(id: u64, parent: &str) -> pb2::LookupOrdersRequest {
+    pb2::LookupOrdersRequest {
+        request_id: id,
+        user_id: USER.into(),
+        page_size: 5,
+        trace_context: HashMap::from([("traceparent".to_owned(), parent.to_owned())]),
+        ..Default::default()
+    }
+}
+
+/// Sends one request per API, each under its own caller trace.
+async fn one_call_per_api(c: &Child) -> Vec<(&'static str, String, String)> {
+    let mut sent = Vec::new();
+    let http = reqwest::Client::builder().http1_only().build().unwrap();
+    let (tp, trace, span) = traceparent(1);
+    let res = http
+        .get(format!(
+            "http://{}/v2/orders?user_id={USER}&limit=5",
+            c.rest
+        ))
+        .header("traceparent", tp)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    sent.push(("rest", trace, span));
+
+    let mut grpc =
+        pb2::order_service_client::OrderServiceClient::connect(format!("http://{}", c.grpc))
+            .await
+            .unwrap();
+    let (tp, trace, span) = traceparent(2);
+    let mut req = tonic::Request::new(list(5));
+    req.metadata_mut()
+        .insert("traceparent", tp.parse().unwrap());
+    grpc.list_orders(req).await.unwrap();
+    sent.push(("grpc", trace, span));
+
+    let (tp, trace, span) = traceparent(3);
+    let mut answers = grpc
+        .lookup_orders(futures::stream::iter([lookup(1, &tp)]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answers.message().await.unwrap().unwrap().error.is_none());
+    sent.push(("bidi", trace, span));
+
+    let (tp, trace, span) = traceparent(4);
+    let mut tcp = tokio::net::TcpStream::connect(&c.tcp).await.unwrap();
+    tcp.write_all(&order_service::tcp::encode_frame(&lookup(2, &tp)))
+        .await
+        .unwrap();
+    let len = tcp.read_u32().await.unwrap() as usize;
+    let mut buf = vec![0; len];
+    tcp.read_exact(&mut buf).await.unwrap();
+    assert!(
+        pb2::LookupOrdersResponse::decode(&buf[..])
+            .unwrap()
+            .error
+            .is_none()
+    );
+    sent.push(("tcp", trace, span));
+    sent
+}
+
+fn descends_from<'a>(
+    spans: &'a [ReceivedSpan],
+    mut s: &'a ReceivedSpan,
+    ancestor: &ReceivedSpan,
+) -> bool {
+    while !s.parent_span_id.is_empty() {
+        if s.parent_span_id == ancestor.span_id {
+            return true;
+        }
+        match spans.iter().find(|p| p.span_id == s.parent_span_id) {
+            Some(p) => s = p,
+            None => return false,
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_continues_the_callers_trace_down_to_sql() {
+    let db = common::orders_database().await;
+    let collector = Collector::start().await.unwrap();
+    let child = start(&db.url, &collector, "1.0").await;
+    let sent = one_call_per_api(&child).await;
+    stop(child).await;
+    let spans = collector
+        .wait_for(Duration::from_secs(10), |s| {
+            s.iter().filter(|s| s.name == "db.list_orders").count() >= sent.len()
+        })
+        .await;
+    for (api, trace, caller) in &sent {
+        let in_trace: Vec<&ReceivedSpan> = spans
+            .iter()
+            .filter(|s| hex(&s.trace_id) == *trace)
+            .collect();
+        assert!(!in_trace.is_empty(), "{api}: no span in the caller's trace");
+        assert!(in_trace.iter().all(|s| s.service == "order-service"));
+        let server = in_trace
+            .iter()
+            .find(|s| hex(&s.parent_span_id) == *caller)
+            .unwrap_or_else(|| {
+                panic!("{api}: no span is a child of the caller's span: {in_trace:#?}")
+            });
+        let sql = in_trace
+            .iter()
+            .find(|s| s.name == "db.list_orders")
+            .unwrap_or_else(|| panic!("{api}: no SQL span in the trace"));
+        assert_eq!(sql.attr("db.system"), Some("postgresql"));
+        assert!(
+            descends_from(&spans, sql, server),
+            "{api}: the SQL span is not under the server span"
+        );
+    }
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_ratio_zero_exports_nothing() {
+    let db = common::orders_database().await;
+    let collector = Collector::start().await.unwrap();
+    let child = start(&db.url, &collector, "0").await;
+    let http = reqwest::Client::new();
+    for _ in 0..5 {
+        let res = http
+            .get(format!(
+                "http://{}/v2/orders?user_id={USER}&limit=5",
+                child.rest
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    stop(child).await;
+    // The exporter flushed at shutdown: whatever was sampled has arrived.
+    assert_eq!(collector.spans(), Vec::new());
+    db.drop_database().await.unwrap();
+}

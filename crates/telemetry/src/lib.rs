@@ -1,0 +1,164 @@
+//! Observability for both services: logs, traces exported over OTLP, W3C
+//! trace context carried across every transport, and the Prometheus text of
+//! what a service measures about itself.
+//!
+//! # Layout
+//! - this file: [`init`] installs the `tracing` subscriber (readable on a
+//!   terminal, JSON otherwise, `RUST_LOG` filters) and, when
+//!   `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the OTLP/gRPC trace exporter; the
+//!   returned [`Guard`] flushes spans at shutdown.
+//! - [`propagation`]: inject and extract W3C `traceparent` in HTTP headers,
+//!   gRPC metadata and plain string maps (bidi stream messages, raw-TCP frames).
+//! - [`metrics`]: per-route request statistics and process CPU / memory, as
+//!   Prometheus text.
+//! - `receiver` (feature `receiver`): an OTLP collector for tests.
+
+pub mod metrics;
+pub mod propagation;
+#[cfg(feature = "receiver")]
+pub mod receiver;
+
+use std::io::IsTerminal as _;
+
+use anyhow::Context as _;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+/// How a service reports on itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetrySettings {
+    /// `service.name` of the exported spans.
+    pub service_name: String,
+    /// `service.version` of the exported spans.
+    pub service_version: String,
+    /// OTLP/gRPC endpoint such as `http://jaeger:4317`; `None` exports nothing.
+    pub otlp_endpoint: Option<String>,
+    /// Fraction of new traces recorded, 0.0 to 1.0. A call that arrives with a
+    /// sampled parent is always recorded, so a trace is whole or absent.
+    pub sampling_ratio: f64,
+    /// `json`, `text`, or `auto` (text on a terminal, JSON otherwise).
+    pub log_format: String,
+}
+
+impl TelemetrySettings {
+    /// Settings from the standard OpenTelemetry environment variables:
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER_ARG` (ratio, default
+    /// 1.0) and `LOG_FORMAT`.
+    pub fn from_env(service_name: &str, service_version: &str) -> anyhow::Result<Self> {
+        let ratio = match std::env::var("OTEL_TRACES_SAMPLER_ARG") {
+            Ok(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|r| (0.0..=1.0).contains(r))
+                .with_context(|| {
+                    format!("OTEL_TRACES_SAMPLER_ARG={v:?} is not a ratio from 0.0 to 1.0")
+                })?,
+            Err(_) => 1.0,
+        };
+        Ok(TelemetrySettings {
+            service_name: service_name.to_owned(),
+            service_version: service_version.to_owned(),
+            otlp_endpoint: std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .ok()
+                .filter(|e| !e.is_empty()),
+            sampling_ratio: ratio,
+            log_format: std::env::var("LOG_FORMAT").unwrap_or_else(|_| "auto".to_owned()),
+        })
+    }
+}
+
+/// Keeps the exporter alive; dropping it (or calling [`Guard::shutdown`])
+/// flushes the spans not yet sent.
+#[derive(Debug)]
+pub struct Guard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Guard {
+    /// Sends what is buffered and stops the exporter.
+    pub fn shutdown(mut self) {
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        if let Some(p) = self.provider.take() {
+            if let Err(e) = p.force_flush() {
+                tracing::warn!(error = %e, "flushing spans failed");
+            }
+            if let Err(e) = p.shutdown() {
+                tracing::debug!(error = %e, "stopping the span exporter failed");
+            }
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Crates whose own spans would drown the service's in the export: the
+/// HTTP/2 and gRPC machinery, and the OTLP exporter itself (which would
+/// otherwise trace its own exports).
+const QUIET_FOR_EXPORT: &str = "info,h2=off,hyper=off,hyper_util=off,tonic=off,tower=off,opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off,sqlx=off";
+
+/// Installs logging and, when an endpoint is set, trace export. Call once, at
+/// the start of `main`, inside the Tokio runtime (the exporter runs on it).
+pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
+    propagation::install();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = match s.log_format.as_str() {
+        "json" => true,
+        "text" => false,
+        _ => !std::io::stdout().is_terminal(),
+    };
+    let fmt = if json {
+        tracing_subscriber::fmt::layer().json().boxed()
+    } else {
+        tracing_subscriber::fmt::layer().boxed()
+    };
+    let (otel, provider) = match &s.otlp_endpoint {
+        Some(endpoint) => {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint.clone())
+                .build()
+                .with_context(|| format!("building the OTLP exporter for {endpoint}"))?;
+            let provider = SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                    s.sampling_ratio,
+                ))))
+                .with_resource(
+                    opentelemetry_sdk::Resource::builder()
+                        .with_service_name(s.service_name.clone())
+                        .with_attribute(opentelemetry::KeyValue::new(
+                            "service.version",
+                            s.service_version.clone(),
+                        ))
+                        .build(),
+                )
+                .build();
+            let tracer = provider.tracer(s.service_name.clone());
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(EnvFilter::new(QUIET_FOR_EXPORT));
+            (Some(layer), Some(provider))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .try_init()
+        .context("installing the tracing subscriber")?;
+    if let Some(e) = &s.otlp_endpoint {
+        tracing::info!(endpoint = %e, ratio = s.sampling_ratio, "exporting traces over OTLP");
+    }
+    Ok(Guard { provider })
+}
