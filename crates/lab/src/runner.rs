@@ -1,0 +1,549 @@
+//! Running rounds: fresh services, warm-up, the measured k6 run, and every
+//! reading taken before and after it.
+//!
+//! One round of one cell goes:
+//! 1. start order-service and user-service on fresh ports, wait for `/readyz`;
+//! 2. warm up with k6 (closed loop, same transport and payload), discarded;
+//! 3. read `/metrics` of user-service, `/proc` of both services, TIME_WAIT
+//!    sockets on order-service's REST port, and the lab's own children CPU;
+//! 4. run k6 for the measured duration, polling its peak RSS;
+//! 5. read everything again, stop the services, keep the record.
+//!
+//! k6's CPU is read from the lab's `cutime`/`cstime` (the CPU of reaped
+//! children), which counts all of k6's threads to its exit and nothing else:
+//! no other child is reaped while k6 runs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::cell::{Cell, Cpu, K6_SATURATED_CORES, Load, Measures, RoundRecord, Rss};
+use crate::k6;
+use crate::procfs;
+use crate::prom;
+use crate::services::{self, ChildGuard, Running, ServiceConfig};
+use crate::wire::{self, WireRecord};
+
+/// The error a run stops with when Ctrl-C (or SIGTERM) arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Whether an error is (or wraps) an interruption.
+pub fn is_interrupted(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<Interrupted>())
+}
+
+/// Timing of every round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub rounds: u32,
+    /// The measured part of a round, in seconds.
+    pub duration_s: f64,
+    /// The discarded warm-up before it, in seconds.
+    pub warmup_s: f64,
+}
+
+/// A round that did not produce numbers, and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Failure {
+    pub experiment: String,
+    pub what: String,
+    pub round: u32,
+    pub error: String,
+}
+
+/// Everything a run has measured so far.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Results {
+    pub records: Vec<RoundRecord>,
+    pub wire: Vec<WireRecord>,
+    pub failures: Vec<Failure>,
+}
+
+/// The lab in the middle of a run.
+#[derive(Debug)]
+pub struct Lab {
+    pub root: PathBuf,
+    pub k6: PathBuf,
+    pub services: ServiceConfig,
+    pub timing: Timing,
+    pub out: PathBuf,
+    pub stop: Arc<AtomicBool>,
+    pub cores: u32,
+    ticks_per_second: f64,
+    pub results: Results,
+    seq: u32,
+    progress: Progress,
+}
+
+#[derive(Debug)]
+struct Progress {
+    done: u32,
+    planned: u32,
+    started: Instant,
+}
+
+impl Lab {
+    pub fn new(
+        root: PathBuf,
+        k6: PathBuf,
+        services: ServiceConfig,
+        timing: Timing,
+        out: PathBuf,
+        stop: Arc<AtomicBool>,
+    ) -> Lab {
+        Lab {
+            root,
+            k6,
+            services,
+            timing,
+            out,
+            stop,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            ticks_per_second: procfs::clock_ticks_per_second() as f64,
+            results: Results::default(),
+            seq: 0,
+            progress: Progress {
+                done: 0,
+                planned: 0,
+                started: Instant::now(),
+            },
+        }
+    }
+
+    /// Adds `n` measurements to the plan the progress line counts against.
+    pub fn plan_more(&mut self, n: u32) {
+        self.progress.planned += n;
+    }
+
+    /// Removes `n` measurements from the plan (a pool ladder stopped early).
+    pub fn plan_less(&mut self, n: u32) {
+        self.progress.planned = self.progress.planned.saturating_sub(n);
+    }
+
+    /// Measurements done so far and planned.
+    pub fn progress(&self) -> (u32, u32) {
+        (self.progress.done, self.progress.planned)
+    }
+
+    fn check_stop(&self) -> anyhow::Result<()> {
+        if self.stop.load(Ordering::SeqCst) {
+            bail!(Interrupted);
+        }
+        Ok(())
+    }
+
+    fn rounds_dir(&self) -> PathBuf {
+        self.out.join("rounds")
+    }
+
+    /// Runs every cell R times, rounds interleaved (round 1 of every cell,
+    /// then round 2...), so that a drift of the machine over time spreads
+    /// across cells instead of biasing the last ones. A failed round is
+    /// recorded and the run goes on; an interruption stops it.
+    pub fn run_cells(&mut self, cells: &[(String, Cell)]) -> anyhow::Result<()> {
+        for round in 1..=self.timing.rounds {
+            for (experiment, cell) in cells {
+                let experiment = experiment.as_str();
+                self.check_stop()?;
+                match self.measure(experiment, cell, round) {
+                    Ok(rec) => self.results.records.push(rec),
+                    Err(e) if is_interrupted(&e) => return Err(e),
+                    Err(e) => {
+                        println!("  !! {} round {round} failed: {e:#}", cell.label());
+                        self.results.failures.push(Failure {
+                            experiment: experiment.to_owned(),
+                            what: cell.label(),
+                            round,
+                            error: format!("{e:#}"),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Measures byte counts per call on every transport, R times.
+    pub fn run_wire(&mut self, sizes: &[u32], transports: &[&str]) -> anyhow::Result<()> {
+        for round in 1..=self.timing.rounds {
+            self.check_stop()?;
+            let started = Instant::now();
+            let header = format!("wire-size round {round}");
+            let result = (|| -> anyhow::Result<WireRecord> {
+                let running = services::start(&self.services, Some(1), &header, &self.stop)?;
+                let rec = wire::probe(&running, sizes, transports, round, &self.stop);
+                running.stop();
+                rec
+            })();
+            self.progress.done += 1;
+            match result {
+                Ok(rec) => {
+                    let path = self.rounds_dir().join(format!("wire-size-r{round}.json"));
+                    write_json(&path, &rec)?;
+                    println!(
+                        "[{}/{}] wire-size round {round}/{}: {} rows in {:.1} s{}",
+                        self.progress.done,
+                        self.progress.planned,
+                        self.timing.rounds,
+                        rec.rows.len(),
+                        started.elapsed().as_secs_f64(),
+                        self.eta()
+                    );
+                    self.results.wire.push(rec);
+                }
+                Err(e) if is_interrupted(&e) => return Err(e),
+                Err(e) => {
+                    println!("  !! wire-size round {round} failed: {e:#}");
+                    self.results.failures.push(Failure {
+                        experiment: "wire-size".into(),
+                        what: "bytes per call".into(),
+                        round,
+                        error: format!("{e:#}"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn eta(&self) -> String {
+        let p = &self.progress;
+        if p.done == 0 || p.planned <= p.done {
+            return String::new();
+        }
+        let per = p.started.elapsed().as_secs_f64() / f64::from(p.done);
+        let left = per * f64::from(p.planned - p.done);
+        format!("  (about {} left)", human_duration(left))
+    }
+
+    /// One round of one cell.
+    pub fn measure(&mut self, experiment: &str, cell: &Cell, round: u32) -> anyhow::Result<RoundRecord> {
+        self.seq += 1;
+        let seq = self.seq;
+        let header = format!("#{seq} {experiment}: {} round {round}", cell.label());
+        let started_at = chrono::Utc::now().to_rfc3339();
+        let t0 = Instant::now();
+        let result = self.measure_inner(experiment, cell, round, &header, started_at);
+        self.progress.done += 1;
+        let rec = result?;
+        let path = self
+            .rounds_dir()
+            .join(format!("{seq:04}-{}-r{round}.json", cell.id()));
+        write_json(&path, &rec)?;
+        let m = Measures::of(&rec);
+        let flags = if rec.flags.is_empty() {
+            String::new()
+        } else {
+            format!("  [{}]", rec.flags.join("; "))
+        };
+        let dropped = if matches!(cell.load, Load::Open { .. }) {
+            format!(", dropped {:.0}", m.dropped)
+        } else {
+            String::new()
+        };
+        println!(
+            "[{}/{}] {experiment}: {} r{round}/{}: {:.0} req/s{dropped}, p95 {:.2} ms, upstream p95 {:.0} µs ({:.1} s){flags}{}",
+            self.progress.done,
+            self.progress.planned,
+            cell.label(),
+            self.timing.rounds,
+            m.rate,
+            m.e2e_ms.p95,
+            m.upstream_us.p95,
+            t0.elapsed().as_secs_f64(),
+            self.eta()
+        );
+        Ok(rec)
+    }
+
+    fn measure_inner(
+        &mut self,
+        experiment: &str,
+        cell: &Cell,
+        round: u32,
+        header: &str,
+        started_at: String,
+    ) -> anyhow::Result<RoundRecord> {
+        let running = services::start(&self.services, Some(cell.pool), header, &self.stop)?;
+        let rec = self.drive(experiment, cell, round, &running, started_at);
+        running.stop();
+        rec
+    }
+
+    fn k6_env(&self, cell: &Cell, running: &Running) -> Vec<(String, String)> {
+        let mut env = vec![
+            (
+                "BASE_URL".to_owned(),
+                format!("http://127.0.0.1:{}", running.ports.user_rest),
+            ),
+            ("VIA".to_owned(), cell.via.clone()),
+            ("ORDERS".to_owned(), cell.orders.to_string()),
+            ("LOOKUPS".to_owned(), cell.lookups.to_string()),
+            ("FIELDS".to_owned(), cell.fields.clone().unwrap_or_default()),
+            ("GRACEFUL_STOP".to_owned(), "5s".to_owned()),
+        ];
+        match cell.load {
+            Load::Closed { vus } => env.push(("VUS".to_owned(), vus.to_string())),
+            Load::Open { rate, max_vus } => {
+                env.push(("RATE".to_owned(), rate.to_string()));
+                env.push(("PRE_VUS".to_owned(), max_vus.min(50).to_string()));
+                env.push(("MAX_VUS".to_owned(), max_vus.to_string()));
+            }
+        }
+        env
+    }
+
+    fn drive(
+        &mut self,
+        experiment: &str,
+        cell: &Cell,
+        round: u32,
+        running: &Running,
+        started_at: String,
+    ) -> anyhow::Result<RoundRecord> {
+        let tmp = self.out.join("tmp");
+        std::fs::create_dir_all(&tmp)?;
+        let base_env = self.k6_env(cell, running);
+
+        // Warm-up: always a closed loop, so that an overload rate does not
+        // leave a backlog behind it. Its numbers are discarded.
+        if self.timing.warmup_s > 0.0 {
+            let mut env = base_env.clone();
+            env.retain(|(k, _)| !matches!(k.as_str(), "VUS" | "RATE" | "PRE_VUS" | "MAX_VUS"));
+            let vus = match cell.load {
+                Load::Closed { vus } => vus,
+                Load::Open { .. } => 8,
+            };
+            env.push(("VUS".into(), vus.to_string()));
+            env.push(("DURATION".into(), secs_arg(self.timing.warmup_s)));
+            let warm = self.run_k6("closed-loop.js", env, &tmp.join("warmup.json"))?;
+            if warm.summary.requests > 0.0 && warm.summary.bad_answers >= warm.summary.requests {
+                bail!(
+                    "every warm-up request failed over {} (see {}/user-service.log)",
+                    cell.via,
+                    self.services.log_dir.display()
+                );
+            }
+        }
+
+        let user_addr = running.ports.user_rest_addr();
+        let order_port = running.ports.order_rest;
+        let scrape = |what: &str| -> anyhow::Result<prom::Upstream> {
+            let r = crate::http::get(user_addr, "/metrics", Duration::from_secs(5))
+                .with_context(|| format!("scraping user-service /metrics {what}"))?;
+            if r.status != 200 {
+                bail!("user-service /metrics answered {}", r.status);
+            }
+            let text = String::from_utf8_lossy(&r.body);
+            prom::Upstream::of(&prom::parse(&text)?, &cell.via)
+        };
+        let upstream_before = scrape("before")?;
+        let tcp_before = procfs::tcp_states(order_port)?;
+        let order_before = procfs::cpu_ticks(running.order_pid())?;
+        let user_before = procfs::cpu_ticks(running.user_pid())?;
+
+        let script = match cell.load {
+            Load::Closed { .. } => "closed-loop.js",
+            Load::Open { .. } => "open-loop.js",
+        };
+        let mut env = base_env;
+        env.push(("DURATION".into(), secs_arg(self.timing.duration_s)));
+        let run = self.run_k6(script, env, &tmp.join("measured.json"))?;
+
+        let order_after = procfs::cpu_ticks(running.order_pid())?;
+        let user_after = procfs::cpu_ticks(running.user_pid())?;
+        let tcp_after = procfs::tcp_states(order_port)?;
+        let upstream_after = scrape("after")?;
+        let order_rss = procfs::peak_rss_kb(running.order_pid())?;
+        let user_rss = procfs::peak_rss_kb(running.user_pid())?;
+
+        let us = |ticks: u64| ticks as f64 * 1e6 / self.ticks_per_second;
+        let cpu = Cpu {
+            order_us: us(order_after.own - order_before.own),
+            user_us: us(user_after.own - user_before.own),
+            k6_us: run.cpu_us,
+        };
+        let mut rec = RoundRecord {
+            experiment: experiment.to_owned(),
+            cell: cell.clone(),
+            round,
+            started_at,
+            duration_s: self.timing.duration_s,
+            k6: run.summary,
+            upstream_before,
+            upstream_after,
+            cpu,
+            rss: Rss {
+                order_kb: order_rss as f64,
+                user_kb: user_rss as f64,
+                k6_kb: run.peak_rss_kb as f64,
+            },
+            tcp_before,
+            tcp_after,
+            cores: self.cores,
+            pinning: self.services.pinning(),
+            flags: Vec::new(),
+            k6_summary: run.raw,
+        };
+        rec.flags = flags_of(&rec);
+        Ok(rec)
+    }
+
+    /// Runs one k6 script to its end; returns its summary, CPU and peak RSS.
+    fn run_k6(
+        &self,
+        script: &str,
+        env: Vec<(String, String)>,
+        summary_path: &Path,
+    ) -> anyhow::Result<K6Run> {
+        let _ = std::fs::remove_file(summary_path);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.services.log_dir.join("k6.log"))?;
+        let mut cmd = Command::new(&self.k6);
+        cmd.current_dir(self.root.join("k6"))
+            .args(["run", "--quiet", "--no-color", "--no-usage-report"])
+            // k6's REST API would take port 6565, which another k6 may hold.
+            .args(["--address", "127.0.0.1:0"]);
+        for (k, v) in &env {
+            cmd.arg("-e").arg(format!("{k}={v}"));
+        }
+        cmd.arg("-e")
+            .arg(format!("SUMMARY_JSON={}", summary_path.display()))
+            .arg(script)
+            .env("K6_NO_USAGE_REPORT", "true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+
+        let before = procfs::self_ticks()?;
+        let mut child = ChildGuard::spawn(cmd, "k6")?;
+        let pid = child.pid();
+        let mut peak_rss_kb = 0;
+        let status = loop {
+            if self.stop.load(Ordering::SeqCst) {
+                child.kill();
+                bail!(Interrupted);
+            }
+            if let Some(st) = child.try_wait()? {
+                break st;
+            }
+            // VmHWM only grows, so the last reading before the exit is
+            // within one poll of the peak.
+            if let Ok(kb) = procfs::peak_rss_kb(pid) {
+                peak_rss_kb = peak_rss_kb.max(kb);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let after = procfs::self_ticks()?;
+        if !status.success() {
+            bail!(
+                "k6 {script} failed ({status}); its output is in {}",
+                self.services.log_dir.join("k6.log").display()
+            );
+        }
+        let text = std::fs::read_to_string(summary_path).with_context(|| {
+            format!(
+                "k6 wrote no summary at {} (see {})",
+                summary_path.display(),
+                self.services.log_dir.join("k6.log").display()
+            )
+        })?;
+        let summary = k6::parse_summary(&text)?;
+        let raw = serde_json::from_str(&text)?;
+        Ok(K6Run {
+            summary,
+            raw,
+            cpu_us: (after.children - before.children) as f64 * 1e6 / self.ticks_per_second,
+            peak_rss_kb,
+        })
+    }
+}
+
+struct K6Run {
+    summary: k6::Summary,
+    raw: serde_json::Value,
+    cpu_us: f64,
+    peak_rss_kb: u64,
+}
+
+/// Why a round should be read with care.
+pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
+    let m = Measures::of(rec);
+    let mut flags = Vec::new();
+    if m.k6_cores >= K6_SATURATED_CORES {
+        flags.push(format!(
+            "k6 used {:.2} cores: the load generator may be the bottleneck",
+            m.k6_cores
+        ));
+    }
+    if m.bad_answers > 0.0 {
+        flags.push(format!("{:.0} bad answers", m.bad_answers));
+    }
+    if m.upstream_errors > 0.0 {
+        flags.push(format!("{:.0} upstream errors", m.upstream_errors));
+    }
+    if m.requests == 0.0 {
+        flags.push("no request completed".to_owned());
+    }
+    flags
+}
+
+/// A duration as k6 reads it, in milliseconds.
+pub fn secs_arg(s: f64) -> String {
+    format!("{}ms", (s * 1000.0).round() as u64)
+}
+
+/// "2 min 05 s" style.
+pub fn human_duration(secs: f64) -> String {
+    let s = secs.round() as u64;
+    if s >= 60 {
+        format!("{} min {:02} s", s / 60, s % 60)
+    } else {
+        format!("{s} s")
+    }
+}
+
+/// Writes pretty JSON, creating the folder.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_given_to_k6_in_milliseconds() {
+        assert_eq!(secs_arg(2.0), "2000ms");
+        assert_eq!(secs_arg(0.5), "500ms");
+        assert_eq!(human_duration(125.0), "2 min 05 s");
+        assert_eq!(human_duration(9.4), "9 s");
+    }
+
+    #[test]
+    fn interruptions_are_recognised_through_context() {
+        let e = anyhow::Error::new(Interrupted).context("measuring");
+        assert!(is_interrupted(&e));
+        assert!(!is_interrupted(&anyhow::anyhow!("other")));
+    }
+}

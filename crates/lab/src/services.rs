@@ -1,0 +1,421 @@
+//! The two services as child processes: building them, starting them on
+//! free ports, waiting for readiness, and stopping them.
+//!
+//! Every round gets fresh processes (seed 001: a reused process measured 12%
+//! differently), on fresh ports, so that sockets left in TIME_WAIT by one
+//! round are never counted in the next. Each child runs in its own process
+//! group: a Ctrl-C in the terminal reaches the lab only, and the lab decides
+//! how the children stop. [`ChildGuard`] kills its child when dropped, so an
+//! error or an interruption anywhere leaves no service running.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use crate::http;
+
+/// The release binaries of both services.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub order: PathBuf,
+    pub user: PathBuf,
+}
+
+/// Builds both services in release mode, cargo's progress shown as it goes.
+pub fn build(root: &Path) -> anyhow::Result<Binaries> {
+    println!("building order-service and user-service (release)…");
+    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "order-service",
+            "-p",
+            "user-service",
+        ])
+        .status()
+        .context("running cargo build (is cargo on PATH?)")?;
+    if !status.success() {
+        bail!("cargo build --release -p order-service -p user-service failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bins = Binaries {
+        order: target.join("release").join("order-service"),
+        user: target.join("release").join("user-service"),
+    };
+    for b in [&bins.order, &bins.user] {
+        if !b.is_file() {
+            bail!("the build succeeded but {} is missing", b.display());
+        }
+    }
+    Ok(bins)
+}
+
+/// A child process that is killed and reaped when dropped.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Option<Child>,
+    name: &'static str,
+}
+
+impl ChildGuard {
+    /// Starts `cmd` in a process group of its own.
+    pub fn spawn(mut cmd: Command, name: &'static str) -> anyhow::Result<ChildGuard> {
+        cmd.process_group(0);
+        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
+        Ok(ChildGuard {
+            child: Some(child),
+            name,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The exit status if it has exited (reaping it).
+    pub fn try_wait(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        match self.child.as_mut() {
+            Some(c) => c
+                .try_wait()
+                .with_context(|| format!("waiting for {}", self.name)),
+            None => Ok(None),
+        }
+    }
+
+    /// Kills and reaps the child now.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // Already exited is fine: kill then fails and wait reaps it.
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The ports of one pair of services.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub order_rest: u16,
+    pub order_grpc: u16,
+    pub order_tcp: u16,
+    pub user_rest: u16,
+    pub user_grpc: u16,
+}
+
+impl Ports {
+    /// Five ports free right now. Held together while picking so that none
+    /// comes out twice; the small race with other programs between here and
+    /// the services binding them is reported as a start failure.
+    pub fn pick() -> anyhow::Result<Ports> {
+        let listeners = (0..5)
+            .map(|_| TcpListener::bind("127.0.0.1:0").context("finding a free port"))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let p = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Ports {
+            order_rest: p[0],
+            order_grpc: p[1],
+            order_tcp: p[2],
+            user_rest: p[3],
+            user_grpc: p[4],
+        })
+    }
+
+    pub fn order_rest_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.order_rest))
+    }
+
+    pub fn user_rest_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.user_rest))
+    }
+
+    pub fn order_grpc_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.order_grpc))
+    }
+}
+
+/// Postgres URLs of each service's own database.
+#[derive(Debug, Clone)]
+pub struct Databases {
+    pub orders: String,
+    pub users: String,
+}
+
+impl Databases {
+    /// From a server URL: its database name, if any, is replaced by
+    /// `orders` and `users` (one server, a database per service, as in the
+    /// design). Query parameters are kept.
+    pub fn from_server_url(url: &str) -> anyhow::Result<Databases> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .context("the database URL needs a scheme, e.g. postgres://postgres@127.0.0.1:5432")?;
+        let (before_query, query) = match rest.split_once('?') {
+            Some((a, q)) => (a, format!("?{q}")),
+            None => (rest, String::new()),
+        };
+        let authority = before_query.split('/').next().unwrap_or(before_query);
+        if authority.is_empty() {
+            bail!("the database URL has no host");
+        }
+        let db = |name: &str| format!("{scheme}://{authority}/{name}{query}");
+        Ok(Databases {
+            orders: db("orders"),
+            users: db("users"),
+        })
+    }
+}
+
+/// How the services of every round are started.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub bins: Binaries,
+    pub databases: Option<Databases>,
+    /// `--pin`: order-service on CPU 0, user-service on CPU 1 (k6 unpinned).
+    pub pin: bool,
+    /// Where the services' output goes (appended, one header per round).
+    pub log_dir: PathBuf,
+}
+
+impl ServiceConfig {
+    /// What `--pin` does, for the report.
+    pub fn pinning(&self) -> Option<String> {
+        self.pin.then(|| {
+            "order-service on CPU 0, user-service on CPU 1 (taskset); k6 not pinned".to_owned()
+        })
+    }
+}
+
+/// A running pair (or order-service alone).
+#[derive(Debug)]
+pub struct Running {
+    pub ports: Ports,
+    pub order: ChildGuard,
+    pub user: Option<ChildGuard>,
+}
+
+impl Running {
+    pub fn order_pid(&self) -> u32 {
+        self.order.pid()
+    }
+
+    pub fn user_pid(&self) -> u32 {
+        self.user.as_ref().map_or(0, ChildGuard::pid)
+    }
+
+    /// Stops both now.
+    pub fn stop(mut self) {
+        if let Some(u) = self.user.as_mut() {
+            u.kill();
+        }
+        self.order.kill();
+    }
+}
+
+fn log_file(dir: &Path, name: &str, header: &str) -> anyhow::Result<File> {
+    let path = dir.join(format!("{name}.log"));
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(f, "===== {header} =====")?;
+    Ok(f)
+}
+
+fn command(cfg: &ServiceConfig, bin: &Path, cpu: u32, log: &File) -> anyhow::Result<Command> {
+    let mut cmd = if cfg.pin {
+        let mut c = Command::new("taskset");
+        c.arg("-c").arg(cpu.to_string()).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    // Warnings only: per-request logging would be measured as protocol cost.
+    cmd.env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log.try_clone()?));
+    Ok(cmd)
+}
+
+/// Starts order-service, and user-service pointed at it unless
+/// `user_pool` is `None`, then waits until both answer `/readyz`.
+pub fn start(
+    cfg: &ServiceConfig,
+    user_pool: Option<u16>,
+    header: &str,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Running> {
+    let ports = Ports::pick()?;
+    let order_log = log_file(&cfg.log_dir, "order-service", header)?;
+    let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log)?;
+    cmd.env("ORDER_REST_ADDR", format!("127.0.0.1:{}", ports.order_rest))
+        .env("ORDER_GRPC_ADDR", format!("127.0.0.1:{}", ports.order_grpc))
+        .env("ORDER_TCP_ADDR", format!("127.0.0.1:{}", ports.order_tcp))
+        .env_remove("ORDER_SEED");
+    match &cfg.databases {
+        Some(db) => cmd.env("ORDER_DATABASE_URL", &db.orders),
+        None => cmd.env_remove("ORDER_DATABASE_URL"),
+    };
+    let mut order = ChildGuard::spawn(cmd, "order-service")?;
+    wait_ready(&mut order, ports.order_rest_addr(), &cfg.log_dir, stop)?;
+
+    let user = match user_pool {
+        None => None,
+        Some(pool) => {
+            let user_log = log_file(&cfg.log_dir, "user-service", header)?;
+            let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log)?;
+            cmd.env("USER_REST_ADDR", format!("127.0.0.1:{}", ports.user_rest))
+                .env("USER_GRPC_ADDR", format!("127.0.0.1:{}", ports.user_grpc))
+                .env(
+                    "USER_ORDER_REST_URL",
+                    format!("http://127.0.0.1:{}", ports.order_rest),
+                )
+                .env(
+                    "USER_ORDER_GRPC_URL",
+                    format!("http://127.0.0.1:{}", ports.order_grpc),
+                )
+                .env(
+                    "USER_ORDER_TCP_ADDR",
+                    format!("127.0.0.1:{}", ports.order_tcp),
+                )
+                .env("USER_POOL_SIZE", pool.to_string())
+                .env("USER_LOG_FORMAT", "json")
+                .env_remove("USER_SEED");
+            match &cfg.databases {
+                Some(db) => cmd.env("USER_DATABASE_URL", &db.users),
+                None => cmd.env_remove("USER_DATABASE_URL"),
+            };
+            let mut user = ChildGuard::spawn(cmd, "user-service")?;
+            wait_ready(&mut user, ports.user_rest_addr(), &cfg.log_dir, stop)?;
+            Some(user)
+        }
+    };
+    Ok(Running { ports, order, user })
+}
+
+/// Polls `GET /readyz` until it answers 200.
+fn wait_ready(
+    child: &mut ChildGuard,
+    addr: SocketAddr,
+    log_dir: &Path,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            bail!(crate::runner::Interrupted);
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "{} exited before it was ready ({status}); its output is in {}",
+                child.name,
+                log_dir.join(format!("{}.log", child.name)).display()
+            );
+        }
+        if let Ok(r) = http::get(addr, "/readyz", Duration::from_secs(2))
+            && r.status == 200
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} did not become ready on {addr} within 60 s; its output is in {}",
+                child.name,
+                log_dir.join(format!("{}.log", child.name)).display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Loads the data set into both Postgres databases once, before the first
+/// round (each service's `seed` command; idempotent).
+pub fn seed(cfg: &ServiceConfig) -> anyhow::Result<()> {
+    let Some(db) = &cfg.databases else {
+        return Ok(());
+    };
+    for (bin, var, url, name) in [
+        (&cfg.bins.order, "ORDER_DATABASE_URL", &db.orders, "order-service"),
+        (&cfg.bins.user, "USER_DATABASE_URL", &db.users, "user-service"),
+    ] {
+        println!("seeding {name}'s database (once; idempotent)…");
+        let out = Command::new(bin)
+            .arg("seed")
+            .env(var, url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .with_context(|| format!("running {name} seed"))?;
+        if !out.status.success() {
+            bail!(
+                "{name} seed failed ({}): {}\n(does the database exist? createdb -h HOST -U USER {})",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                url.rsplit('/').next().unwrap_or("").split('?').next().unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_urls_get_one_database_per_service() {
+        let d = Databases::from_server_url("postgres://postgres@127.0.0.1:5432").expect("valid");
+        assert_eq!(d.orders, "postgres://postgres@127.0.0.1:5432/orders");
+        assert_eq!(d.users, "postgres://postgres@127.0.0.1:5432/users");
+        let d = Databases::from_server_url("postgres://u:p@db:5432/whatever?sslmode=disable")
+            .expect("valid");
+        assert_eq!(d.orders, "postgres://u:p@db:5432/orders?sslmode=disable");
+        assert!(Databases::from_server_url("127.0.0.1:5432").is_err());
+    }
+
+    #[test]
+    fn picked_ports_are_distinct() {
+        let p = Ports::pick().expect("ports");
+        let mut all = vec![
+            p.order_rest,
+            p.order_grpc,
+            p.order_tcp,
+            p.user_rest,
+            p.user_grpc,
+        ];
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 5);
+    }
+
+    #[test]
+    fn a_dropped_guard_kills_its_child() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let g = ChildGuard::spawn(cmd, "sleep").expect("spawn");
+        let pid = g.pid();
+        assert!(crate::procfs::is_running(pid));
+        drop(g);
+        assert!(!crate::procfs::is_running(pid));
+    }
+}

@@ -1,0 +1,573 @@
+//! A whole run: plan it, measure it, and write its results directory.
+//!
+//! ```text
+//! results/<timestamp>-<experiment>/
+//!   run.json          what was asked, on what machine, and how it ended
+//!   rounds/*.json     the raw record of every round, written as it finishes
+//!   failures.json     rounds that produced no numbers, and why
+//!   logs/             the services' and k6's output
+//!   report.md, report.html, *.svg
+//! ```
+//!
+//! Everything the report says is rebuilt from `run.json` and `rounds/`, so
+//! `lab report DIR` can render an interrupted run again, or a run made by an
+//! older lab.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::cell::{Cell, K6_SATURATED_CORES, Load, RoundRecord};
+use crate::experiments::{self, Context, Data, Experiment, Plan, TRANSPORTS};
+use crate::k6;
+use crate::machine::{self, Machine};
+use crate::report::format as f;
+use crate::report::{Report, Section, Table};
+use crate::runner::{self, Failure, Lab, Results, Timing, is_interrupted, write_json};
+use crate::services::{self, Binaries, Databases, ServiceConfig};
+use crate::wire::WireRecord;
+
+/// What `lab run` was asked.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub experiment: Option<Experiment>,
+    pub quick: bool,
+    pub rounds: Option<u32>,
+    pub duration_s: Option<f64>,
+    pub warmup_s: Option<f64>,
+    pub database_url: Option<String>,
+    pub out: Option<PathBuf>,
+    pub pin: bool,
+    /// Prebuilt `order-service` and `user-service` here: no cargo build.
+    pub bin_dir: Option<PathBuf>,
+    pub transports: Option<Vec<String>>,
+    pub sizes: Option<Vec<u32>>,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+/// `run.json`: the run's description.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub experiment: Experiment,
+    pub experiments: Vec<Experiment>,
+    pub command: String,
+    pub plan: Plan,
+    pub timing: Timing,
+    /// "in memory" or the Postgres host (no password).
+    pub store: String,
+    pub pinning: Option<String>,
+    pub machine: Machine,
+    pub started_at: String,
+    pub elapsed_s: Option<f64>,
+    /// "complete", or how far an interrupted run got.
+    pub outcome: String,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct Outcome {
+    pub dir: PathBuf,
+    pub interrupted: bool,
+    pub failures: usize,
+}
+
+/// The default timing of a quick or a full run.
+pub fn default_timing(quick: bool) -> Timing {
+    if quick {
+        Timing {
+            rounds: 2,
+            duration_s: 2.0,
+            warmup_s: 1.0,
+        }
+    } else {
+        Timing {
+            rounds: 3,
+            duration_s: 15.0,
+            warmup_s: 5.0,
+        }
+    }
+}
+
+fn validate(opts: &RunOptions) -> anyhow::Result<()> {
+    if let Some(ts) = &opts.transports {
+        for t in ts {
+            if !TRANSPORTS.contains(&t.as_str()) {
+                bail!(
+                    "unknown transport {t:?}; valid transports are: {}",
+                    TRANSPORTS.join(", ")
+                );
+            }
+        }
+        if ts.is_empty() {
+            bail!("--transports needs at least one transport");
+        }
+    }
+    if let Some(sizes) = &opts.sizes {
+        if sizes.is_empty() || sizes.iter().any(|&s| s > 10_000) {
+            bail!("--sizes takes orders per call from 0 to 10000");
+        }
+    }
+    if opts.rounds == Some(0) {
+        bail!("--rounds must be at least 1");
+    }
+    if opts.duration_s.is_some_and(|d| d < 0.5) {
+        bail!("--duration must be at least 0.5 s");
+    }
+    Ok(())
+}
+
+/// The store as the report names it, with no password.
+fn store_label(url: Option<&str>) -> String {
+    match url {
+        None => "in memory (no database: the protocol-overhead upper bound)".to_owned(),
+        Some(u) => {
+            let host = u
+                .split_once("://")
+                .map(|(_, r)| r.rsplit_once('@').map_or(r, |(_, h)| h))
+                .unwrap_or(u);
+            format!("Postgres at {}", host.split('/').next().unwrap_or(host))
+        }
+    }
+}
+
+/// Runs an experiment end to end and writes its report.
+pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<Outcome> {
+    crate::procfs::require_procfs()?;
+    validate(&opts)?;
+    let experiment = opts.experiment.unwrap_or(Experiment::All);
+    let experiments = experiment.expand();
+    let plan = Plan::new(opts.quick, opts.transports.as_deref(), opts.sizes.as_deref());
+    let d = default_timing(opts.quick);
+    let timing = Timing {
+        rounds: opts.rounds.unwrap_or(d.rounds),
+        duration_s: opts.duration_s.unwrap_or(d.duration_s),
+        warmup_s: opts.warmup_s.unwrap_or(d.warmup_s),
+    };
+    if !root.join("k6").join("closed-loop.js").is_file() {
+        bail!(
+            "{} is not the project's root (no k6/closed-loop.js); run the lab from the workspace or pass --root",
+            root.display()
+        );
+    }
+    let started_at = chrono::Utc::now();
+    let results_root = opts.out.clone().unwrap_or_else(|| root.join("results"));
+    let dir = results_root.join(format!(
+        "{}-{}",
+        started_at.format("%Y%m%dT%H%M%SZ"),
+        experiment.name()
+    ));
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir.join("rounds"))?;
+    println!("results: {}", dir.display());
+
+    let k6_bin = k6::find_or_install(root)?;
+    let k6_version = k6::version(&k6_bin)?;
+    println!("k6: {} ({k6_version})", k6_bin.display());
+    let bins = match &opts.bin_dir {
+        Some(d) => Binaries {
+            order: d.join("order-service"),
+            user: d.join("user-service"),
+        },
+        None => services::build(root)?,
+    };
+    for b in [&bins.order, &bins.user] {
+        if !b.is_file() {
+            bail!("{} is missing", b.display());
+        }
+    }
+    let databases = opts
+        .database_url
+        .as_deref()
+        .map(Databases::from_server_url)
+        .transpose()?;
+    let svc = ServiceConfig {
+        bins,
+        databases,
+        pin: opts.pin,
+        log_dir: dir.join("logs"),
+    };
+    if svc.pin && std::process::Command::new("taskset").arg("-V").output().is_err() {
+        bail!("--pin needs taskset (util-linux)");
+    }
+    let mut info = RunInfo {
+        experiment,
+        experiments: experiments.clone(),
+        command: opts.command.clone(),
+        plan: plan.clone(),
+        timing,
+        store: store_label(opts.database_url.as_deref()),
+        pinning: svc.pinning(),
+        machine: machine::describe(root, &k6_version),
+        started_at: started_at.to_rfc3339(),
+        elapsed_s: None,
+        outcome: "running".to_owned(),
+    };
+    write_json(&dir.join("run.json"), &info)?;
+    services::seed(&svc)?;
+
+    // The static cells of every experiment, each measured once.
+    let mut seen = BTreeSet::new();
+    let mut cells: Vec<(String, Cell)> = Vec::new();
+    for e in &experiments {
+        for c in e.cells(&plan) {
+            if seen.insert(c.clone()) {
+                cells.push((e.name().to_owned(), c));
+            }
+        }
+    }
+    let pool_combos: Vec<(String, u16)> = if experiments.contains(&Experiment::Pool) {
+        plan.pool_vias
+            .iter()
+            .flat_map(|v| plan.pool_sizes.iter().map(move |p| (v.clone(), *p)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let wire = experiments.contains(&Experiment::WireSize);
+    let r = timing.rounds;
+    let planned = cells.len() as u32 * r
+        + (pool_combos.len() * plan.pool_rates.len()) as u32 * r
+        + if wire { r } else { 0 };
+    let per = timing.duration_s + timing.warmup_s + 1.5;
+    println!(
+        "plan: {} cells + {} pool ladders + {} wire-size probes, {} rounds each: up to {planned} measurements, about {}",
+        cells.len(),
+        pool_combos.len(),
+        if wire { 1 } else { 0 },
+        r,
+        runner::human_duration(f64::from(planned) * per)
+    );
+    let t0 = Instant::now();
+    let mut lab = Lab::new(root.to_path_buf(), k6_bin, svc, timing, dir.clone(), stop);
+    lab.plan_more(planned);
+
+    let result = (|| -> anyhow::Result<()> {
+        lab.run_cells(&cells)?;
+        run_pool_ladder(&mut lab, &plan, pool_combos)?;
+        if wire {
+            lab.run_wire(&plan.wire_sizes, &plan.wire_transports())?;
+        }
+        Ok(())
+    })();
+    let interrupted = match result {
+        Ok(()) => false,
+        Err(e) if is_interrupted(&e) => true,
+        Err(e) => return Err(e),
+    };
+    let _ = std::fs::remove_dir_all(dir.join("tmp"));
+    let (done, planned) = lab.progress();
+    info.elapsed_s = Some(t0.elapsed().as_secs_f64());
+    info.outcome = if interrupted {
+        format!("interrupted after {done} of {planned} planned measurements: a partial report")
+    } else {
+        format!("complete: {done} measurements")
+    };
+    write_json(&dir.join("run.json"), &info)?;
+    write_json(&dir.join("failures.json"), &lab.results.failures)?;
+    let report = build_report(&info, &lab.results);
+    report.write(&dir)?;
+    println!(
+        "{} in {}: {}",
+        if interrupted { "stopped" } else { "done" },
+        runner::human_duration(t0.elapsed().as_secs_f64()),
+        dir.join("report.md").display()
+    );
+    println!("          {}", dir.join("report.html").display());
+    Ok(Outcome {
+        dir,
+        interrupted,
+        failures: lab.results.failures.len(),
+    })
+}
+
+/// The pool experiment: every (transport, pool) climbs the rates until it
+/// drops, rounds interleaved at each rate.
+fn run_pool_ladder(
+    lab: &mut Lab,
+    plan: &Plan,
+    mut climbing: Vec<(String, u16)>,
+) -> anyhow::Result<()> {
+    let rounds = lab.timing.rounds;
+    for (i, &rate) in plan.pool_rates.iter().enumerate() {
+        if climbing.is_empty() {
+            break;
+        }
+        let cells = experiments::pool_cells(plan, rate, &climbing);
+        let named: Vec<(String, Cell)> =
+            cells.iter().map(|c| ("pool".to_owned(), c.clone())).collect();
+        lab.run_cells(&named)?;
+        let data = Data::new(&lab.results);
+        let before = climbing.len();
+        let dropped: Vec<bool> = cells
+            .iter()
+            .map(|c| experiments::dropped(plan, &data, c))
+            .collect();
+        let mut it = dropped.iter();
+        climbing.retain(|_| !it.next().copied().unwrap_or(false));
+        let stopped = (before - climbing.len()) as u32;
+        let rates_left = (plan.pool_rates.len() - i - 1) as u32;
+        lab.plan_less(stopped * rates_left * rounds);
+    }
+    if !climbing.is_empty() {
+        println!(
+            "pool: no drops up to {}/s for {}",
+            plan.pool_rates.last().copied().unwrap_or(0),
+            climbing
+                .iter()
+                .map(|(v, p)| format!("{v} pool {p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Reads a results directory back.
+pub fn load(dir: &Path) -> anyhow::Result<(RunInfo, Results)> {
+    let read = |p: PathBuf| -> anyhow::Result<String> {
+        std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))
+    };
+    let info: RunInfo = serde_json::from_str(&read(dir.join("run.json"))?)
+        .with_context(|| format!("{} is not a lab run.json", dir.join("run.json").display()))?;
+    let mut results = Results::default();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("rounds"))
+        .with_context(|| format!("listing {}", dir.join("rounds").display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    for p in files {
+        let text = read(p.clone())?;
+        let is_wire = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("wire-size"));
+        if is_wire {
+            let w: WireRecord = serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", p.display()))?;
+            results.wire.push(w);
+        } else {
+            let r: RoundRecord = serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", p.display()))?;
+            results.records.push(r);
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string(dir.join("failures.json")) {
+        results.failures = serde_json::from_str::<Vec<Failure>>(&text).unwrap_or_default();
+    }
+    Ok((info, results))
+}
+
+/// Renders a results directory's report again.
+pub fn rerender(dir: &Path) -> anyhow::Result<()> {
+    let (info, results) = load(dir)?;
+    build_report(&info, &results).write(dir)
+}
+
+/// The whole report of a run.
+pub fn build_report(info: &RunInfo, results: &Results) -> Report {
+    let data = Data::new(results);
+    let cx = Context {
+        plan: &info.plan,
+        timing: &info.timing,
+        data: &data,
+    };
+    let m = &info.machine;
+    let t = &info.timing;
+    let mut report = Report {
+        title: format!("Transport lab: {}", info.experiment.name()),
+        intro: vec![
+            "user-service fetches a user's orders from order-service over the transport each \
+             table names; k6 drives user-service's `GET /v1/users/{id}/orders` on the same machine. \
+             **Upstream** figures are measured inside user-service around its call (the \
+             `x-upstream-micros` header, recorded per request by k6), so the load tool's own client \
+             is not in them (seed 001's pitfall); **end-to-end** figures are k6's. CPU per request \
+             comes from /proc (utime + stime) over the measured run, divided by k6's requests; \
+             bytes and connections from user-service's socket counters."
+                .to_owned(),
+            format!(
+                "Every figure is the median of {} rounds with its spread, each round on freshly \
+                 started services after a discarded warm-up. A round is flagged when k6 used \
+                 {K6_SATURATED_CORES} core or more (its numbers then measure k6 too) or saw errors. \
+                 On a machine this small the three processes share {} cores: absolute rates are this \
+                 machine's, the ratios are what travels.",
+                t.rounds, m.cores
+            ),
+        ],
+        meta: vec![
+            ("command".into(), format!("`{}`", info.command)),
+            ("outcome".into(), info.outcome.clone()),
+            (
+                "machine".into(),
+                format!(
+                    "{} cores, {}, {:.1} GiB memory, Linux {}",
+                    m.cores, m.cpu_model, m.memory_gib, m.kernel
+                ),
+            ),
+            ("versions".into(), format!("{}; {}", m.rustc, m.k6)),
+            (
+                "git commit".into(),
+                format!(
+                    "{}{}",
+                    m.git_commit,
+                    if m.git_dirty {
+                        " (with uncommitted changes)"
+                    } else {
+                        ""
+                    }
+                ),
+            ),
+            ("store".into(), info.store.clone()),
+            (
+                "settings".into(),
+                format!(
+                    "{} rounds × {} s measured after {} s warm-up; closed loop {} VUs with pool {}; {}{}",
+                    t.rounds,
+                    f::num(t.duration_s),
+                    f::num(t.warmup_s),
+                    info.plan.vus,
+                    info.plan.pool,
+                    if info.plan.quick {
+                        "quick plan"
+                    } else {
+                        "full plan"
+                    },
+                    info.pinning
+                        .as_ref()
+                        .map_or("; no CPU pinning".to_owned(), |p| format!("; pinned: {p}")),
+                ),
+            ),
+            (
+                "started".into(),
+                format!(
+                    "{}{}",
+                    info.started_at,
+                    info.elapsed_s.map_or(String::new(), |s| format!(
+                        ", took {}",
+                        runner::human_duration(s)
+                    ))
+                ),
+            ),
+        ],
+        sections: Vec::new(),
+    };
+    for e in &info.experiments {
+        report.sections.push(experiments::section(*e, &cx));
+    }
+    report.sections.push(flags_section(&data, results));
+    report.sections.push(appendix(&cx));
+    report
+}
+
+fn flags_section(data: &Data, results: &Results) -> Section {
+    let mut s = Section::new("flags", "Flagged rounds and failures");
+    let rows: Vec<Vec<String>> = data
+        .flags
+        .iter()
+        .flat_map(|(c, fl)| fl.iter().map(move |x| vec![c.label(), x.clone()]))
+        .collect();
+    if rows.is_empty() {
+        s.para("No round was flagged: k6 stayed under the saturation threshold and every answer was a 200 over the transport asked for.");
+    } else {
+        let n = rows.len();
+        s.table(Table {
+            caption: "Flagged rounds".into(),
+            headers: vec!["cell".into(), "flag".into()],
+            rows,
+            reading: format!(
+                "{n} round flags; a k6 flag means the load generator used a core or more, so that cell's rate is partly k6's limit."
+            ),
+        });
+    }
+    if results.failures.is_empty() {
+        s.para("No round failed.");
+    } else {
+        s.table(Table {
+            caption: "Failed rounds (no numbers)".into(),
+            headers: vec![
+                "experiment".into(),
+                "what".into(),
+                "round".into(),
+                "error".into(),
+            ],
+            rows: results
+                .failures
+                .iter()
+                .map(|f| {
+                    vec![
+                        f.experiment.clone(),
+                        f.what.clone(),
+                        f.round.to_string(),
+                        f.error.clone(),
+                    ]
+                })
+                .collect(),
+            reading: "These cells show n/a where the failed rounds left no value; the services' and k6's output is in logs/.".into(),
+        });
+    }
+    s
+}
+
+fn appendix(cx: &Context) -> Section {
+    let mut s = Section::new("cells", "Every cell");
+    s.para("Every measured cell with every figure (median ±half the min–max range). Raw rounds: `rounds/*.json`.");
+    let mut closed = Vec::new();
+    let mut open = Vec::new();
+    for c in cx.data.cells.keys() {
+        match c.load {
+            Load::Closed { .. } => closed.push((c.label(), c.clone())),
+            Load::Open { .. } => open.push((c.label(), c.clone())),
+        }
+    }
+    if !closed.is_empty() {
+        s.table(experiments_everything(cx, "Closed-loop cells", &closed));
+    }
+    if !open.is_empty() {
+        s.table(experiments_everything(cx, "Open-loop cells", &open));
+    }
+    if closed.is_empty() && open.is_empty() {
+        s.para("No load cell was measured in this run.");
+    }
+    s
+}
+
+fn experiments_everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Table {
+    experiments::everything(cx, caption, cells)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_label_never_shows_a_password() {
+        assert!(store_label(None).starts_with("in memory"));
+        assert_eq!(
+            store_label(Some("postgres://u:secret@db:5432")),
+            "Postgres at db:5432"
+        );
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_anything_runs() {
+        let mut o = RunOptions {
+            transports: Some(vec!["carrier-pigeon".into()]),
+            ..Default::default()
+        };
+        let e = validate(&o).unwrap_err().to_string();
+        assert!(e.contains("grpc-bidi"), "{e}");
+        o.transports = None;
+        o.sizes = Some(vec![20000]);
+        assert!(validate(&o).is_err());
+        o.sizes = None;
+        o.rounds = Some(0);
+        assert!(validate(&o).is_err());
+    }
+}
