@@ -40,7 +40,8 @@ pub struct TelemetrySettings {
     /// Fraction of new traces recorded, 0.0 to 1.0. A call that arrives with a
     /// sampled parent is always recorded, so a trace is whole or absent.
     pub sampling_ratio: f64,
-    /// `json`, `text`, or `auto` (text on a terminal, JSON otherwise).
+    /// `json`, `text` (or `pretty`), or `auto` (text on a terminal, JSON
+    /// otherwise).
     pub log_format: String,
 }
 
@@ -114,7 +115,7 @@ pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = match s.log_format.as_str() {
         "json" => true,
-        "text" => false,
+        "text" | "pretty" => false,
         _ => !std::io::stdout().is_terminal(),
     };
     let fmt = if json {

@@ -256,7 +256,8 @@ pub fn status_of<B>(res: &http::Response<B>) -> (String, bool) {
     (s.as_u16().to_string(), s.is_server_error())
 }
 
-/// A tower layer that records every request in a [`RequestMetrics`].
+/// A tower layer that records every request in a [`RequestMetrics`]. On an
+/// axum router, add it with `route_layer` so that it sees the matched route.
 #[derive(Debug, Clone)]
 pub struct RecordLayer {
     metrics: Arc<RequestMetrics>,
@@ -286,11 +287,6 @@ pub struct Record<S> {
     metrics: Arc<RequestMetrics>,
 }
 
-/// The route label of a request: the matched route template when a router
-/// put one in the extensions (see [`RouteLabel`]), else the path.
-#[derive(Debug, Clone)]
-pub struct RouteLabel(pub String);
-
 impl<S, B, RB> tower::Service<http::Request<B>> for Record<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
@@ -308,10 +304,12 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let started = Instant::now();
         let protocol = protocol_of(&req);
+        // Under axum's `route_layer` the matched template (`/v2/orders/{id}`)
+        // is known: a bounded label. gRPC paths are bounded by the services.
         let route = req
             .extensions()
-            .get::<RouteLabel>()
-            .map_or_else(|| req.uri().path().to_owned(), |r| r.0.clone());
+            .get::<axum::extract::MatchedPath>()
+            .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
         let metrics = self.metrics.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {

@@ -26,7 +26,6 @@
 //!   (counted sockets).
 //! - [`metrics`]: per-transport counters and histograms, per application,
 //!   rendered as Prometheus text.
-//! - [`telemetry`]: logging set-up for `main`.
 
 pub mod domain;
 pub mod grpc;
@@ -36,7 +35,6 @@ pub mod service;
 pub mod settings;
 pub mod startup;
 pub mod store;
-pub mod telemetry;
 pub mod upstream;
 
 pub use settings::Settings;

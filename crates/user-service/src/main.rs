@@ -8,7 +8,18 @@ use user_service::store::postgres::PgStore;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    user_service::telemetry::init(&cli.settings.log_format);
+    let mut t = telemetry::TelemetrySettings::from_env("user-service", env!("CARGO_PKG_VERSION"))?;
+    t.log_format.clone_from(&cli.settings.log_format);
+    let guard = telemetry::init(&t)?;
+    let result = run(cli).await;
+    if let Err(e) = &result {
+        tracing::error!(error = format!("{e:#}"), "user-service failed");
+    }
+    guard.shutdown();
+    result
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             let app = Application::build(cli.settings).await?;

@@ -108,6 +108,7 @@ impl TransportMetrics {
 
     /// Counts a call on the wire until the guard is dropped.
     pub fn in_flight(self: &Arc<Self>) -> InFlightGuard {
+        crate::upstream::record_pool_wait();
         let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.in_flight_max.fetch_max(now, Ordering::Relaxed);
         InFlightGuard(self.clone())
@@ -172,6 +173,8 @@ pub struct Metrics {
     /// The budget each transport was given.
     pool_size: usize,
     transports: Vec<Arc<TransportMetrics>>,
+    /// Requests this service served, per protocol and route.
+    pub requests: Arc<telemetry::metrics::RequestMetrics>,
 }
 
 impl Metrics {
@@ -184,6 +187,7 @@ impl Metrics {
                 .iter()
                 .map(|_| Arc::new(TransportMetrics::new()))
                 .collect(),
+            requests: Arc::new(telemetry::metrics::RequestMetrics::new("user")),
         }
     }
 
@@ -297,6 +301,8 @@ impl Metrics {
                 s.latency_count
             );
         }
+        self.requests.render(&mut out);
+        telemetry::metrics::render_process(&mut out);
         out
     }
 }

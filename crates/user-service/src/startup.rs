@@ -138,6 +138,10 @@ impl Application {
             .build_v1()
             .context("building the reflection service")?;
         let grpc = tonic::transport::Server::builder()
+            .trace_fn(telemetry::propagation::server_span::<()>)
+            .layer(telemetry::metrics::RecordLayer::new(
+                self.state.metrics.requests.clone(),
+            ))
             .add_service(health_service)
             .add_service(reflection)
             .add_service(UserApi::server(self.state.service.clone()))

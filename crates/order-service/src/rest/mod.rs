@@ -11,7 +11,7 @@ pub mod negotiate;
 
 use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -49,31 +49,13 @@ pub fn router(state: RestState) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         // A route layer sees the matched route template, a bounded label.
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.metrics.clone(),
-            record,
-        ))
+        .route_layer(telemetry::metrics::RecordLayer::new(state.metrics.clone()))
         .fallback(not_found)
         .with_state(state)
         .layer(
             tower_http::trace::TraceLayer::new_for_http()
                 .make_span_with(telemetry::propagation::server_span::<axum::body::Body>),
         )
-}
-
-async fn record(
-    State(m): State<Arc<RequestMetrics>>,
-    matched: Option<MatchedPath>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let started = std::time::Instant::now();
-    let protocol = telemetry::metrics::protocol_of(&req);
-    let route = matched.map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let res = next.run(req).await;
-    let (status, error) = telemetry::metrics::status_of(&res);
-    m.record(protocol, &route, &status, error, started.elapsed());
-    res
 }
 
 /// Prometheus text: requests per protocol and route, the process, the store.

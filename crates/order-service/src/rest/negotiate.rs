@@ -70,7 +70,12 @@ impl Format {
 
     /// A JSON response.
     pub fn json<T: serde::Serialize>(self, status: StatusCode, body: &T) -> Response {
-        match serde_json::to_vec(body) {
+        let span = tracing::info_span!("encode", format = "json", bytes = tracing::field::Empty);
+        let encoded = span.in_scope(|| serde_json::to_vec(body));
+        if let Ok(b) = &encoded {
+            span.record("bytes", b.len());
+        }
+        match encoded {
             Ok(bytes) => (
                 status,
                 [(
@@ -89,10 +94,12 @@ impl Format {
 
     /// A protobuf response.
     pub fn proto<M: prost::Message>(self, status: StatusCode, body: &M) -> Response {
+        let bytes = tracing::info_span!("encode", format = "protobuf", bytes = body.encoded_len())
+            .in_scope(|| body.encode_to_vec());
         (
             status,
             [(header::CONTENT_TYPE, HeaderValue::from_static(PROTOBUF))],
-            body.encode_to_vec(),
+            bytes,
         )
             .into_response()
     }

@@ -62,10 +62,19 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route_layer(telemetry::metrics::RecordLayer::new(
+            state.metrics.requests.clone(),
+        ))
         .fallback(|uri: Uri| async move { RestError::NoRoute(uri.path().to_owned()) })
         .with_state(state)
         // Failures are logged once, by the error mapping, with their cause.
-        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(()))
+        // The server span continues the caller's trace (k6, or any client
+        // that sends `traceparent`).
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(telemetry::propagation::server_span::<axum::body::Body>)
+                .on_failure(()),
+        )
 }
 
 fn parse_id(id: &str) -> Result<Uuid, RestError> {

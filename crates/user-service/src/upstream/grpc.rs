@@ -101,6 +101,7 @@ impl GrpcSource {
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         req.set_timeout(self.timeout);
+        telemetry::propagation::inject_metadata(req.metadata_mut());
         req
     }
 
@@ -267,7 +268,9 @@ impl OrderSource for BidiSource {
                 page_size: page_size(q),
                 page_token: String::new(),
                 read_mask: field_mask(q.fields),
-                trace_context: Default::default(),
+                // The stream's headers belong to whoever opened it: each
+                // lookup carries its own caller's context.
+                trace_context: telemetry::propagation::context_map(),
             };
             let _on_wire = self.metrics.in_flight();
             answer_to_orders(link.call(req).await?)

@@ -131,8 +131,11 @@ fn h1_request(
     if close {
         b = b.header(CONNECTION, "close");
     }
-    b.body(Full::new(Bytes::new()))
-        .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))
+    let mut req = b
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))?;
+    telemetry::propagation::inject_headers(req.headers_mut());
+    Ok(req)
 }
 
 impl H1Pool {
@@ -325,10 +328,11 @@ impl H2Pool {
         let mut failed = None;
         loop {
             let (generation, mut sender) = self.sender(i, failed).await?;
-            let req = Request::get(uri.as_str())
+            let mut req = Request::get(uri.as_str())
                 .header(ACCEPT, accept)
                 .body(Full::new(Bytes::new()))
                 .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))?;
+            telemetry::propagation::inject_headers(req.headers_mut());
             let on_wire = self.metrics.in_flight();
             let sent = match sender.ready().await {
                 Ok(()) => sender.send_request(req).await,
@@ -445,6 +449,13 @@ fn decode(a: Answer, proto: bool) -> Result<Vec<model::Order>, UpstreamError> {
             "asked for {wanted}, got Content-Type {ct:?}"
         )));
     }
+    // Decoding a 10,000-order body is real work: a span of its own shows it.
+    let _decode = tracing::info_span!(
+        "decode",
+        format = if proto { "protobuf" } else { "json" },
+        bytes = a.body.len()
+    )
+    .entered();
     if proto {
         let page = proto::order::v2::ListOrdersResponse::decode(a.body)
             .map_err(|e| UpstreamError::Protocol(format!("not a ListOrdersResponse: {e}")))?;

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use model::{FieldSet, Order};
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::metrics::Metrics;
@@ -254,26 +255,76 @@ impl Upstreams {
 
     /// Fetches over `via`, timed from the first wait for a connection slot to
     /// the last byte, and never for longer than the upstream timeout.
-    #[tracing::instrument(skip_all, fields(via = %via, user_id = %q.user_id, limit = q.limit))]
+    ///
+    /// The call runs in a client span, `upstream.call`, whose context every
+    /// adapter carries to order-service (headers, metadata, or the message's
+    /// own `trace_context`). Its attributes: the transport, the wait for a
+    /// connection slot, the round trip, and the bytes this transport's
+    /// sockets moved while the call was open (exactly the call's own bytes
+    /// when it was alone on the wire; shared connections add their
+    /// neighbours').
     pub async fn fetch(
         &self,
         via: Transport,
         q: &OrderQuery,
     ) -> (Result<Vec<Order>, UpstreamError>, Duration) {
+        let span = tracing::info_span!(
+            "upstream.call",
+            otel.kind = "client",
+            via = %via,
+            user_id = %q.user_id,
+            limit = q.limit,
+            pool_wait_us = tracing::field::Empty,
+            upstream_us = tracing::field::Empty,
+            net.bytes_read = tracing::field::Empty,
+            net.bytes_written = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
         let source = &self.sources[via.index()];
+        let m = self.metrics.transport(via);
+        let before = m.snapshot();
         let start = Instant::now();
-        let result = match tokio::time::timeout(self.timeout, source.list_orders(q)).await {
-            Ok(r) => r,
-            Err(_) => Err(UpstreamError::Timeout(format!(
-                "no answer within {} ms",
-                self.timeout.as_millis()
-            ))),
-        };
+        let call = CALL_START.scope(start, async {
+            match tokio::time::timeout(self.timeout, source.list_orders(q)).await {
+                Ok(r) => r,
+                Err(_) => Err(UpstreamError::Timeout(format!(
+                    "no answer within {} ms",
+                    self.timeout.as_millis()
+                ))),
+            }
+        });
+        let result = call.instrument(span.clone()).await;
         let elapsed = start.elapsed();
-        self.metrics
-            .transport(via)
-            .record_call(elapsed, result.is_ok());
+        m.record_call(elapsed, result.is_ok());
+        let after = m.snapshot();
+        span.record("upstream_us", elapsed.as_micros() as u64);
+        span.record(
+            "net.bytes_read",
+            after.bytes_read.saturating_sub(before.bytes_read),
+        );
+        span.record(
+            "net.bytes_written",
+            after.bytes_written.saturating_sub(before.bytes_written),
+        );
+        if let Err(e) = &result {
+            span.record("error", tracing::field::display(e));
+        }
         (result, elapsed)
+    }
+}
+
+tokio::task_local! {
+    /// When the current upstream call began, so that the moment it goes on
+    /// the wire can be recorded as its wait for a connection slot.
+    static CALL_START: Instant;
+}
+
+/// Records on the current `upstream.call` span how long the call waited for a
+/// connection slot. Adapters call it (through `TransportMetrics::in_flight`)
+/// at the moment the request goes on the wire.
+pub(crate) fn record_pool_wait() {
+    if let Ok(start) = CALL_START.try_with(|s| *s) {
+        tracing::Span::current().record("pool_wait_us", start.elapsed().as_micros() as u64);
     }
 }
 

@@ -132,7 +132,7 @@ impl OrderSource for TcpSource {
                 page_size: i32::try_from(q.limit).unwrap_or(i32::MAX),
                 page_token: String::new(),
                 read_mask: field_mask(q.fields),
-                trace_context: Default::default(),
+                trace_context: telemetry::propagation::context_map(),
             };
             let _on_wire = self.metrics.in_flight();
             answer_to_orders(link.call(req).await?)

@@ -7,5 +7,6 @@
 mod budget;
 mod helpers;
 mod resilience;
+mod traces;
 mod transports;
 mod users;
