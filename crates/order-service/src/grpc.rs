@@ -60,10 +60,6 @@ pub struct OrderServiceV2 {
     shutdown: CancellationToken,
 }
 
-fn page_size(n: i32) -> Option<i64> {
-    (n != 0).then_some(i64::from(n))
-}
-
 /// Answers one lookup of a bidi stream (or a raw-TCP frame), in a span that is
 /// a child of the caller's span named in the message itself: the stream's own
 /// headers belong to whichever call opened it.
@@ -76,25 +72,15 @@ pub async fn lookup(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::Lookup
 async fn lookup_in(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::LookupOrdersResponse {
     let request_id = r.request_id;
     let result: Result<_, AppError> = async {
-        let fields = model::v2::field_set(r.read_mask.as_ref())?;
-        let q = orders.list_query(
-            &r.user_id,
-            ("page_size", page_size(r.page_size)),
-            &r.page_token,
-            fields,
-        )?;
-        Ok((orders.list(&q).await?, fields))
+        let q = orders.proto_query(&r.user_id, r.page_size, &r.page_token, r.read_mask.as_ref())?;
+        Ok(orders.list(&q).await?.into_pb(q.fields))
     }
     .await;
     match result {
-        Ok((page, fields)) => pb2::LookupOrdersResponse {
+        Ok((orders, next_page_token)) => pb2::LookupOrdersResponse {
             request_id,
-            orders: page
-                .orders
-                .iter()
-                .map(|o| model::v2::order_to_pb(o, fields))
-                .collect(),
-            next_page_token: page.next.map(|t| t.encode()).unwrap_or_default(),
+            orders,
+            next_page_token,
             error: None,
         },
         Err(e) => pb2::LookupOrdersResponse {
@@ -145,24 +131,14 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
         req: Request<pb2::ListOrdersRequest>,
     ) -> Result<Response<pb2::ListOrdersResponse>, Status> {
         let r = req.into_inner();
-        let fields = model::v2::field_set(r.read_mask.as_ref()).map_err(AppError::from)?;
         let q = self
             .orders
-            .list_query(
-                &r.user_id,
-                ("page_size", page_size(r.page_size)),
-                &r.page_token,
-                fields,
-            )
+            .proto_query(&r.user_id, r.page_size, &r.page_token, r.read_mask.as_ref())
             .map_err(AppError::from)?;
-        let page = self.orders.list(&q).await?;
+        let (orders, next_page_token) = self.orders.list(&q).await?.into_pb(q.fields);
         Ok(Response::new(pb2::ListOrdersResponse {
-            orders: page
-                .orders
-                .iter()
-                .map(|o| model::v2::order_to_pb(o, fields))
-                .collect(),
-            next_page_token: page.next.map(|t| t.encode()).unwrap_or_default(),
+            orders,
+            next_page_token,
         }))
     }
 
@@ -174,16 +150,11 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
         req: Request<pb2::StreamOrdersRequest>,
     ) -> Result<Response<Self::StreamOrdersStream>, Status> {
         let r = req.into_inner();
-        let fields = model::v2::field_set(r.read_mask.as_ref()).map_err(AppError::from)?;
         let q = self
             .orders
-            .list_query(
-                &r.user_id,
-                ("page_size", page_size(r.page_size)),
-                &r.page_token,
-                fields,
-            )
+            .proto_query(&r.user_id, r.page_size, &r.page_token, r.read_mask.as_ref())
             .map_err(AppError::from)?;
+        let fields = q.fields;
         let page = self.orders.list(&q).await?;
         let stream = futures::stream::iter(page.orders).map(move |o| {
             Ok(pb2::StreamOrdersResponse {
@@ -270,12 +241,7 @@ impl pb1::order_service_server::OrderService for OrderServiceV1 {
         let r = req.into_inner();
         let q = self
             .orders
-            .list_query(
-                &r.user_id,
-                ("page_size", page_size(r.page_size)),
-                &r.page_token,
-                FieldSet::ALL,
-            )
+            .proto_query(&r.user_id, r.page_size, &r.page_token, None)
             .map_err(AppError::from)?;
         let page = self.orders.list(&q).await?;
         Ok(Response::new(pb1::ListOrdersResponse {

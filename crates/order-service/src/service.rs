@@ -124,6 +124,20 @@ impl Orders {
         })
     }
 
+    /// Parses a list query as the protobuf APIs (gRPC, bidi, raw TCP) carry
+    /// it: `page_size` 0 means the default, an absent mask means all fields.
+    pub fn proto_query(
+        &self,
+        user_id: &str,
+        page_size: i32,
+        page_token: &str,
+        mask: Option<&proto::prost_types::FieldMask>,
+    ) -> Result<ListQuery, ParseError> {
+        let fields = model::v2::field_set(mask)?;
+        let size = (page_size != 0).then_some(i64::from(page_size));
+        self.list_query(user_id, ("page_size", size), page_token, fields)
+    }
+
     /// One page of a user's orders.
     #[tracing::instrument(name = "orders.list", skip_all, fields(user_id = %q.user_id, limit = q.limit))]
     pub async fn list(&self, q: &ListQuery) -> Result<OrderPage, AppError> {

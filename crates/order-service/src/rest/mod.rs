@@ -172,6 +172,25 @@ fn parse_limit(s: Option<&str>) -> Result<Option<i64>, RestError> {
     .transpose()
 }
 
+/// A list query from REST parameters; absent ones take their defaults.
+fn rest_query(
+    st: &RestState,
+    user_id: &Option<String>,
+    limit: &Option<String>,
+    page_token: &Option<String>,
+    fields: FieldSet,
+) -> Result<crate::store::ListQuery, RestError> {
+    Ok(st
+        .orders
+        .list_query(
+            user_id.as_deref().unwrap_or(""),
+            ("limit", parse_limit(limit.as_deref())?),
+            page_token.as_deref().unwrap_or(""),
+            fields,
+        )
+        .map_err(AppError::from)?)
+}
+
 fn parse_fields(s: Option<&str>) -> Result<FieldSet, RestError> {
     Ok(FieldSet::parse_csv(s.unwrap_or("")).map_err(AppError::from)?)
 }
@@ -194,15 +213,7 @@ async fn list_orders(
     let Query(p) = q?;
     let format = Format::accepted(&headers)?;
     let fields = parse_fields(p.fields.as_deref())?;
-    let query = st
-        .orders
-        .list_query(
-            p.user_id.as_deref().unwrap_or(""),
-            ("limit", parse_limit(p.limit.as_deref())?),
-            p.page_token.as_deref().unwrap_or(""),
-            fields,
-        )
-        .map_err(AppError::from)?;
+    let query = rest_query(&st, &p.user_id, &p.limit, &p.page_token, fields)?;
     let page = st.orders.list(&query).await?;
     let next = page.next.map(|t| t.encode());
     Ok(match format {
@@ -217,17 +228,16 @@ async fn list_orders(
                 next_page_token: next,
             },
         ),
-        Format::Proto => format.proto(
-            StatusCode::OK,
-            &pb2::ListOrdersResponse {
-                orders: page
-                    .orders
-                    .iter()
-                    .map(|o| model::v2::order_to_pb(o, fields))
-                    .collect(),
-                next_page_token: next.unwrap_or_default(),
-            },
-        ),
+        Format::Proto => {
+            let (orders, next_page_token) = page.into_pb(fields);
+            format.proto(
+                StatusCode::OK,
+                &pb2::ListOrdersResponse {
+                    orders,
+                    next_page_token,
+                },
+            )
+        }
     })
 }
 
@@ -363,15 +373,7 @@ async fn list_orders_v1(
 ) -> Result<Response, RestError> {
     let Query(p) = q?;
     let format = Format::accepted(&headers)?;
-    let query = st
-        .orders
-        .list_query(
-            p.user_id.as_deref().unwrap_or(""),
-            ("limit", parse_limit(p.limit.as_deref())?),
-            p.page_token.as_deref().unwrap_or(""),
-            FieldSet::ALL,
-        )
-        .map_err(AppError::from)?;
+    let query = rest_query(&st, &p.user_id, &p.limit, &p.page_token, FieldSet::ALL)?;
     let page = st.orders.list(&query).await?;
     let body = pb1::ListOrdersResponse {
         orders: page.orders.iter().map(model::v1::order_to_v1).collect(),

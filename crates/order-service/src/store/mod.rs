@@ -55,6 +55,20 @@ impl OrderPage {
     }
 }
 
+impl OrderPage {
+    /// The page as protobuf: its orders with the selected fields, and the
+    /// next page token ("" on the last page).
+    pub fn into_pb(self, fields: FieldSet) -> (Vec<proto::order::v2::Order>, String) {
+        (
+            self.orders
+                .iter()
+                .map(|o| model::v2::order_to_pb(o, fields))
+                .collect(),
+            self.next.map(|t| t.encode()).unwrap_or_default(),
+        )
+    }
+}
+
 /// The answer to a create: the order, and whether it had been made before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Created {
