@@ -74,7 +74,11 @@ impl Cell {
 
     /// A short human description for progress lines.
     pub fn label(&self) -> String {
-        let mut s = format!("{} {} orders", self.via, self.orders);
+        let mut s = format!(
+            "{} {}",
+            self.via,
+            crate::report::format::orders(self.orders)
+        );
         if self.fields.is_some() {
             s.push_str(" (6 fields)");
         }
@@ -435,7 +439,11 @@ mod tests {
         d.lookups = 20;
         let ids = [a.id(), b.id(), c.id(), d.id()];
         for (i, x) in ids.iter().enumerate() {
-            assert!(x.chars().all(|ch| ch.is_ascii_alphanumeric() || "-+_".contains(ch)), "{x}");
+            assert!(
+                x.chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "-+_".contains(ch)),
+                "{x}"
+            );
             for y in &ids[i + 1..] {
                 assert_ne!(x, y);
             }

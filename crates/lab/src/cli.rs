@@ -250,7 +250,17 @@ mod tests {
     #[test]
     fn the_list_names_every_experiment() {
         let l = list(true);
-        for n in ["payload", "factorial", "pool", "wire-size", "schema", "streaming", "naive", "floor", "all"] {
+        for n in [
+            "payload",
+            "factorial",
+            "pool",
+            "wire-size",
+            "schema",
+            "streaming",
+            "naive",
+            "floor",
+            "all",
+        ] {
             assert!(l.contains(n), "{n}");
         }
     }
@@ -258,6 +268,10 @@ mod tests {
     #[test]
     fn the_root_is_found_from_inside_the_workspace() {
         let r = find_root(None).expect("found");
-        assert!(r.join("k6").join("closed-loop.js").is_file(), "{}", r.display());
+        assert!(
+            r.join("k6").join("closed-loop.js").is_file(),
+            "{}",
+            r.display()
+        );
     }
 }

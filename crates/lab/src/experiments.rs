@@ -123,10 +123,7 @@ impl Experiment {
                 }
                 v
             }
-            Experiment::Streaming => streaming_variants(p)
-                .into_iter()
-                .map(|(_, c)| c)
-                .collect(),
+            Experiment::Streaming => streaming_variants(p).into_iter().map(|(_, c)| c).collect(),
             Experiment::Naive => ["h1-json-close", "h1-json"]
                 .iter()
                 .map(|via| Cell::closed(via, p.naive_orders, p.naive_vus, p.naive_vus as u16))
@@ -153,7 +150,10 @@ fn streaming_variants(p: &Plan) -> Vec<(String, Cell)> {
         c
     };
     vec![
-        (format!("{n} unary REST calls (h1-json)"), c("h1-json", 1, n)),
+        (
+            format!("{n} unary REST calls (h1-json)"),
+            c("h1-json", 1, n),
+        ),
         (format!("{n} unary gRPC calls (grpc)"), c("grpc", 1, n)),
         (
             format!("{n} lookups on the shared bidi stream (grpc-bidi)"),
@@ -224,7 +224,7 @@ impl Plan {
                 pool_orders: 100,
                 pool_sizes: vec![1, 4],
                 pool_vias,
-                pool_rates: vec![1000, 4000],
+                pool_rates: vec![500, 1000, 2000],
                 pool_max_vus: 200,
                 drop_threshold_pct: 1.0,
                 wire_sizes: vec![1, 100, 1000],
@@ -483,8 +483,11 @@ fn payload(cx: &Context) -> Section {
             .collect();
         let mut reading = Vec::new();
         for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
-            let cells: Vec<(String, Cell)> =
-                p.transports.iter().map(|v| (v.clone(), cell(v, o))).collect();
+            let cells: Vec<(String, Cell)> = p
+                .transports
+                .iter()
+                .map(|v| (v.clone(), cell(v, o)))
+                .collect();
             reading.push(format!(
                 "at {}: {}",
                 f::orders(o),
@@ -502,11 +505,17 @@ fn payload(cx: &Context) -> Section {
         });
     }
     for &o in &p.sizes {
-        let cells: Vec<(String, Cell)> =
-            p.transports.iter().map(|v| (v.clone(), cell(v, o))).collect();
+        let cells: Vec<(String, Cell)> = p
+            .transports
+            .iter()
+            .map(|v| (v.clone(), cell(v, o)))
+            .collect();
         s.table(everything(
             cx,
-            &format!("Everything at {} (median ±half the min–max range)", f::orders(o)),
+            &format!(
+                "Everything at {} (median ±half the min–max range)",
+                f::orders(o)
+            ),
             &cells,
         ));
     }
@@ -542,12 +551,18 @@ fn payload(cx: &Context) -> Section {
         });
     }
     for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
-        let cells: Vec<(String, Cell)> =
-            p.transports.iter().map(|v| (v.clone(), cell(v, o))).collect();
+        let cells: Vec<(String, Cell)> = p
+            .transports
+            .iter()
+            .map(|v| (v.clone(), cell(v, o)))
+            .collect();
         s.chart(latency_chart(
             cx,
             &format!("payload-latency-{o}.svg"),
-            &format!("End-to-end latency percentiles per transport, {}", f::orders(o)),
+            &format!(
+                "End-to-end latency percentiles per transport, {}",
+                f::orders(o)
+            ),
             &cells,
         ));
         if p.sizes.len() == 1 {
@@ -559,7 +574,12 @@ fn payload(cx: &Context) -> Section {
 
 /// Grouped bars of p50/p90/p95/p99 per cell.
 fn latency_chart(cx: &Context, file: &str, title: &str, cells: &[(String, Cell)]) -> Chart {
-    let ms = [Metric::E2eP50, Metric::E2eP90, Metric::E2eP95, Metric::E2eP99];
+    let ms = [
+        Metric::E2eP50,
+        Metric::E2eP90,
+        Metric::E2eP95,
+        Metric::E2eP99,
+    ];
     Chart {
         file: file.to_owned(),
         title: title.to_owned(),
@@ -1163,14 +1183,17 @@ fn naive(cx: &Context) -> Section {
     let rows = [("h1-json-close", &close), ("h1-json", &pooled)]
         .iter()
         .map(|(n, c)| {
-            let opened_per_s = cx.data.spread(c, Metric::ConnectionsOpened).map(|s| Spread {
-                median: s.median / secs,
-                min: s.min / secs,
-                max: s.max / secs,
-                q1: s.q1 / secs,
-                q3: s.q3 / secs,
-                n: s.n,
-            });
+            let opened_per_s = cx
+                .data
+                .spread(c, Metric::ConnectionsOpened)
+                .map(|s| Spread {
+                    median: s.median / secs,
+                    min: s.min / secs,
+                    max: s.max / secs,
+                    q1: s.q1 / secs,
+                    q3: s.q3 / secs,
+                    n: s.n,
+                });
             let steady = opened_per_s.map(|s| s.median * 60.0);
             vec![
                 (*n).to_owned(),
@@ -1332,10 +1355,7 @@ fn pool(cx: &Context) -> Section {
                 )
             }),
             first_drop.map_or(
-                format!(
-                    "none up to {}/s",
-                    cells.last().map_or(0, |c| rate_of(c))
-                ),
+                format!("none up to {}/s", cells.last().map_or(0, |c| rate_of(c))),
                 |c| {
                     format!(
                         "{}/s: {} req/s achieved, {}% dropped, p95 {} ms",

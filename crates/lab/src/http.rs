@@ -195,7 +195,6 @@ pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> anyhow::Result<Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read as _;
     use std::net::TcpListener;
 
     /// A one-connection server that answers each request with the next

@@ -231,7 +231,12 @@ impl Lab {
     }
 
     /// One round of one cell.
-    pub fn measure(&mut self, experiment: &str, cell: &Cell, round: u32) -> anyhow::Result<RoundRecord> {
+    pub fn measure(
+        &mut self,
+        experiment: &str,
+        cell: &Cell,
+        round: u32,
+    ) -> anyhow::Result<RoundRecord> {
         self.seq += 1;
         let seq = self.seq;
         let header = format!("#{seq} {experiment}: {} round {round}", cell.label());

@@ -356,8 +356,18 @@ pub fn seed(cfg: &ServiceConfig) -> anyhow::Result<()> {
         return Ok(());
     };
     for (bin, var, url, name) in [
-        (&cfg.bins.order, "ORDER_DATABASE_URL", &db.orders, "order-service"),
-        (&cfg.bins.user, "USER_DATABASE_URL", &db.users, "user-service"),
+        (
+            &cfg.bins.order,
+            "ORDER_DATABASE_URL",
+            &db.orders,
+            "order-service",
+        ),
+        (
+            &cfg.bins.user,
+            "USER_DATABASE_URL",
+            &db.users,
+            "user-service",
+        ),
     ] {
         println!("seeding {name}'s database (once; idempotent)…");
         let out = Command::new(bin)
@@ -371,7 +381,12 @@ pub fn seed(cfg: &ServiceConfig) -> anyhow::Result<()> {
                 "{name} seed failed ({}): {}\n(does the database exist? createdb -h HOST -U USER {})",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim(),
-                url.rsplit('/').next().unwrap_or("").split('?').next().unwrap_or("")
+                url.rsplit('/')
+                    .next()
+                    .unwrap_or("")
+                    .split('?')
+                    .next()
+                    .unwrap_or("")
             );
         }
     }

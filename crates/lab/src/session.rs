@@ -108,10 +108,10 @@ fn validate(opts: &RunOptions) -> anyhow::Result<()> {
             bail!("--transports needs at least one transport");
         }
     }
-    if let Some(sizes) = &opts.sizes {
-        if sizes.is_empty() || sizes.iter().any(|&s| s > 10_000) {
-            bail!("--sizes takes orders per call from 0 to 10000");
-        }
+    if let Some(sizes) = &opts.sizes
+        && (sizes.is_empty() || sizes.iter().any(|&s| s > 10_000))
+    {
+        bail!("--sizes takes orders per call from 0 to 10000");
     }
     if opts.rounds == Some(0) {
         bail!("--rounds must be at least 1");
@@ -142,7 +142,11 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     validate(&opts)?;
     let experiment = opts.experiment.unwrap_or(Experiment::All);
     let experiments = experiment.expand();
-    let plan = Plan::new(opts.quick, opts.transports.as_deref(), opts.sizes.as_deref());
+    let plan = Plan::new(
+        opts.quick,
+        opts.transports.as_deref(),
+        opts.sizes.as_deref(),
+    );
     let d = default_timing(opts.quick);
     let timing = Timing {
         rounds: opts.rounds.unwrap_or(d.rounds),
@@ -193,7 +197,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         pin: opts.pin,
         log_dir: dir.join("logs"),
     };
-    if svc.pin && std::process::Command::new("taskset").arg("-V").output().is_err() {
+    if svc.pin
+        && std::process::Command::new("taskset")
+            .arg("-V")
+            .output()
+            .is_err()
+    {
         bail!("--pin needs taskset (util-linux)");
     }
     let mut info = RunInfo {
@@ -300,8 +309,10 @@ fn run_pool_ladder(
             break;
         }
         let cells = experiments::pool_cells(plan, rate, &climbing);
-        let named: Vec<(String, Cell)> =
-            cells.iter().map(|c| ("pool".to_owned(), c.clone())).collect();
+        let named: Vec<(String, Cell)> = cells
+            .iter()
+            .map(|c| ("pool".to_owned(), c.clone()))
+            .collect();
         lab.run_cells(&named)?;
         let data = Data::new(&lab.results);
         let before = climbing.len();
@@ -350,12 +361,12 @@ pub fn load(dir: &Path) -> anyhow::Result<(RunInfo, Results)> {
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with("wire-size"));
         if is_wire {
-            let w: WireRecord = serde_json::from_str(&text)
-                .with_context(|| format!("parsing {}", p.display()))?;
+            let w: WireRecord =
+                serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
             results.wire.push(w);
         } else {
-            let r: RoundRecord = serde_json::from_str(&text)
-                .with_context(|| format!("parsing {}", p.display()))?;
+            let r: RoundRecord =
+                serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
             results.records.push(r);
         }
     }

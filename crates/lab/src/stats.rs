@@ -94,7 +94,10 @@ mod tests {
     #[test]
     fn one_value_is_its_own_spread() {
         let s = Spread::of(&[7.0]).expect("values");
-        assert_eq!((s.median, s.min, s.max, s.q1, s.q3), (7.0, 7.0, 7.0, 7.0, 7.0));
+        assert_eq!(
+            (s.median, s.min, s.max, s.q1, s.q3),
+            (7.0, 7.0, 7.0, 7.0, 7.0)
+        );
     }
 
     #[test]

@@ -179,42 +179,42 @@ impl Direct {
 fn direct(running: &Running, kind: Direct, orders: u32) -> anyhow::Result<WireRow> {
     let user = user_for(orders);
     let limit = orders.max(1);
-    let (addr, method, path, headers, body): (_, _, String, Vec<(&str, &str)>, Vec<u8>) =
-        match kind {
-            Direct::RestJson | Direct::RestProto => (
-                running.ports.order_rest_addr(),
-                "GET",
-                format!("/v2/orders?user_id={user}&limit={limit}"),
-                vec![(
-                    "accept",
-                    if kind == Direct::RestJson {
-                        "application/json"
-                    } else {
-                        "application/x-protobuf"
-                    },
-                )],
-                Vec::new(),
-            ),
-            Direct::GrpcWeb => {
-                let msg = proto::order::v2::ListOrdersRequest {
-                    user_id: user.clone(),
-                    page_size: limit as i32,
-                    ..Default::default()
-                }
-                .encode_to_vec();
-                (
-                    running.ports.order_grpc_addr(),
-                    "POST",
-                    "/order.v2.OrderService/ListOrders".to_owned(),
-                    vec![
-                        ("content-type", "application/grpc-web+proto"),
-                        ("accept", "application/grpc-web+proto"),
-                        ("x-grpc-web", "1"),
-                    ],
-                    grpc_frame(0, &msg),
-                )
+    let (addr, method, path, headers, body): (_, _, String, Vec<(&str, &str)>, Vec<u8>) = match kind
+    {
+        Direct::RestJson | Direct::RestProto => (
+            running.ports.order_rest_addr(),
+            "GET",
+            format!("/v2/orders?user_id={user}&limit={limit}"),
+            vec![(
+                "accept",
+                if kind == Direct::RestJson {
+                    "application/json"
+                } else {
+                    "application/x-protobuf"
+                },
+            )],
+            Vec::new(),
+        ),
+        Direct::GrpcWeb => {
+            let msg = proto::order::v2::ListOrdersRequest {
+                user_id: user.clone(),
+                page_size: limit as i32,
+                ..Default::default()
             }
-        };
+            .encode_to_vec();
+            (
+                running.ports.order_grpc_addr(),
+                "POST",
+                "/order.v2.OrderService/ListOrders".to_owned(),
+                vec![
+                    ("content-type", "application/grpc-web+proto"),
+                    ("accept", "application/grpc-web+proto"),
+                    ("x-grpc-web", "1"),
+                ],
+                grpc_frame(0, &msg),
+            )
+        }
+    };
     let mut conn = Conn::open(addr, TIMEOUT)?;
     let (mut out, mut inn) = (0u64, 0u64);
     for i in 0..WARM_CALLS + COUNTED_CALLS {

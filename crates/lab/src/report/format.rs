@@ -13,7 +13,11 @@ pub fn num(v: f64) -> String {
         return MISSING.to_owned();
     }
     let a = v.abs();
-    if a >= 100.0 || a == 0.0 {
+    // Below what the other branches would print, a value is zero (a sum of
+    // effects that cancel leaves 1e-14, not information).
+    if a < 0.0005 {
+        "0".to_owned()
+    } else if a >= 100.0 {
         thousands(v.round())
     } else if a >= 10.0 {
         format!("{v:.1}")
@@ -79,7 +83,9 @@ pub fn ratio(s: Option<Spread>) -> String {
 /// A signed difference with its spread: `+123 (+100…+140)`.
 pub fn signed(s: Option<Spread>) -> String {
     let sg = |v: f64| {
-        if v >= 0.0 {
+        if num(v) == "0" {
+            "0".to_owned()
+        } else if v >= 0.0 {
             format!("+{}", num(v))
         } else {
             num(v)
@@ -133,6 +139,8 @@ mod tests {
         assert_eq!(num(1.234), "1.23");
         assert_eq!(num(0.1234), "0.123");
         assert_eq!(num(0.0), "0");
+        assert_eq!(num(-1e-14), "0");
+        assert_eq!(signed(sp(&[-1e-14, 1e-14])), "0");
         assert_eq!(num(-1500.0), "-1,500");
         assert_eq!(num(f64::NAN), MISSING);
     }

@@ -249,7 +249,10 @@ pub fn line_chart(c: &LineChart) -> String {
     let x_ticks: Vec<(f64, String)> = if xs.len() <= 12 {
         xs.iter().map(|v| (*v, short_number(*v))).collect()
     } else {
-        x.ticks().into_iter().map(|v| (v, short_number(v))).collect()
+        x.ticks()
+            .into_iter()
+            .map(|v| (v, short_number(v)))
+            .collect()
     };
     axes(&mut out, &x, &y, &x_ticks);
     for (i, s) in c.series.iter().enumerate() {

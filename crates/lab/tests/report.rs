@@ -1,0 +1,151 @@
+//! Rendering a whole report from a complete (synthetic) run: every table of
+//! every experiment filled, charts written, and a results directory read
+//! back and rendered again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use lab::experiments::Experiment;
+use lab::runner::write_json;
+use lab::session::{build_report, load, rerender};
+
+#[test]
+fn a_complete_run_of_all_has_no_empty_cell() {
+    let (info, results) = common::synthetic(Experiment::All, true, 2);
+    let report = build_report(&info, &results);
+    let empty = report.empty_cells();
+    assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
+    let titles: Vec<&str> = report.sections.iter().map(|s| s.id.as_str()).collect();
+    for id in [
+        "payload",
+        "factorial",
+        "floor",
+        "wire-size",
+        "schema",
+        "streaming",
+        "naive",
+        "pool",
+        "flags",
+        "cells",
+    ] {
+        assert!(titles.contains(&id), "no {id} section in {titles:?}");
+    }
+    assert!(report.tables().all(|t| !t.reading.is_empty()));
+    let charts: Vec<&str> = report.charts().map(|c| c.file.as_str()).collect();
+    for c in [
+        "payload-throughput.svg",
+        "payload-latency-1.svg",
+        "payload-latency-1000.svg",
+        "pool-drops.svg",
+    ] {
+        assert!(charts.contains(&c), "no chart {c} in {charts:?}");
+    }
+}
+
+#[test]
+fn the_full_plan_renders_too() {
+    let (info, results) = common::synthetic(Experiment::All, false, 3);
+    let report = build_report(&info, &results);
+    let empty = report.empty_cells();
+    assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
+}
+
+#[test]
+fn the_report_records_machine_versions_commit_and_settings() {
+    let (info, results) = common::synthetic(Experiment::Payload, true, 2);
+    let md = build_report(&info, &results).markdown();
+    for needle in [
+        "2 cores, Test CPU, 24.0 GiB",
+        "rustc 1.95.0; k6 v1.1.0",
+        "abcdef123456",
+        "2 rounds × 2.00 s measured after 1.00 s warm-up",
+        "in memory",
+        "`lab run payload --quick`",
+    ] {
+        assert!(md.contains(needle), "report lacks {needle:?}");
+    }
+}
+
+#[test]
+fn ratios_and_readings_name_the_baseline() {
+    let (info, results) = common::synthetic(Experiment::Payload, true, 2);
+    let report = build_report(&info, &results);
+    let t = report
+        .tables()
+        .find(|t| t.caption.starts_with("Throughput"))
+        .expect("a throughput table");
+    let h1 = t
+        .rows
+        .iter()
+        .find(|r| r[0] == "h1-json")
+        .expect("h1-json row");
+    assert!(h1[1].ends_with("×1"), "{h1:?}");
+    let tcp = t
+        .rows
+        .iter()
+        .find(|r| r[0] == "tcp-proto")
+        .expect("tcp-proto row");
+    assert!(tcp[1].contains('×'), "{tcp:?}");
+    assert!(t.reading.contains("h1-json"), "{}", t.reading);
+}
+
+#[test]
+fn a_missing_round_shows_as_missing_not_as_zero() {
+    let (info, mut results) = common::synthetic(Experiment::Naive, true, 2);
+    results.records.retain(|r| r.cell.via != "h1-json-close");
+    let empty = build_report(&info, &results).empty_cells();
+    assert!(!empty.is_empty(), "a cell with no rounds must show as n/a");
+    assert!(
+        empty.iter().any(|e| e.contains("h1-json-close")),
+        "{empty:?}"
+    );
+}
+
+#[test]
+fn a_results_directory_is_read_back_and_rendered_again() {
+    let (info, results) = common::synthetic(Experiment::All, true, 2);
+    let dir = common::temp_dir("rerender");
+    write_json(&dir.join("run.json"), &info).unwrap();
+    for (i, r) in results.records.iter().enumerate() {
+        write_json(
+            &dir.join("rounds")
+                .join(format!("{i:04}-{}-r{}.json", r.cell.id(), r.round)),
+            r,
+        )
+        .unwrap();
+    }
+    for w in &results.wire {
+        write_json(
+            &dir.join("rounds")
+                .join(format!("wire-size-r{}.json", w.round)),
+            w,
+        )
+        .unwrap();
+    }
+    let (info2, results2) = load(&dir).unwrap();
+    assert_eq!(results2.records.len(), results.records.len());
+    assert_eq!(results2.wire.len(), results.wire.len());
+    let (a, b) = (
+        build_report(&info2, &results2).markdown(),
+        build_report(&info, &results).markdown(),
+    );
+    if a != b {
+        let line = a
+            .lines()
+            .zip(b.lines())
+            .find(|(x, y)| x != y)
+            .map(|(x, y)| format!("read back: {x}\noriginal:  {y}"));
+        panic!("the report read back differs: {line:?}");
+    }
+    rerender(&dir).unwrap();
+    for f in [
+        "report.md",
+        "report.html",
+        "payload-throughput.svg",
+        "pool-drops.svg",
+    ] {
+        assert!(dir.join(f).is_file(), "{f} not written");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
