@@ -4,81 +4,49 @@
 use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use model::json::ErrorJson;
+use negotiate::{WireError, error_response};
 
 use crate::service::AppError;
 
-/// Everything a REST handler can fail with.
+/// Everything a REST handler can fail with: the service's own errors, and
+/// what is wrong with the request on the wire.
 #[derive(Debug, thiserror::Error)]
 pub enum RestError {
     #[error(transparent)]
     App(#[from] AppError),
-    #[error("{0}")]
-    BadBody(String),
-    #[error("the query string is invalid: {0}")]
-    BadQuery(String),
-    #[error("the body is larger than the limit of {0} bytes")]
-    TooLarge(usize),
-    #[error("Content-Type {0:?} is not supported: send application/json or application/x-protobuf")]
-    UnsupportedMediaType(String),
-    #[error(
-        "Accept {0:?} names no type this route serves: application/json or application/x-protobuf"
-    )]
-    NotAcceptable(String),
-    #[error("no route for {0}")]
-    NoRoute(String),
+    #[error(transparent)]
+    Wire(#[from] WireError),
 }
 
 impl From<QueryRejection> for RestError {
     fn from(r: QueryRejection) -> Self {
-        RestError::BadQuery(r.body_text())
+        RestError::Wire(r.into())
     }
 }
 
-impl RestError {
-    fn status(&self) -> StatusCode {
-        match self {
-            RestError::App(e) => match e {
-                AppError::Invalid(_) => StatusCode::BAD_REQUEST,
-                AppError::NotFound(_) => StatusCode::NOT_FOUND,
-                AppError::KeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-                AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            },
-            RestError::BadBody(_) | RestError::BadQuery(_) => StatusCode::BAD_REQUEST,
-            RestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            RestError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            RestError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
-            RestError::NoRoute(_) => StatusCode::NOT_FOUND,
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            RestError::App(e) => e.kind(),
-            RestError::BadBody(_) | RestError::BadQuery(_) => "invalid_argument",
-            RestError::TooLarge(_) => "payload_too_large",
-            RestError::UnsupportedMediaType(_) => "unsupported_media_type",
-            RestError::NotAcceptable(_) => "not_acceptable",
-            RestError::NoRoute(_) => "not_found",
-        }
+fn status(e: &AppError) -> StatusCode {
+    match e {
+        AppError::Invalid(_) => StatusCode::BAD_REQUEST,
+        AppError::NotFound(_) => StatusCode::NOT_FOUND,
+        AppError::KeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
-        if let RestError::App(e) = &self {
-            e.log();
+        match self {
+            RestError::App(e) => {
+                e.log();
+                error_response(
+                    status(&e),
+                    e.kind(),
+                    e.to_string(),
+                    e.field().map(str::to_owned),
+                )
+            }
+            RestError::Wire(w) => w.into_response(),
         }
-        let body = ErrorJson {
-            error: self.kind().to_owned(),
-            message: self.to_string(),
-            field: match &self {
-                RestError::App(e) => e.field().map(str::to_owned),
-                RestError::BadBody(_) | RestError::TooLarge(_) => Some("body".to_owned()),
-                _ => None,
-            },
-        };
-        (self.status(), axum::Json(body)).into_response()
     }
 }

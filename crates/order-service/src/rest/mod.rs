@@ -3,11 +3,11 @@
 //!
 //! # Layout
 //! - this file: the routes and their handlers, with their OpenAPI annotations;
-//! - [`negotiate`]: `Accept` / `Content-Type` handling and bounded body reads;
+//! - the `negotiate` crate: `Accept` / `Content-Type` handling and bounded
+//!   body reads, shared with user-service;
 //! - [`error`]: the one mapping from errors to statuses and JSON bodies.
 
 pub mod error;
-pub mod negotiate;
 
 use std::sync::Arc;
 
@@ -26,7 +26,7 @@ use utoipa::{IntoParams, OpenApi};
 use crate::service::{AppError, Orders};
 use crate::store::OrderStore as _;
 use error::RestError;
-use negotiate::{Format, read_body};
+use negotiate::{Format, WireError, read_body};
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
@@ -300,12 +300,12 @@ async fn create_order(
     let (new, key) = match body_format {
         Format::Json => {
             let j: CreateOrderJson = serde_json::from_slice(&bytes)
-                .map_err(|e| RestError::BadBody(format!("the JSON body is invalid: {e}")))?;
+                .map_err(|e| WireError::BadBody(format!("the JSON body is invalid: {e}")))?;
             (NewOrder::try_from(j).map_err(AppError::from)?, None)
         }
         Format::Proto => {
             let r = <pb2::CreateOrderRequest as prost::Message>::decode(bytes)
-                .map_err(|e| RestError::BadBody(format!("the protobuf body is invalid: {e}")))?;
+                .map_err(|e| WireError::BadBody(format!("the protobuf body is invalid: {e}")))?;
             let key = (!r.idempotency_key.is_empty()).then(|| r.idempotency_key.clone());
             (NewOrder::try_from(r).map_err(AppError::from)?, key)
         }
@@ -402,5 +402,5 @@ async fn readyz(State(st): State<RestState>) -> Result<&'static str, RestError> 
 }
 
 async fn not_found(uri: axum::http::Uri) -> Response {
-    RestError::NoRoute(uri.path().to_owned()).into_response()
+    WireError::NoRoute(uri.path().to_owned()).into_response()
 }

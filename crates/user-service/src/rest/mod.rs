@@ -9,7 +9,6 @@
 //! - `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/openapi.json`.
 
 pub mod error;
-pub mod negotiate;
 
 use std::sync::Arc;
 
@@ -19,8 +18,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bytes::Bytes;
-use http_body_util::BodyExt as _;
 use model::json::{ErrorJson, OrderJson};
 use model::{FieldSet, ParseError};
 use prost::Message as _;
@@ -30,12 +27,12 @@ use utoipa::OpenApi;
 use uuid::Uuid;
 
 use self::error::RestError;
-use self::negotiate::Format;
 use crate::domain::{
     NewUser, RegisterUserJson, UserEnvelopeJson, UserJson, UserWithOrdersJson, user_to_pb,
 };
 use crate::metrics::Metrics;
 use crate::service::{AppError, DEFAULT_LIMIT, Service};
+use negotiate::{Format, WireError};
 
 /// The transport that fetched the orders (also a request header choosing it).
 pub const X_VIA: HeaderName = HeaderName::from_static("x-via");
@@ -65,7 +62,7 @@ pub fn router(state: AppState) -> Router {
         .route_layer(telemetry::metrics::RecordLayer::new(
             state.metrics.requests.clone(),
         ))
-        .fallback(|uri: Uri| async move { RestError::NoRoute(uri.path().to_owned()) })
+        .fallback(|uri: Uri| async move { WireError::NoRoute(uri.path().to_owned()) })
         .with_state(state)
         // Failures are logged once, by the error mapping, with their cause.
         // The server span continues the caller's trace (k6, or any client
@@ -79,17 +76,6 @@ pub fn router(state: AppState) -> Router {
 
 fn parse_id(id: &str) -> Result<Uuid, RestError> {
     Ok(model::v2::parse_uuid("id", id).map_err(AppError::from)?)
-}
-
-/// Reads a request body of at most [`MAX_BODY`] bytes.
-async fn read_body(body: Body) -> Result<Bytes, RestError> {
-    match http_body_util::Limited::new(body, MAX_BODY).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(RestError::TooLarge(MAX_BODY)),
-        Err(e) => Err(RestError::BadBody(format!(
-            "the body could not be read: {e}"
-        ))),
-    }
 }
 
 /// Registers a user.
@@ -109,16 +95,16 @@ async fn register(
     body: Body,
 ) -> Result<Response, RestError> {
     let out = Format::accepted(&headers)?;
-    let bytes = read_body(body).await?;
+    let bytes = negotiate::read_body(&headers, body, MAX_BODY).await?;
     let new = match Format::content_type(&headers)? {
         Format::Json => {
             let form: RegisterUserJson = serde_json::from_slice(&bytes)
-                .map_err(|e| RestError::BadBody(format!("the body is not a registration: {e}")))?;
+                .map_err(|e| WireError::BadBody(format!("the body is not a registration: {e}")))?;
             NewUser::try_from(form).map_err(AppError::from)?
         }
         Format::Proto => {
             let form = pb::RegisterUserRequest::decode(bytes).map_err(|e| {
-                RestError::BadBody(format!("the body is not a RegisterUserRequest: {e}"))
+                WireError::BadBody(format!("the body is not a RegisterUserRequest: {e}"))
             })?;
             NewUser::try_from(form).map_err(AppError::from)?
         }
