@@ -11,7 +11,10 @@
 //! # Layout
 //! - [`Format`]: negotiation, and responses in the chosen format;
 //! - [`read_body`]: the bounded body read;
-//! - [`WireError`] and [`error_response`]: the errors and their JSON body.
+//! - [`WireError`] and [`error_response`]: the errors and their JSON body;
+//! - [`shed`]: load shedding, the concurrency bound of every listener.
+
+pub mod shed;
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;

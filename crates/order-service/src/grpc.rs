@@ -47,6 +47,8 @@ pub struct GrpcLimits {
     pub max_message_bytes: usize,
     /// Lookups one bidi stream may have in flight; more wait for a slot.
     pub max_lookups_in_flight: usize,
+    /// Calls in service at once on the listener; past it, RESOURCE_EXHAUSTED at once.
+    pub max_concurrent_requests: usize,
 }
 
 /// The v2 service.
@@ -269,6 +271,12 @@ fn oversize_is_resource_exhausted<B>(mut res: http::Response<B>) -> http::Respon
     res
 }
 
+/// The answer to a call shed by the concurrency limit.
+fn overloaded() -> http::Response<tonic::body::Body> {
+    Status::resource_exhausted("the service is at its limit of concurrent requests: retry later")
+        .into_http()
+}
+
 /// Serves gRPC (and gRPC-web) on `listener` until `shutdown` is cancelled.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -310,6 +318,11 @@ pub async fn serve(
         .layer(tower::util::MapResponseLayer::new(
             oversize_is_resource_exhausted::<tonic::body::Body>,
         ))
+        // Inside gRPC-web, so a gRPC-web caller gets its own framing of the refusal.
+        .layer(
+            negotiate::shed::ShedLayer::new(limits.max_concurrent_requests, overloaded)
+                .exempt(&["/grpc.health.", "/grpc.reflection."]),
+        )
         .add_service(health_service)
         .add_service(reflection)
         .add_service(v2)

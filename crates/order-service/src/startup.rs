@@ -118,6 +118,7 @@ impl Application {
             orders: self.orders.clone(),
             max_body_bytes: s.max_body_bytes,
             metrics: metrics.clone(),
+            max_concurrent_requests: s.max_concurrent_requests,
         });
         let rest = tokio::spawn({
             let t = token.clone();
@@ -135,6 +136,7 @@ impl Application {
             GrpcLimits {
                 max_message_bytes: s.max_message_bytes,
                 max_lookups_in_flight: s.max_lookups_in_flight,
+                max_concurrent_requests: s.max_concurrent_requests,
             },
             metrics.clone(),
             token.clone(),

@@ -32,6 +32,12 @@ impl UserApi {
     }
 }
 
+/// The answer to a call shed by the concurrency limit.
+pub fn overloaded() -> http::Response<tonic::body::Body> {
+    Status::resource_exhausted("the service is at its limit of concurrent requests: retry later")
+        .into_http()
+}
+
 /// The one mapping from the use cases' error to a gRPC status.
 pub fn to_status(e: AppError) -> Status {
     e.log();

@@ -140,6 +140,12 @@ pub struct Settings {
     #[arg(long, env = "USER_UPSTREAM_TIMEOUT_MS", default_value_t = 5000)]
     pub upstream_timeout_ms: u64,
 
+    /// Requests in service at once, per listener (REST; gRPC); past it a
+    /// request is answered at once with 503 / RESOURCE_EXHAUSTED instead of
+    /// queueing. Health, metrics and reflection are never refused.
+    #[arg(long, env = "USER_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
+    pub max_concurrent_requests: usize,
+
     /// Log format: `json`, `pretty`, or `auto` (JSON unless stdout is a terminal).
     #[arg(long, env = "USER_LOG_FORMAT", default_value = "auto")]
     pub log_format: String,
@@ -166,6 +172,7 @@ impl Default for Settings {
             default_via: Transport::Grpc,
             pool_size: 4,
             upstream_timeout_ms: 5000,
+            max_concurrent_requests: 512,
             log_format: "auto".to_owned(),
         }
     }

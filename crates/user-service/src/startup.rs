@@ -90,6 +90,7 @@ impl Application {
             state: AppState {
                 service: Service::new(store, upstreams),
                 metrics,
+                max_concurrent_requests: settings.max_concurrent_requests,
             },
         })
     }
@@ -142,6 +143,13 @@ impl Application {
             .layer(telemetry::metrics::RecordLayer::new(
                 self.state.metrics.requests.clone(),
             ))
+            .layer(
+                negotiate::shed::ShedLayer::new(
+                    self.state.max_concurrent_requests,
+                    crate::grpc::overloaded,
+                )
+                .exempt(&["/grpc.health.", "/grpc.reflection."]),
+            )
             .add_service(health_service)
             .add_service(reflection)
             .add_service(UserApi::server(self.state.service.clone()))

@@ -36,6 +36,8 @@ pub struct RestState {
     pub max_body_bytes: usize,
     /// Requests served on every API, for /metrics.
     pub metrics: Arc<RequestMetrics>,
+    /// API requests in service at once; past it, 503 `overloaded` at once.
+    pub max_concurrent_requests: usize,
 }
 
 /// The REST router.
@@ -44,6 +46,12 @@ pub fn router(state: RestState) -> Router {
         .route("/v2/orders", get(list_orders).post(create_order))
         .route("/v2/orders/{id}", get(get_order))
         .route("/v1/orders", get(list_orders_v1))
+        // Only the routes above are shed: health checks and /metrics still
+        // answer on an overloaded instance, which is alive and worth watching.
+        .route_layer(negotiate::shed::ShedLayer::new(
+            state.max_concurrent_requests,
+            negotiate::shed::overloaded,
+        ))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

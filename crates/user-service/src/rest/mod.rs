@@ -47,6 +47,8 @@ const MAX_BODY: usize = 64 * 1024;
 pub struct AppState {
     pub service: Service,
     pub metrics: Arc<Metrics>,
+    /// API requests in service at once; past it, 503 `overloaded` at once.
+    pub max_concurrent_requests: usize,
 }
 
 /// Every route.
@@ -55,6 +57,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/users", post(register))
         .route("/v1/users/{id}", get(get_user))
         .route("/v1/users/{id}/orders", get(get_user_orders))
+        // Only the routes above are shed: health checks and /metrics still
+        // answer on an overloaded instance, which is alive and worth watching.
+        .route_layer(negotiate::shed::ShedLayer::new(
+            state.max_concurrent_requests,
+            negotiate::shed::overloaded,
+        ))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

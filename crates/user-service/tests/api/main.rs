@@ -6,6 +6,7 @@
 
 mod budget;
 mod helpers;
+mod overload;
 mod resilience;
 mod traces;
 mod transports;

@@ -1,0 +1,145 @@
+//! Overload: past its concurrency limit the service refuses at once (503 with
+//! the JSON error body, RESOURCE_EXHAUSTED on gRPC) instead of queueing, its
+//! memory stays bounded, and it serves normally the moment the load drops.
+//!
+//! On Postgres, so that requests wait on the database and really are in
+//! service together (the in-memory store answers without ever yielding, so a
+//! two-thread runtime would never have more than two at once).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, spawn_with};
+use proto::order::v2 as pb2;
+
+/// The user with 10,000 orders: each answer is about 5 MB of JSON.
+const BIG: &str = "00000000-0000-0000-0000-000000010000";
+const LIMIT: usize = 2;
+const CALLERS: usize = 50;
+
+/// This process's resident memory in bytes (the service runs in it).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line");
+    kb * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_limit_rest_requests_get_503_at_once_and_memory_stays_bounded() {
+    let app = spawn_with(Backend::Postgres, |s| s.max_concurrent_requests = LIMIT).await;
+    let url = app.url(&format!("/v2/orders?user_id={BIG}&limit=10000"));
+    // One request first, so the baseline includes a served answer's buffers.
+    let warm = reqwest::get(&url).await.expect("a warm-up answer");
+    assert_eq!(warm.status(), 200);
+    drop(warm.bytes().await);
+    let before = rss_bytes();
+
+    let started = Instant::now();
+    let calls = (0..CALLERS).map(|_| {
+        // A client each: one connection each, so all of them are in at once.
+        let client = reqwest::Client::builder()
+            .http1_only()
+            .build()
+            .expect("a client");
+        let url = url.clone();
+        tokio::spawn(async move {
+            let res = client.get(&url).send().await.expect("an answer");
+            let status = res.status().as_u16();
+            let body = res.bytes().await.expect("a whole body");
+            // Keep only what is checked: the callers' copies are not the service's memory.
+            let len = body.len();
+            (status, len, (status != 200).then_some(body))
+        })
+    });
+    let (mut served, mut shed) = (0, 0);
+    for call in futures::future::join_all(calls).await {
+        let (status, len, body) = call.expect("the caller task");
+        let body = body.unwrap_or_default();
+        match status {
+            200 => {
+                assert!(len > 1 << 20, "a short answer: {len} bytes");
+                served += 1;
+            }
+            503 => {
+                shed += 1;
+                let e: serde_json::Value = serde_json::from_slice(&body).expect("a JSON body");
+                assert_eq!(e["error"], "overloaded", "{e}");
+                assert!(e["message"].as_str().is_some_and(|m| m.contains("retry")));
+            }
+            other => panic!("status {other}: {}", String::from_utf8_lossy(&body)),
+        }
+    }
+    let took = started.elapsed();
+    let grew = rss_bytes().saturating_sub(before);
+    eprintln!(
+        "{served} served, {shed} shed in {took:?}; RSS grew {} MB",
+        grew >> 20
+    );
+    assert!(shed > 0, "nothing was shed: {served} served");
+    assert!(served >= 1, "nothing was served");
+    // Fifty 10,000-order answers in service at once would take hundreds of MB.
+    assert!(grew < 64 << 20, "RSS grew by {} MB", grew >> 20);
+
+    // Straight after, the service serves normally again.
+    for _ in 0..3 {
+        let res = reqwest::get(&url).await.expect("an answer");
+        assert_eq!(res.status(), 200);
+    }
+    let health = reqwest::get(app.url("/healthz")).await.expect("health");
+    assert_eq!(health.status(), 200);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_limit_grpc_calls_get_resource_exhausted_and_health_still_answers() {
+    let app = spawn_with(Backend::Postgres, |s| s.max_concurrent_requests = LIMIT).await;
+    let calls = (0..CALLERS).map(|_| {
+        let grpc = format!("http://{}", app.grpc);
+        tokio::spawn(async move {
+            let mut c = pb2::order_service_client::OrderServiceClient::connect(grpc)
+                .await
+                .expect("a channel")
+                .max_decoding_message_size(64 << 20);
+            c.list_orders(pb2::ListOrdersRequest {
+                user_id: BIG.into(),
+                page_size: 10_000,
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner().orders.len())
+        })
+    });
+    let (mut served, mut shed) = (0, 0);
+    for call in futures::future::join_all(calls).await {
+        match call.expect("the caller task") {
+            Ok(n) => {
+                assert_eq!(n, 10_000);
+                served += 1;
+            }
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => shed += 1,
+            Err(s) => panic!("unexpected {s:?}"),
+        }
+    }
+    assert!(shed > 0, "nothing was shed: {served} served");
+    assert!(served >= 1, "nothing was served");
+
+    let mut c = app.grpc_v2().await;
+    let again = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.list_orders(pb2::ListOrdersRequest {
+            user_id: BIG.into(),
+            page_size: 10_000,
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("served");
+    assert_eq!(again.into_inner().orders.len(), 10_000);
+    app.stop().await;
+}
