@@ -132,6 +132,10 @@ pub struct RoundRecord {
     pub tcp_after: TcpStates,
     /// Cores of the machine, to express CPU as a share of it.
     pub cores: u32,
+    /// CPU the rest of the machine used during the measured run (other
+    /// programs, the lab itself), in µs: a busy neighbour slows every cell.
+    #[serde(default)]
+    pub other_cpu_us: f64,
     /// Whether each process was pinned, and where (`--pin`).
     pub pinning: Option<String>,
     /// Why this round's numbers should be read with care.
@@ -142,6 +146,10 @@ pub struct RoundRecord {
 
 /// The share of a core above which k6 counts as the bottleneck.
 pub const K6_SATURATED_CORES: f64 = 0.9;
+
+/// Other processes' CPU, in cores, above which a round is flagged as run on
+/// a busy machine.
+pub const BUSY_NEIGHBOUR_CORES: f64 = 0.25;
 
 /// The figures of one round, derived from its [`RoundRecord`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -169,6 +177,8 @@ pub struct Measures {
     pub k6_cores: f64,
     /// All three processes' CPU as a share of the machine.
     pub machine_busy: f64,
+    /// Other processes' CPU during the measured run, in cores.
+    pub other_cores: f64,
 }
 
 impl Measures {
@@ -201,6 +211,7 @@ impl Measures {
             time_wait_after: f64::from(r.tcp_after.time_wait),
             k6_cores: r.cpu.k6_us / 1e6 / secs,
             machine_busy: total_cpu / 1e6 / secs / f64::from(r.cores.max(1)),
+            other_cores: r.other_cpu_us / 1e6 / secs,
         }
     }
 
@@ -251,6 +262,7 @@ pub enum Metric {
     RssK6,
     TimeWait,
     K6Cores,
+    OtherCores,
     BadAnswers,
 }
 
@@ -310,6 +322,7 @@ impl Metric {
             RssK6 => m.rss.k6_kb / 1024.0,
             TimeWait => m.time_wait_new,
             K6Cores => m.k6_cores,
+            OtherCores => m.other_cores,
             BadAnswers => m.bad_answers,
         })
     }
@@ -327,7 +340,7 @@ impl Metric {
             UpstreamCallsPerIteration => "calls",
             CpuOrder | CpuUser | CpuServices | CpuK6 | CpuServicesPerIteration => "µs",
             RssOrder | RssUser | RssK6 => "MiB",
-            K6Cores => "cores",
+            K6Cores | OtherCores => "cores",
         }
     }
 
@@ -389,6 +402,7 @@ mod tests {
                 time_wait: 3,
             },
             cores: 2,
+            other_cpu_us: 500_000.0,
             pinning: None,
             flags: vec![],
             k6_summary: serde_json::Value::Null,
@@ -409,6 +423,7 @@ mod tests {
         assert_eq!(Metric::RssOrder.of(&m), Some(2.0));
         assert!((m.k6_cores - 0.95).abs() < 1e-12);
         assert!((m.machine_busy - 0.725).abs() < 1e-12);
+        assert!((m.other_cores - 0.25).abs() < 1e-12);
         // TIME_WAIT sockets that expired do not make a negative count.
         assert_eq!(m.time_wait_new, 0.0);
         let share = Metric::DroppedShare.of(&m).expect("defined");

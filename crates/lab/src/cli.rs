@@ -72,10 +72,11 @@ pub struct RunArgs {
     /// Rounds per cell (default 3; 2 with --quick).
     #[arg(long, value_name = "R")]
     pub rounds: Option<u32>,
-    /// Measured seconds per round (default 15; 2 with --quick).
+    /// Measured seconds per round, at least 1 (default 15; 2 with --quick).
     #[arg(long, value_name = "S")]
     pub duration: Option<f64>,
-    /// Warm-up seconds per round, excluded from results (default 5; 1 with --quick).
+    /// Warm-up seconds per round, excluded from results: 0 or at least 1
+    /// (default 5; 1 with --quick).
     #[arg(long, value_name = "S")]
     pub warmup: Option<f64>,
     /// Postgres server URL, e.g. postgres://postgres@127.0.0.1:5432: the

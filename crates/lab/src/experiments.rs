@@ -600,7 +600,7 @@ fn latency_chart(cx: &Context, file: &str, title: &str, cells: &[(String, Cell)]
 /// Every measured figure of some cells, compactly.
 pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Table {
     use Metric::*;
-    let cols: [(Metric, &str); 21] = [
+    let cols: [(Metric, &str); 23] = [
         (Rate, "req/s"),
         (Dropped, "dropped"),
         (E2eP50, "p50 ms"),
@@ -622,6 +622,8 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
         (RssUser, "RSS user MiB"),
         (RssOrder, "RSS order MiB"),
         (RssK6, "RSS k6 MiB"),
+        (K6Cores, "k6 cores"),
+        (OtherCores, "others' cores"),
     ];
     let mut headers = vec!["cell".to_owned()];
     headers.extend(cols.iter().map(|(_, h)| (*h).to_owned()));
@@ -688,9 +690,9 @@ fn factorial(cx: &Context) -> Section {
         "Effects in the usual 2×2 sense: **wire** = mean of the HTTP/2 cells − mean of the \
          HTTP/1.1 cells; **encoding** = mean of protobuf − mean of JSON; **interaction** = half \
          of (protobuf's effect on HTTP/2 − its effect on HTTP/1.1). The change from h1-json to \
-         h2c-proto is exactly wire + encoding, so the shares say how much of it each factor \
-         explains (a share above 100% means the other factor pulled the other way). Computed \
-         round by round.",
+         h2c-proto is exactly wire + encoding; the shares compare the two effects' sizes \
+         (|wire| / (|wire| + |encoding|)), so they stay meaningful when the two pull opposite \
+         ways, which the signs show. Computed round by round.",
     );
     let cell = |via: &str, o: u32| Cell::closed(via, o, p.vus, p.pool);
     for &o in &p.factorial_sizes {
@@ -721,13 +723,15 @@ fn factorial(cx: &Context) -> Section {
         let wire = |v: &[f64]| Some(((v[2] + v[3]) - (v[0] + v[1])) / 2.0);
         let enc = |v: &[f64]| Some(((v[1] + v[3]) - (v[0] + v[2])) / 2.0);
         let inter = |v: &[f64]| Some(((v[3] - v[2]) - (v[1] - v[0])) / 2.0);
+        // Each main effect's part of the two effects' combined size: always
+        // 0–100%, also when the wire and the encoding pull opposite ways.
         let share = |wire_side: bool| {
             move |v: &[f64]| {
-                let a = ((v[2] + v[3]) - (v[0] + v[1])) / 2.0;
-                let b = ((v[1] + v[3]) - (v[0] + v[2])) / 2.0;
+                let a = (((v[2] + v[3]) - (v[0] + v[1])) / 2.0).abs();
+                let b = (((v[1] + v[3]) - (v[0] + v[2])) / 2.0).abs();
                 let total = a + b;
-                // A change too small to split is not given a share.
-                (total.abs() > 1e-9 * v[0].abs().max(1.0))
+                // Effects too small to split are given no share.
+                (total > 1e-9 * v[0].abs().max(1.0))
                     .then(|| if wire_side { a / total } else { b / total })
             }
         };
@@ -744,12 +748,13 @@ fn factorial(cx: &Context) -> Section {
             let se = cx.data.combine(&cells, m, share(false));
             if m == Metric::UpP50 {
                 reading = format!(
-                    "At {}, of the upstream p50 change from h1-json to h2c-proto ({}), the wire explains {} and the encoding {}; interaction {} µs.",
+                    "At {}, h1-json → h2c-proto changed the upstream p50 by {} µs: the wire (HTTP/2 instead of HTTP/1.1) {} µs, the encoding (protobuf instead of JSON) {} µs, interaction {} µs; the encoding is {} of the two effects' combined size.",
                     f::orders(o),
                     f::signed(cx.data.combine(&cells, m, |v| Some(v[3] - v[0]))),
-                    f::percent(sw),
-                    f::percent(se),
+                    f::signed(cx.data.combine(&cells, m, wire)),
+                    f::signed(cx.data.combine(&cells, m, enc)),
                     f::signed(cx.data.combine(&cells, m, inter)),
+                    f::percent(se),
                 );
             }
             rows.push(vec![
@@ -770,8 +775,8 @@ fn factorial(cx: &Context) -> Section {
                 "wire: HTTP/2 − HTTP/1.1".into(),
                 "encoding: protobuf − JSON".into(),
                 "interaction".into(),
-                "share: wire".into(),
-                "share: encoding".into(),
+                "wire's share of |wire|+|encoding|".into(),
+                "encoding's share".into(),
             ],
             rows,
             reading,
@@ -956,20 +961,48 @@ fn wire_size(cx: &Context) -> Section {
         .or_else(|| p.wire_sizes.last().copied())
         .unwrap_or(100);
     let med = |src: Source, t: &str| spread(total(src, t, mid)).map(|s| s.median);
-    let ratio = |src: Source, t: &str| match (med(src, t), med(Source::UserService, BASELINE)) {
-        (Some(a), Some(b)) if b > 0.0 => format!("×{:.2}", a / b),
-        _ => MISSING.to_owned(),
+    let base_total = med(Source::UserService, BASELINE);
+    let ratio = |src: Source, t: &str| match (med(src, t), base_total) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
     };
-    let reading = format!(
-        "At {}, per call: REST JSON (h1-json) {} B; REST on HTTP/2 (h2c-json) {}; REST protobuf (h1-proto) {}; \
-         gRPC {}; gRPC-web {}. The saving follows the encoding (protobuf), not HTTP/2.",
-        f::orders(mid),
-        med(Source::UserService, BASELINE).map_or(MISSING.to_owned(), f::num),
+    let mut parts = Vec::new();
+    for (src, t, name) in [
+        (
+            Source::UserService,
+            "h2c-json",
+            "REST JSON on HTTP/2 (h2c-json)",
+        ),
+        (Source::UserService, "h1-proto", "REST protobuf (h1-proto)"),
+        (Source::UserService, "grpc", "gRPC"),
+        (Source::LabClient, "grpc-web", "gRPC-web"),
+    ] {
+        if let Some(r) = ratio(src, t) {
+            parts.push(format!("{name} ×{r:.2}"));
+        }
+    }
+    let verdict = match (
         ratio(Source::UserService, "h2c-json"),
         ratio(Source::UserService, "h1-proto"),
-        ratio(Source::UserService, "grpc"),
-        ratio(Source::LabClient, "grpc-web"),
-    );
+    ) {
+        (Some(h2), Some(pb)) if pb < h2 => {
+            " The saving follows the encoding (protobuf), not HTTP/2.".to_owned()
+        }
+        (Some(_), Some(_)) => " HTTP/2 saves more than protobuf here.".to_owned(),
+        _ => String::new(),
+    };
+    let reading = match base_total {
+        Some(b) => format!(
+            "At {}, per call: REST JSON (h1-json) {} B; {}.{verdict}",
+            f::orders(mid),
+            f::num(b),
+            parts.join("; ")
+        ),
+        None => format!(
+            "h1-json was not measured: no baseline at {}.",
+            f::orders(mid)
+        ),
+    };
     s.table(Table {
         caption: "Bytes per call on the wire".into(),
         headers,
@@ -1031,11 +1064,11 @@ fn schema(cx: &Context) -> Section {
                 .ratio(a, &base, m)
                 .map_or(MISSING.to_owned(), |s| format!("×{:.2}", s.median))
         };
-        let cut = |m| {
+        let change = |m| {
             cx.data
                 .ratio(&variants[1].1, &base, m)
                 .map_or(MISSING.to_owned(), |s| {
-                    format!("{:.0}%", (1.0 - s.median) * 100.0)
+                    format!("{:+.0}%", (s.median - 1.0) * 100.0)
                 })
         };
         s.table(Table {
@@ -1053,12 +1086,13 @@ fn schema(cx: &Context) -> Section {
             ],
             rows,
             reading: format!(
-                "v1 takes {} of v2's upstream p50 and {} of its CPU at {}; selecting six fields cuts v2's bytes by {} but its upstream time by only {} (and v1's bytes by nothing).",
+                "v1 takes {} of v2's upstream p50 and {} of its CPU at {}; selecting six fields changes v2's bytes by {}, its upstream p50 by {} and its CPU by {} (v1's bytes do not change: it has no selection).",
                 r(&variants[2].1, Metric::UpP50),
                 r(&variants[2].1, Metric::CpuServices),
                 f::orders(o),
-                cut(Metric::BytesIn),
-                cut(Metric::UpP50),
+                change(Metric::BytesIn),
+                change(Metric::UpP50),
+                change(Metric::CpuServices),
             ),
         });
     }

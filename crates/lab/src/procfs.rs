@@ -90,6 +90,31 @@ pub fn clock_ticks_per_second() -> u64 {
         .unwrap_or(100)
 }
 
+/// Busy CPU ticks of the whole machine (all cores) from `/proc/stat` text:
+/// user + nice + system + irq + softirq + steal, idle and iowait left out.
+pub fn parse_machine_busy(text: &str) -> anyhow::Result<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no aggregate cpu line")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().context("a cpu field is not a number"))
+        .collect::<anyhow::Result<_>>()?;
+    if v.len() < 8 {
+        bail!("the cpu line has {} fields, 8 expected", v.len());
+    }
+    // user nice system idle iowait irq softirq steal
+    Ok(v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
+}
+
+/// Busy CPU ticks of the whole machine now.
+pub fn machine_busy_ticks() -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    parse_machine_busy(&text)
+}
+
 /// Sockets touching one port, by state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpStates {
@@ -233,6 +258,17 @@ mod tests {
         let v6 = "  sl  local_address                         remote_address                        st\n\
    0: 00000000000000000000000001000000:1F92 00000000000000000000000001000000:9C40 06 0\n";
         assert_eq!(parse_net_tcp(v6, 8082).expect("parses").time_wait, 1);
+    }
+
+    #[test]
+    fn machine_busy_time_leaves_idle_and_iowait_out() {
+        let text = "cpu  100 5 50 9000 40 3 2 1 0 0\ncpu0 50 2 25 4500 20 1 1 0 0 0\n";
+        assert_eq!(
+            parse_machine_busy(text).expect("parses"),
+            100 + 5 + 50 + 3 + 2 + 1
+        );
+        assert!(parse_machine_busy("cpu0 1 2 3\n").is_err());
+        assert!(machine_busy_ticks().expect("readable") > 0);
     }
 
     #[test]

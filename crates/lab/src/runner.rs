@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cell::{Cell, Cpu, K6_SATURATED_CORES, Load, Measures, RoundRecord, Rss};
+use crate::cell::{
+    BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_SATURATED_CORES, Load, Measures, RoundRecord, Rss,
+};
 use crate::k6;
 use crate::procfs;
 use crate::prom;
@@ -360,6 +362,7 @@ impl Lab {
         let tcp_before = procfs::tcp_states(order_port)?;
         let order_before = procfs::cpu_ticks(running.order_pid())?;
         let user_before = procfs::cpu_ticks(running.user_pid())?;
+        let machine_before = procfs::machine_busy_ticks()?;
 
         let script = match cell.load {
             Load::Closed { .. } => "closed-loop.js",
@@ -369,6 +372,7 @@ impl Lab {
         env.push(("DURATION".into(), secs_arg(self.timing.duration_s)));
         let run = self.run_k6(script, env, &tmp.join("measured.json"))?;
 
+        let machine_after = procfs::machine_busy_ticks()?;
         let order_after = procfs::cpu_ticks(running.order_pid())?;
         let user_after = procfs::cpu_ticks(running.user_pid())?;
         let tcp_after = procfs::tcp_states(order_port)?;
@@ -382,6 +386,7 @@ impl Lab {
             user_us: us(user_after.own - user_before.own),
             k6_us: run.cpu_us,
         };
+        let machine_us = us(machine_after - machine_before);
         let mut rec = RoundRecord {
             experiment: experiment.to_owned(),
             cell: cell.clone(),
@@ -400,6 +405,7 @@ impl Lab {
             tcp_before,
             tcp_after,
             cores: self.cores,
+            other_cpu_us: (machine_us - cpu.order_us - cpu.user_us - cpu.k6_us).max(0.0),
             pinning: self.services.pinning(),
             flags: Vec::new(),
             k6_summary: run.raw,
@@ -495,6 +501,12 @@ pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
         flags.push(format!(
             "k6 used {:.2} cores: the load generator may be the bottleneck",
             m.k6_cores
+        ));
+    }
+    if m.other_cores >= BUSY_NEIGHBOUR_CORES {
+        flags.push(format!(
+            "other processes used {:.2} cores during the run: a busy machine",
+            m.other_cores
         ));
     }
     if m.bad_answers > 0.0 {

@@ -116,8 +116,12 @@ fn validate(opts: &RunOptions) -> anyhow::Result<()> {
     if opts.rounds == Some(0) {
         bail!("--rounds must be at least 1");
     }
-    if opts.duration_s.is_some_and(|d| d < 0.5) {
-        bail!("--duration must be at least 0.5 s");
+    // k6 refuses scenarios shorter than a second.
+    if opts.duration_s.is_some_and(|d| d < 1.0) {
+        bail!("--duration must be at least 1 s (k6's shortest scenario)");
+    }
+    if opts.warmup_s.is_some_and(|w| w != 0.0 && w < 1.0) {
+        bail!("--warmup must be 0 (none) or at least 1 s (k6's shortest scenario)");
     }
     Ok(())
 }
@@ -406,10 +410,13 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
             format!(
                 "Every figure is the median of {} rounds with its spread, each round on freshly \
                  started services after a discarded warm-up. A round is flagged when k6 used \
-                 {K6_SATURATED_CORES} core or more (its numbers then measure k6 too) or saw errors. \
+                 {K6_SATURATED_CORES} core or more (its numbers then measure k6 too), when other \
+                 programs used {} cores or more during it, or when it saw errors. \
                  On a machine this small the three processes share {} cores: absolute rates are this \
                  machine's, the ratios are what travels.",
-                t.rounds, m.cores
+                t.rounds,
+                crate::cell::BUSY_NEIGHBOUR_CORES,
+                m.cores
             ),
         ],
         meta: vec![
@@ -469,6 +476,22 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
         ],
         sections: Vec::new(),
     };
+    let others: Vec<f64> = results
+        .records
+        .iter()
+        .map(|r| crate::cell::Measures::of(r).other_cores)
+        .collect();
+    if let Some(o) = crate::stats::Spread::of(&others) {
+        report.meta.push((
+            "other load".into(),
+            format!(
+                "processes other than the two services and k6 used {:.2} cores in the median round (at most {:.2}); rounds at {} cores or more are flagged",
+                o.median,
+                o.max,
+                crate::cell::BUSY_NEIGHBOUR_CORES
+            ),
+        ));
+    }
     for e in &info.experiments {
         report.sections.push(experiments::section(*e, &cx));
     }
@@ -493,7 +516,7 @@ fn flags_section(data: &Data, results: &Results) -> Section {
             headers: vec!["cell".into(), "flag".into()],
             rows,
             reading: format!(
-                "{n} round flags; a k6 flag means the load generator used a core or more, so that cell's rate is partly k6's limit."
+                "{n} round flags. A k6 flag means the load generator used a core or more, so that cell's rate is partly k6's limit; a busy-machine flag means other programs took CPU during the run, so its absolute figures are lower and noisier (ratios between cells of the same round suffer less)."
             ),
         });
     }
@@ -579,6 +602,13 @@ mod tests {
         assert!(validate(&o).is_err());
         o.sizes = None;
         o.rounds = Some(0);
+        assert!(validate(&o).is_err());
+        o.rounds = None;
+        o.warmup_s = Some(0.5);
+        assert!(validate(&o).is_err());
+        o.warmup_s = Some(0.0);
+        assert!(validate(&o).is_ok());
+        o.duration_s = Some(0.5);
         assert!(validate(&o).is_err());
     }
 }

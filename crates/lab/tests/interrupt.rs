@@ -23,7 +23,7 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
         quick: true,
         rounds: Some(3),
         duration_s: Some(2.0),
-        warmup_s: Some(0.5),
+        warmup_s: Some(1.0),
         out: Some(out.clone()),
         bin_dir: Some(bins),
         transports: Some(vec!["h1-json".into(), "grpc".into()]),
@@ -47,6 +47,10 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
             .count();
         if done >= 1 {
             break;
+        }
+        if runner.is_finished() {
+            let r = runner.join().unwrap();
+            panic!("the run ended before a round finished: {r:?}");
         }
         assert!(Instant::now() < deadline, "no round finished in 5 minutes");
         std::thread::sleep(Duration::from_millis(100));

@@ -19,7 +19,7 @@ fn tiny(experiment: Experiment, out: &std::path::Path, bins: &std::path::Path) -
         quick: true,
         rounds: Some(2),
         duration_s: Some(1.0),
-        warmup_s: Some(0.5),
+        warmup_s: Some(1.0),
         out: Some(out.to_path_buf()),
         bin_dir: Some(bins.to_path_buf()),
         transports: Some(vec!["h1-json".into(), "grpc".into(), "tcp-proto".into()]),

@@ -118,7 +118,7 @@ pub fn orders(n: u32) -> String {
     if n == 1 {
         "1 order".to_owned()
     } else {
-        format!("{} orders", num(f64::from(n)))
+        format!("{} orders", thousands(f64::from(n)))
     }
 }
 
@@ -157,5 +157,6 @@ mod tests {
         assert_eq!(percent(sp(&[0.25, 0.35])), "30% (25%–35%)");
         assert_eq!(orders(1), "1 order");
         assert_eq!(orders(10000), "10,000 orders");
+        assert_eq!(orders(10), "10 orders");
     }
 }

@@ -138,6 +138,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             time_wait: if close { calls as u32 } else { 0 },
         },
         cores: 2,
+        other_cpu_us: 10_000.0,
         pinning: None,
         flags: Vec::new(),
         k6_summary: serde_json::Value::Null,
