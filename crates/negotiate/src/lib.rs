@@ -12,8 +12,10 @@
 //! - [`Format`]: negotiation, and responses in the chosen format;
 //! - [`read_body`]: the bounded body read;
 //! - [`WireError`] and [`error_response`]: the errors and their JSON body;
-//! - [`shed`]: load shedding, the concurrency bound of every listener.
+//! - [`shed`]: load shedding, the concurrency bound of every listener;
+//! - [`serve`]: serving a router with a shutdown that loses no request.
 
+pub mod serve;
 pub mod shed;
 
 use axum::body::Body;

@@ -83,6 +83,12 @@ pub struct Settings {
     /// queueing. Health, metrics and reflection are never refused.
     #[arg(long, env = "ORDER_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
     pub max_concurrent_requests: usize,
+
+    /// At shutdown, how long an idle HTTP/1.1 keep-alive connection is given
+    /// to send one more request (answered with `Connection: close`) before it
+    /// is closed: closing it at once could lose a request already on the wire.
+    #[arg(long, env = "ORDER_SHUTDOWN_GRACE_MS", default_value_t = 1_000)]
+    pub shutdown_grace_ms: u64,
 }
 
 impl Settings {

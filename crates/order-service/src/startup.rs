@@ -3,7 +3,8 @@
 //! [`Application::build`] binds every listener first (port 0 works: the real
 //! port is read back), so a test knows where to send before anything runs.
 //! [`Application::run_until_stopped`] serves until the shutdown future
-//! completes, then lets requests and streams in flight finish.
+//! completes, then lets requests and streams in flight finish (REST through
+//! `negotiate::serve`, which loses no request on a keep-alive connection).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -123,9 +124,9 @@ impl Application {
         let rest = tokio::spawn({
             let t = token.clone();
             let listener = self.rest;
+            let grace = Duration::from_millis(s.shutdown_grace_ms);
             async move {
-                axum::serve(listener, rest_router)
-                    .with_graceful_shutdown(t.cancelled_owned())
+                negotiate::serve::serve(listener, rest_router, t.cancelled_owned(), grace)
                     .await
                     .context("serving REST")
             }

@@ -146,6 +146,12 @@ pub struct Settings {
     #[arg(long, env = "USER_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
     pub max_concurrent_requests: usize,
 
+    /// At shutdown, how long an idle HTTP/1.1 keep-alive connection is given
+    /// to send one more request (answered with `Connection: close`) before it
+    /// is closed: closing it at once could lose a request already on the wire.
+    #[arg(long, env = "USER_SHUTDOWN_GRACE_MS", default_value_t = 1_000)]
+    pub shutdown_grace_ms: u64,
+
     /// Log format: `json`, `pretty`, or `auto` (JSON unless stdout is a terminal).
     #[arg(long, env = "USER_LOG_FORMAT", default_value = "auto")]
     pub log_format: String,
@@ -173,6 +179,7 @@ impl Default for Settings {
             pool_size: 4,
             upstream_timeout_ms: 5000,
             max_concurrent_requests: 512,
+            shutdown_grace_ms: 1_000,
             log_format: "auto".to_owned(),
         }
     }

@@ -1,5 +1,6 @@
 //! Building and running the application: the store, the adapters, both
-//! listeners, one shutdown signal.
+//! listeners, one shutdown signal. REST drains through `negotiate::serve`,
+//! which loses no request on an HTTP/1.1 keep-alive connection.
 //!
 //! [`Application::build`] binds its listeners at once (port 0 picks a free
 //! port; the real one is read back), so tests know where to call before the
@@ -32,6 +33,8 @@ pub struct Application {
     rest_addr: SocketAddr,
     grpc_addr: SocketAddr,
     state: AppState,
+    /// How long an idle HTTP/1.1 connection may still send one request at shutdown.
+    shutdown_grace: std::time::Duration,
 }
 
 /// The store the settings ask for: Postgres (migrated, optionally seeded) or
@@ -87,6 +90,7 @@ impl Application {
             grpc_addr: grpc.local_addr()?,
             rest,
             grpc,
+            shutdown_grace: std::time::Duration::from_millis(settings.shutdown_grace_ms),
             state: AppState {
                 service: Service::new(store, upstreams),
                 metrics,
@@ -127,8 +131,12 @@ impl Application {
 
         // axum::serve speaks HTTP/1.1 and, with axum's `http2` feature, h2c
         // by prior knowledge on the same listener.
-        let rest = axum::serve(self.rest, rest::router(self.state.clone()))
-            .with_graceful_shutdown(stop.clone().cancelled_owned());
+        let rest = negotiate::serve::serve(
+            self.rest,
+            rest::router(self.state.clone()),
+            stop.clone().cancelled_owned(),
+            self.shutdown_grace,
+        );
 
         let (health, health_service) = tonic_health::server::health_reporter();
         health

@@ -1,0 +1,114 @@
+//! Serving an axum router so that a shutdown loses no request, HTTP/1.1
+//! keep-alive included.
+//!
+//! `axum::serve`'s graceful shutdown closes every idle keep-alive connection
+//! at once. A client may have just written its next request on one: the
+//! server never read it, the client sees the connection close with its
+//! request unanswered (`IncompleteMessage`), and a request is lost. Under a
+//! steady load that is most connections (tests/sigterm.rs in order-service
+//! counted 7 of 8). HTTP/1.1 has one race-free way to end a connection: answer
+//! a request with `Connection: close`. So, at the signal, [`serve`]:
+//!
+//! 1. closes the listener: a new caller is refused before it sends anything;
+//! 2. answers every further request on an open connection with
+//!    `Connection: close`, and the connection ends after that answer;
+//! 3. gives a connection that stays idle `grace` to send one, then closes it
+//!    (a client silent that long is not in the middle of sending);
+//! 4. returns when every connection has ended.
+//!
+//! HTTP/2 (h2c) connections get GOAWAY at the same point, which tells the
+//! client exactly which streams were served, so none is lost either.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, Version, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// Serves `router` on `listener` until `shutdown` completes, then drains as
+/// the module doc says.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let closing = Arc::new(AtomicBool::new(false));
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        closing.clone(),
+        close_after_answer,
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (io, _peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let mut stop = stop_rx.clone();
+        connections.spawn(async move {
+            let builder = Builder::new(TokioExecutor::new());
+            let mut conn =
+                std::pin::pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
+            tokio::select! {
+                r = conn.as_mut() => return log_end(r),
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            tokio::select! {
+                r = conn.as_mut() => return log_end(r),
+                () = tokio::time::sleep(grace) => {}
+            }
+            conn.as_mut().graceful_shutdown();
+            log_end(conn.await);
+        });
+        // Reap finished connections as we go, so the set stays small.
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    closing.store(true, Ordering::SeqCst);
+    let _ = stop_tx.send(true);
+    tracing::debug!(connections = connections.len(), "draining HTTP connections");
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "HTTP connection ended with an error");
+    }
+}
+
+/// Once draining, every HTTP/1.x answer ends its connection.
+async fn close_after_answer(
+    axum::extract::State(closing): axum::extract::State<Arc<AtomicBool>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let h1 = req.version() <= Version::HTTP_11;
+    let mut res = next.run(req).await;
+    if h1 && closing.load(Ordering::SeqCst) {
+        res.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    res
+}

@@ -1,0 +1,144 @@
+//! SIGTERM under load: the real binary, under a steady stream of REST requests
+//! on keep-alive connections, is sent SIGTERM. Every request that was sent
+//! gets its answer; a caller that comes after the listener closed is refused
+//! before it sends anything; the process exits 0.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+
+/// A user with 1,000 orders: each answer takes a few milliseconds to build,
+/// so at any moment several are in service.
+const USER: &str = "00000000-0000-0000-0000-000000001000";
+const CALLERS: usize = 8;
+
+/// What happened to one caller's requests.
+#[derive(Debug, Default)]
+struct Tally {
+    answered: usize,
+    /// Refused at connect: the listener had closed, nothing was sent.
+    refused: usize,
+    /// Sent, and no answer came: what must never happen.
+    dropped: Vec<String>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_answers_every_request_sent_and_exits_zero() {
+    let mut proc = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
+        .env("ORDER_REST_ADDR", "127.0.0.1:0")
+        .env("ORDER_GRPC_ADDR", "127.0.0.1:0")
+        .env("ORDER_TCP_ADDR", "127.0.0.1:0")
+        .env_remove("ORDER_DATABASE_URL")
+        .env("LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(proc.stdout.take().unwrap()).lines();
+    let rest = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["fields"]["message"] == "order-service ready to serve" {
+                return v["fields"]["rest"].as_str().unwrap().to_owned();
+            }
+        }
+        panic!("order-service exited before it was ready");
+    })
+    .await
+    .unwrap();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    let url = format!("http://{rest}/v2/orders?user_id={USER}&limit=1000");
+    let answered = Arc::new(AtomicUsize::new(0));
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            // One client each, so each caller keeps one keep-alive connection.
+            let client = reqwest::Client::builder().http1_only().build().unwrap();
+            let url = url.clone();
+            let answered = answered.clone();
+            tokio::spawn(async move {
+                let mut t = Tally::default();
+                loop {
+                    match client.get(&url).send().await {
+                        Ok(res) => {
+                            let status = res.status();
+                            match res.bytes().await {
+                                Ok(body) if status == 200 && body.len() > 100_000 => {
+                                    t.answered += 1;
+                                    answered.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(body) => {
+                                    t.dropped.push(format!("{status}: {} bytes", body.len()));
+                                    return t;
+                                }
+                                Err(e) => {
+                                    t.dropped.push(format!("body cut: {e:?}"));
+                                    return t;
+                                }
+                            }
+                        }
+                        Err(e) if e.is_connect() => {
+                            t.refused += 1;
+                            return t;
+                        }
+                        Err(e) => {
+                            t.dropped.push(format!("{e:?}"));
+                            return t;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Let the load settle: every caller connected and answered a few times.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while answered.load(Ordering::Relaxed) < CALLERS * 5 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the load gets going");
+
+    let pid = proc.id().unwrap().to_string();
+    let kill = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(kill.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), proc.wait())
+        .await
+        .expect("order-service exits within 30 s of SIGTERM")
+        .unwrap();
+
+    let mut total = Tally::default();
+    for c in callers {
+        let t = tokio::time::timeout(Duration::from_secs(30), c)
+            .await
+            .expect("every caller stops once the service is gone")
+            .unwrap();
+        total.answered += t.answered;
+        total.refused += t.refused;
+        total.dropped.extend(t.dropped);
+    }
+    eprintln!(
+        "{} answered, {} refused before sending, {} dropped",
+        total.answered,
+        total.refused,
+        total.dropped.len()
+    );
+    assert!(
+        total.dropped.is_empty(),
+        "requests lost: {:#?}",
+        total.dropped
+    );
+    assert_eq!(total.refused, CALLERS, "each caller ends on a refusal");
+    assert!(exit.success(), "order-service exited with {exit}");
+}
