@@ -8,6 +8,11 @@ use crate::k6;
 use crate::procfs::TcpStates;
 use crate::prom::Upstream;
 
+/// The `via` of cells where k6's own gRPC client calls order-service
+/// directly (`k6/grpc-direct.js`): seed 001's load-tool pitfall. No
+/// user-service hop is measured in them.
+pub const K6_GRPC_DIRECT: &str = "k6-grpc-direct";
+
 /// The six order fields of seed 003's selection (of the 16 an order has).
 pub const SIX_FIELDS: &str = "id,product_name,total_minor,currency,status,created_at";
 

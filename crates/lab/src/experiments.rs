@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cell::{Cell, Load, Measures, Metric, SIX_FIELDS};
+use crate::cell::{Cell, K6_GRPC_DIRECT, Load, Measures, Metric, SIX_FIELDS};
 use crate::report::format::{self as f, MISSING};
 use crate::report::svg::{self, BarChart, LineChart, Series};
 use crate::report::{Chart, Section, Table};
@@ -59,6 +59,8 @@ pub enum Experiment {
     Naive,
     /// Every transport's upstream cost as a ratio to raw TCP.
     Floor,
+    /// k6's own gRPC client at order-service vs the call timed in user-service (seed 001).
+    Pitfall,
     /// All of the above.
     All,
 }
@@ -75,6 +77,7 @@ impl Experiment {
             Experiment::Streaming => "streaming",
             Experiment::Naive => "naive",
             Experiment::Floor => "floor",
+            Experiment::Pitfall => "pitfall",
             Experiment::All => "all",
         }
     }
@@ -84,7 +87,7 @@ impl Experiment {
         use Experiment::*;
         match self {
             All => vec![
-                Payload, Factorial, Floor, WireSize, Schema, Streaming, Naive, Pool,
+                Payload, Factorial, Floor, WireSize, Schema, Streaming, Naive, Pool, Pitfall,
             ],
             e => vec![e],
         }
@@ -127,6 +130,11 @@ impl Experiment {
             Experiment::Naive => ["h1-json-close", "h1-json"]
                 .iter()
                 .map(|via| Cell::closed(via, p.naive_orders, p.naive_vus, p.naive_vus as u16))
+                .collect(),
+            Experiment::Pitfall => p
+                .factorial_sizes
+                .iter()
+                .flat_map(|&o| [closed(K6_GRPC_DIRECT, o), closed("grpc", o)])
                 .collect(),
             Experiment::Pool | Experiment::WireSize | Experiment::All => Vec::new(),
         }
@@ -376,6 +384,7 @@ pub fn section(e: Experiment, cx: &Context) -> Section {
         Experiment::Streaming => streaming(cx),
         Experiment::Naive => naive(cx),
         Experiment::Floor => floor(cx),
+        Experiment::Pitfall => pitfall(cx),
         Experiment::All => Section::new("all", "All"),
     }
 }
@@ -1281,6 +1290,87 @@ fn naive(cx: &Context) -> Section {
     s
 }
 
+fn scaled(s: Option<Spread>, k: f64) -> Option<Spread> {
+    s.map(|s| Spread {
+        median: s.median * k,
+        min: s.min * k,
+        max: s.max * k,
+        q1: s.q1 * k,
+        q3: s.q3 * k,
+        n: s.n,
+    })
+}
+
+fn pitfall(cx: &Context) -> Section {
+    let p = cx.plan;
+    let mut s = Section::new(
+        "pitfall",
+        "Pitfall: k6's own gRPC client vs the call timed inside user-service (seed 001)",
+    );
+    s.para(method(
+        cx,
+        &format!(
+            "Closed loop, {} VUs. Row one: `k6/grpc-direct.js`, k6's gRPC client calling \
+             order-service's `order.v2.OrderService/ListOrders` directly, one connection per VU; k6 \
+             has no generated stubs and converts every message through protobuf reflection into \
+             JavaScript objects, on the load generator's CPU. Row two: the same `ListOrders` made by \
+             user-service's compiled tonic client (`via=grpc`) and timed there, while k6 drives \
+             user-service over HTTP/1.1 — the measurement seed 001 switched to after its first, \
+             wrong \"gRPC is 3.3× slower\"",
+            p.vus
+        ),
+    ));
+    for &o in &p.factorial_sizes {
+        let direct = Cell::closed(K6_GRPC_DIRECT, o, p.vus, p.pool);
+        let via = Cell::closed("grpc", o, p.vus, p.pool);
+        let rows = vec![
+            vec![
+                "k6's gRPC client → order-service".to_owned(),
+                f::range(cx.data.spread(&direct, Metric::Rate)),
+                f::range(cx.data.spread(&direct, Metric::E2eP50)),
+                f::range(cx.data.spread(&direct, Metric::E2eP95)),
+                f::range(cx.data.spread(&direct, Metric::CpuK6)),
+                f::range(cx.data.spread(&direct, Metric::CpuOrder)),
+            ],
+            vec![
+                "user-service's tonic client (grpc), timed in user-service".to_owned(),
+                f::range(cx.data.spread(&via, Metric::Rate)),
+                f::range(scaled(cx.data.spread(&via, Metric::UpP50), 1e-3)),
+                f::range(scaled(cx.data.spread(&via, Metric::UpP95), 1e-3)),
+                f::range(cx.data.spread(&via, Metric::CpuK6)),
+                f::range(cx.data.spread(&via, Metric::CpuOrder)),
+            ],
+        ];
+        let lat = Spread::of(&paired_ratios(
+            &cx.data.values(&direct, Metric::E2eP50),
+            &cx.data
+                .values(&via, Metric::UpP50)
+                .into_iter()
+                .map(|v| v.map(|x| x / 1000.0))
+                .collect::<Vec<_>>(),
+        ));
+        s.table(Table {
+            caption: format!("ListOrders of {}", f::orders(o)),
+            headers: vec![
+                "who calls and times it".into(),
+                "calls/s".into(),
+                "ListOrders p50 ms".into(),
+                "ListOrders p95 ms".into(),
+                "k6 CPU µs per call".into(),
+                "order-service CPU µs per call".into(),
+            ],
+            rows,
+            reading: format!(
+                "At {}, k6's own client times the same ListOrders at {} the latency user-service measures, and k6 spends {} of the CPU per call it spends driving user-service: with big messages the direct test measures k6.",
+                f::orders(o),
+                f::ratio(lat),
+                f::ratio(cx.data.ratio(&direct, &via, Metric::CpuK6)),
+            ),
+        });
+    }
+    s
+}
+
 /// The open-loop cells of the pool experiment at one rate.
 pub fn pool_cells(p: &Plan, rate: u32, climbing: &[(String, u16)]) -> Vec<Cell> {
     climbing
@@ -1482,7 +1572,7 @@ mod tests {
     #[test]
     fn all_expands_to_every_experiment_once() {
         let all = Experiment::All.expand();
-        assert_eq!(all.len(), 8);
+        assert_eq!(all.len(), 9);
         assert!(!all.contains(&Experiment::All));
         assert_eq!(Experiment::Floor.expand(), vec![Experiment::Floor]);
     }

@@ -179,8 +179,15 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
         .and_then(|s| s.get("testRunDurationMs"))
         .and_then(Value::as_f64)
         .context("the k6 summary has no state.testRunDurationMs")?;
-    let (requests, request_rate) = counter(&data, "http_reqs")?;
     let (iterations, iteration_rate) = counter(&data, "iterations")?;
+    let (requests, request_rate) = match (
+        metric(&data, "http_reqs"),
+        percentiles(&data, "grpc_req_duration")?,
+    ) {
+        // k6 counts no gRPC requests; grpc-direct.js makes one per iteration.
+        (None, Some(g)) => (g.count, iteration_rate),
+        _ => counter(&data, "http_reqs")?,
+    };
     let (dropped, _) = counter(&data, "dropped_iterations")?;
     let (bad_answers, _) = counter(&data, "bad_answers")?;
     let duration_ms = match percentiles(&data, "http_req_duration")? {
@@ -268,8 +275,12 @@ mod tests {
 
     #[test]
     fn the_grpc_trend_stands_in_for_http_when_there_is_no_http() {
-        let text = sample().replace("http_req_duration", "grpc_req_duration");
+        let text = sample()
+            .replace("http_req_duration", "grpc_req_duration")
+            .replace("\"http_reqs\"", "\"unrelated\"");
         let s = parse_summary(&text).expect("parses");
         assert_eq!(s.duration_ms.p50, 1.5);
+        assert_eq!(s.requests, 100.0, "one call per measured duration sample");
+        assert_eq!(s.request_rate, 24.95, "the iteration rate");
     }
 }

@@ -23,7 +23,8 @@ use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::cell::{
-    BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_SATURATED_CORES, Load, Measures, RoundRecord, Rss,
+    BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, Measures,
+    RoundRecord, Rss,
 };
 use crate::k6;
 use crate::procfs;
@@ -302,6 +303,10 @@ impl Lab {
             ("LOOKUPS".to_owned(), cell.lookups.to_string()),
             ("FIELDS".to_owned(), cell.fields.clone().unwrap_or_default()),
             ("GRACEFUL_STOP".to_owned(), "5s".to_owned()),
+            (
+                "GRPC_ADDR".to_owned(),
+                format!("127.0.0.1:{}", running.ports.order_grpc),
+            ),
         ];
         match cell.load {
             Load::Closed { vus } => env.push(("VUS".to_owned(), vus.to_string())),
@@ -337,7 +342,7 @@ impl Lab {
             };
             env.push(("VUS".into(), vus.to_string()));
             env.push(("DURATION".into(), secs_arg(self.timing.warmup_s)));
-            let warm = self.run_k6("closed-loop.js", env, &tmp.join("warmup.json"))?;
+            let warm = self.run_k6(script_of(cell), env, &tmp.join("warmup.json"))?;
             if warm.summary.requests > 0.0 && warm.summary.bad_answers >= warm.summary.requests {
                 bail!(
                     "every warm-up request failed over {} (see {}/user-service.log)",
@@ -358,14 +363,20 @@ impl Lab {
             let text = String::from_utf8_lossy(&r.body);
             prom::Upstream::of(&prom::parse(&text)?, &cell.via)
         };
-        let upstream_before = scrape("before")?;
+        // k6's direct gRPC calls do not pass through user-service.
+        let direct = cell.via == K6_GRPC_DIRECT;
+        let upstream_before = if direct {
+            prom::Upstream::default()
+        } else {
+            scrape("before")?
+        };
         let tcp_before = procfs::tcp_states(order_port)?;
         let order_before = procfs::cpu_ticks(running.order_pid())?;
         let user_before = procfs::cpu_ticks(running.user_pid())?;
         let machine_before = procfs::machine_busy_ticks()?;
 
         let script = match cell.load {
-            Load::Closed { .. } => "closed-loop.js",
+            Load::Closed { .. } => script_of(cell),
             Load::Open { .. } => "open-loop.js",
         };
         let mut env = base_env;
@@ -376,7 +387,11 @@ impl Lab {
         let order_after = procfs::cpu_ticks(running.order_pid())?;
         let user_after = procfs::cpu_ticks(running.user_pid())?;
         let tcp_after = procfs::tcp_states(order_port)?;
-        let upstream_after = scrape("after")?;
+        let upstream_after = if direct {
+            prom::Upstream::default()
+        } else {
+            scrape("after")?
+        };
         let order_rss = procfs::peak_rss_kb(running.order_pid())?;
         let user_rss = procfs::peak_rss_kb(running.user_pid())?;
 
@@ -491,6 +506,15 @@ struct K6Run {
     raw: serde_json::Value,
     cpu_us: f64,
     peak_rss_kb: u64,
+}
+
+/// The closed-loop script of a cell.
+fn script_of(cell: &Cell) -> &'static str {
+    if cell.via == K6_GRPC_DIRECT {
+        "grpc-direct.js"
+    } else {
+        "closed-loop.js"
+    }
 }
 
 /// Why a round should be read with care.

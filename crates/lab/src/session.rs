@@ -555,6 +555,10 @@ fn appendix(cx: &Context) -> Section {
     let mut closed = Vec::new();
     let mut open = Vec::new();
     for c in cx.data.cells.keys() {
+        // k6's direct gRPC cells have no user-service figures to show here.
+        if c.via == crate::cell::K6_GRPC_DIRECT {
+            continue;
+        }
         match c.load {
             Load::Closed { .. } => closed.push((c.label(), c.clone())),
             Load::Open { .. } => open.push((c.label(), c.clone())),
