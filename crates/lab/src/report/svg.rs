@@ -9,7 +9,7 @@ const H: f64 = 440.0;
 const LEFT: f64 = 78.0;
 const RIGHT: f64 = 200.0;
 const TOP: f64 = 44.0;
-const BOTTOM: f64 = 62.0;
+const BOTTOM: f64 = 84.0;
 
 /// Colours that stay apart for up to a dozen series.
 const PALETTE: [&str; 12] = [
@@ -190,7 +190,7 @@ fn frame(out: &mut String, title: &str, x_label: &str, y_label: &str) {
     );
 }
 
-fn axes(out: &mut String, x: &Axis, y: &Axis, x_ticks: &[(f64, String)]) {
+fn axes(out: &mut String, x: &Axis, y: &Axis, x_ticks: &[(f64, String)], slant: bool) {
     for t in y.ticks() {
         let py = y.px(t);
         let _ = write!(
@@ -204,12 +204,23 @@ fn axes(out: &mut String, x: &Axis, y: &Axis, x_ticks: &[(f64, String)]) {
     }
     for (t, label) in x_ticks {
         let px = x.px(*t);
+        let ly = H - BOTTOM + 16.0;
+        // Many long labels (transport names) would overlap: slant them.
+        let text = if slant {
+            format!(
+                r#"<text x="{px:.1}" y="{ly:.1}" text-anchor="end" transform="rotate(-30 {px:.1} {ly:.1})">{}</text>"#,
+                esc(label)
+            )
+        } else {
+            format!(
+                r#"<text x="{px:.1}" y="{ly:.1}" text-anchor="middle">{}</text>"#,
+                esc(label)
+            )
+        };
         let _ = write!(
             out,
-            r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#f0f0f0"/><text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#f0f0f0"/>{text}"##,
             H - BOTTOM,
-            H - BOTTOM + 16.0,
-            esc(label)
         );
     }
     let _ = write!(
@@ -254,7 +265,7 @@ pub fn line_chart(c: &LineChart) -> String {
             .map(|v| (v, short_number(v)))
             .collect()
     };
-    axes(&mut out, &x, &y, &x_ticks);
+    axes(&mut out, &x, &y, &x_ticks, false);
     for (i, s) in c.series.iter().enumerate() {
         let col = PALETTE[i % PALETTE.len()];
         let pts: Vec<String> = s
@@ -319,7 +330,7 @@ pub fn bar_chart(c: &BarChart) -> String {
         .enumerate()
         .map(|(i, g)| (i as f64 + 0.5, g.clone()))
         .collect();
-    axes(&mut out, &x, &y, &ticks);
+    axes(&mut out, &x, &y, &ticks, c.groups.len() > 4);
     let n_series = c.series.len().max(1) as f64;
     let bar_w = group_w * 0.8 / n_series;
     let base = y.px(y.lo);
