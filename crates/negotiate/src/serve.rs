@@ -64,6 +64,9 @@ pub async fn serve(
                 }
             },
         };
+        // Without it, Nagle's algorithm holds back a small write until the
+        // peer's delayed ACK: tens of milliseconds on a small answer.
+        let _ = io.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let mut stop = stop_rx.clone();
         connections.spawn(async move {

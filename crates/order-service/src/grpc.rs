@@ -328,7 +328,9 @@ pub async fn serve(
         .add_service(v2)
         .add_service(v1)
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // Nagle's algorithm would hold small frames back until the peer's
+            // delayed ACK: about 40 ms on small calls.
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown.cancelled_owned(),
         )
         .await?;

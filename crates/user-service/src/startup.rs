@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::grpc::UserApi;
@@ -162,7 +161,9 @@ impl Application {
             .add_service(reflection)
             .add_service(UserApi::server(self.state.service.clone()))
             .serve_with_incoming_shutdown(
-                TcpListenerStream::new(self.grpc),
+                // Nagle's algorithm would hold small frames back until the
+                // peer's delayed ACK: about 40 ms on small calls.
+                tonic::transport::server::TcpIncoming::from(self.grpc).with_nodelay(Some(true)),
                 stop.clone().cancelled_owned(),
             );
 
