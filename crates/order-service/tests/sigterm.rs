@@ -5,12 +5,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::Stdio;
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 /// A user with 1,000 orders: each answer takes a few milliseconds to build,
 /// so at any moment several are in service.
@@ -29,30 +28,8 @@ struct Tally {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_answers_every_request_sent_and_exits_zero() {
-    let mut proc = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
-        .env("ORDER_REST_ADDR", "127.0.0.1:0")
-        .env("ORDER_GRPC_ADDR", "127.0.0.1:0")
-        .env("ORDER_TCP_ADDR", "127.0.0.1:0")
-        .env_remove("ORDER_DATABASE_URL")
-        .env("LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(proc.stdout.take().unwrap()).lines();
-    let rest = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if v["fields"]["message"] == "order-service ready to serve" {
-                return v["fields"]["rest"].as_str().unwrap().to_owned();
-            }
-        }
-        panic!("order-service exited before it was ready");
-    })
-    .await
-    .unwrap();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let (mut proc, ready) = common::start_binary(&[]).await;
+    let rest = ready["rest"].as_str().unwrap().to_owned();
 
     let url = format!("http://{rest}/v2/orders?user_id={USER}&limit=1000");
     let answered = Arc::new(AtomicUsize::new(0));
@@ -106,17 +83,7 @@ async fn sigterm_under_load_answers_every_request_sent_and_exits_zero() {
     .await
     .expect("the load gets going");
 
-    let pid = proc.id().unwrap().to_string();
-    let kill = tokio::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .unwrap();
-    assert!(kill.success());
-    let exit = tokio::time::timeout(Duration::from_secs(30), proc.wait())
-        .await
-        .expect("order-service exits within 30 s of SIGTERM")
-        .unwrap();
+    let exit = common::sigterm(&mut proc).await;
 
     let mut total = Tally::default();
     for c in callers {

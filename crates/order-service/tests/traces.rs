@@ -9,13 +9,12 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use prost::Message as _;
 use proto::order::v2 as pb2;
 use telemetry::receiver::{Collector, ReceivedSpan};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 
@@ -26,56 +25,25 @@ struct Child {
     tcp: String,
 }
 
-/// Starts the real binary on port 0 and reads its listeners from its log.
+/// Starts the real binary on Postgres, exporting to `collector`.
 async fn start(db_url: &str, collector: &Collector, ratio: &str) -> Child {
-    let mut proc = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
-        .env("ORDER_REST_ADDR", "127.0.0.1:0")
-        .env("ORDER_GRPC_ADDR", "127.0.0.1:0")
-        .env("ORDER_TCP_ADDR", "127.0.0.1:0")
-        .env("ORDER_DATABASE_URL", db_url)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint)
-        .env("OTEL_TRACES_SAMPLER_ARG", ratio)
-        .env("LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(proc.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if v["fields"]["message"] == "order-service ready to serve" {
-                return v["fields"].clone();
-            }
-        }
-        panic!("order-service exited before it was ready");
-    })
-    .await
-    .unwrap();
-    // Keep draining the log so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let (proc, ready) = common::start_binary(&[
+        ("ORDER_DATABASE_URL", db_url),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
+        ("OTEL_TRACES_SAMPLER_ARG", ratio),
+    ])
+    .await;
+    let addr = |k: &str| ready[k].as_str().unwrap().to_owned();
     Child {
+        rest: addr("rest"),
+        grpc: addr("grpc"),
+        tcp: addr("tcp"),
         proc,
-        rest: ready["rest"].as_str().unwrap().to_owned(),
-        grpc: ready["grpc"].as_str().unwrap().to_owned(),
-        tcp: ready["tcp"].as_str().unwrap().to_owned(),
     }
 }
 
-/// SIGTERM, so that the service drains and flushes its spans.
 async fn stop(mut c: Child) {
-    let pid = c.proc.id().unwrap().to_string();
-    let status = tokio::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::time::timeout(Duration::from_secs(30), c.proc.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let exit = common::sigterm(&mut c.proc).await;
     assert!(exit.success(), "order-service exited with {exit}");
 }
 

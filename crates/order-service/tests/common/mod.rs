@@ -135,3 +135,53 @@ pub fn expected_orders(count: u32) -> Vec<model::Order> {
     let u = dataset::users().into_iter().find(|u| u.id == id).unwrap();
     dataset::orders_of(&u)
 }
+
+/// The real order-service binary, listening on port 0 with `env` set (and no
+/// database unless `env` names one). Returns the process and the fields of
+/// its "ready to serve" log line: `rest`, `grpc` and `tcp` addresses.
+pub async fn start_binary(env: &[(&str, &str)]) -> (tokio::process::Child, serde_json::Value) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut proc = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
+        .env("ORDER_REST_ADDR", "127.0.0.1:0")
+        .env("ORDER_GRPC_ADDR", "127.0.0.1:0")
+        .env("ORDER_TCP_ADDR", "127.0.0.1:0")
+        .env_remove("ORDER_DATABASE_URL")
+        .env("LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(proc.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["fields"]["message"] == "order-service ready to serve" {
+                return v["fields"].clone();
+            }
+        }
+        panic!("order-service exited before it was ready");
+    })
+    .await
+    .unwrap();
+    // Keep draining the log so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (proc, ready)
+}
+
+/// Sends SIGTERM, so that the service drains and flushes its spans, and
+/// waits for it to exit (30 s at most).
+pub async fn sigterm(proc: &mut tokio::process::Child) -> std::process::ExitStatus {
+    let pid = proc.id().unwrap().to_string();
+    let kill = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(kill.success());
+    tokio::time::timeout(std::time::Duration::from_secs(30), proc.wait())
+        .await
+        .expect("order-service exits within 30 s of SIGTERM")
+        .unwrap()
+}
