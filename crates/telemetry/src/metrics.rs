@@ -47,6 +47,20 @@ pub struct RequestMetrics {
     /// Metric name prefix, such as `order`.
     prefix: &'static str,
     routes: Mutex<BTreeMap<(String, String), RouteStats>>,
+    /// More text appended by [`RequestMetrics::render`]: counters kept
+    /// elsewhere (TLS handshakes) that belong on the same `/metrics`.
+    sections: Sections,
+}
+
+/// Renderers of extra `/metrics` sections.
+#[derive(Default)]
+struct Sections(Mutex<Vec<Box<dyn Fn(&mut String) + Send + Sync>>>);
+
+impl std::fmt::Debug for Sections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
+        write!(f, "Sections({n})")
+    }
 }
 
 impl RequestMetrics {
@@ -55,7 +69,18 @@ impl RequestMetrics {
         RequestMetrics {
             prefix,
             routes: Mutex::new(BTreeMap::new()),
+            sections: Sections::default(),
         }
+    }
+
+    /// Adds a section that [`RequestMetrics::render`] writes after the
+    /// request metrics, such as a listener's TLS handshake counters.
+    pub fn add_section(&self, render: impl Fn(&mut String) + Send + Sync + 'static) {
+        self.sections
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Box::new(render));
     }
 
     /// Records one request: its protocol (`http1`, `h2c`, `grpc`, `grpc-web`,
@@ -132,6 +157,16 @@ impl RequestMetrics {
                 s.sum_micros as f64 / 1e6,
                 s.latency.len()
             );
+        }
+        drop(routes);
+        for render in self
+            .sections
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            render(out);
         }
     }
 }

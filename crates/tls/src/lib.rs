@@ -20,11 +20,15 @@
 //! - [`ClientTls`] / [`Connector`]: the client side.
 //! - [`HandshakeCounters`] and [`render_handshakes`]: the counts, and their
 //!   Prometheus text.
+//! - `incoming` (feature `tonic`): a TLS listener as a tonic server's
+//!   incoming connections.
 //! - `generate` (feature `generate`): a throwaway CA with server and client
 //!   certificates, written as PEM files, for tests and the lab.
 
 #[cfg(feature = "generate")]
 pub mod generate;
+#[cfg(feature = "tonic")]
+pub mod incoming;
 
 use std::fmt::Write as _;
 use std::io;
