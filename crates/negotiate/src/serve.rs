@@ -9,7 +9,9 @@
 //! counted 7 of 8). HTTP/1.1 has one race-free way to end a connection: answer
 //! a request with `Connection: close`. So, at the signal, [`serve`]:
 //!
-//! 1. closes the listener: a new caller is refused before it sends anything;
+//! 1. takes every connection already waiting in the accept backlog (closing
+//!    the listener would reset them, requests and all), then closes the
+//!    listener: a new caller is refused before it sends anything;
 //! 2. answers every further request on an open connection with
 //!    `Connection: close`, and the connection ends after that answer;
 //! 3. gives a connection that stays idle `grace` to send one, then closes it
@@ -32,7 +34,7 @@ use axum::response::Response;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 /// Serves `router` on `listener` until `shutdown` completes, then drains as
@@ -64,35 +66,92 @@ pub async fn serve(
                 }
             },
         };
-        // Without it, Nagle's algorithm holds back a small write until the
-        // peer's delayed ACK: tens of milliseconds on a small answer.
-        let _ = io.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        let mut stop = stop_rx.clone();
-        connections.spawn(async move {
-            let builder = Builder::new(TokioExecutor::new());
-            let mut conn =
-                std::pin::pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
-            tokio::select! {
-                r = conn.as_mut() => return log_end(r),
-                _ = stop.wait_for(|s| *s) => {}
-            }
-            tokio::select! {
-                r = conn.as_mut() => return log_end(r),
-                () = tokio::time::sleep(grace) => {}
-            }
-            conn.as_mut().graceful_shutdown();
-            log_end(conn.await);
-        });
+        spawn_connection(&mut connections, io, &router, &stop_rx, grace);
         // Reap finished connections as we go, so the set stays small.
         while connections.try_join_next().is_some() {}
     }
-    drop(listener);
+    // Closing a listener resets every connection still in its accept
+    // backlog, and a client may already have written its request on one.
+    // Take them all first; each is then served like any open connection.
+    let backlog = drain_backlog(listener);
     closing.store(true, Ordering::SeqCst);
     let _ = stop_tx.send(true);
+    if !backlog.is_empty() {
+        tracing::debug!(connections = backlog.len(), "served from the accept backlog");
+    }
+    for io in backlog {
+        spawn_connection(&mut connections, io, &router, &stop_rx, grace);
+    }
     tracing::debug!(connections = connections.len(), "draining HTTP connections");
     while connections.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Serves one connection until it ends, or until the stop signal plus
+/// `grace` of idleness, then shuts it gracefully.
+fn spawn_connection(
+    connections: &mut JoinSet<()>,
+    io: TcpStream,
+    router: &Router,
+    stop_rx: &tokio::sync::watch::Receiver<bool>,
+    grace: Duration,
+) {
+    // Without it, Nagle's algorithm holds back a small write until the
+    // peer's delayed ACK: tens of milliseconds on a small answer.
+    let _ = io.set_nodelay(true);
+    let service = TowerToHyperService::new(router.clone());
+    let mut stop = stop_rx.clone();
+    connections.spawn(async move {
+        let builder = Builder::new(TokioExecutor::new());
+        let mut conn =
+            std::pin::pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
+        tokio::select! {
+            r = conn.as_mut() => return log_end(r),
+            _ = stop.wait_for(|s| *s) => {}
+        }
+        tokio::select! {
+            r = conn.as_mut() => return log_end(r),
+            () = tokio::time::sleep(grace) => {}
+        }
+        conn.as_mut().graceful_shutdown();
+        log_end(conn.await);
+    });
+}
+
+/// Accepts every connection the kernel has already completed, then closes
+/// the listener. What arrives after that is refused at connect, before the
+/// client has sent anything.
+fn drain_backlog(listener: TcpListener) -> Vec<TcpStream> {
+    let mut taken = Vec::new();
+    let listener = match listener.into_std() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not drain the accept backlog");
+            return taken;
+        }
+    };
+    // `into_std` leaves the socket non-blocking: `accept` says WouldBlock
+    // once the backlog is empty.
+    loop {
+        match listener.accept() {
+            Ok((io, _)) => {
+                let io = io
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(io));
+                match io {
+                    Ok(io) => taken.push(io),
+                    Err(e) => tracing::warn!(error = %e, "backlog connection unusable"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed while draining the backlog");
+                break;
+            }
+        }
+    }
+    taken
 }
 
 fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
@@ -114,4 +173,56 @@ async fn close_after_answer(
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// Connections the kernel completed but the server never accepted, each
+    /// with its request already written, when the shutdown comes: closing
+    /// the listener would reset every one. All are answered instead.
+    #[tokio::test]
+    async fn requests_waiting_in_the_accept_backlog_are_answered_at_shutdown() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let addr = listener.local_addr().expect("address");
+        let mut clients = Vec::new();
+        for _ in 0..6 {
+            let mut c = TcpStream::connect(addr).await.expect("connects into the backlog");
+            c.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
+                .await
+                .expect("writes");
+            clients.push(c);
+        }
+        let router = Router::new().route("/", axum::routing::get(|| async { "served" }));
+        // The shutdown has already come when serve starts: before the fix,
+        // the accept loop stopped at once and the listener's close reset
+        // every waiting connection.
+        let server = tokio::spawn(serve(
+            listener,
+            router,
+            std::future::ready(()),
+            Duration::from_secs(5),
+        ));
+        for mut c in clients {
+            let mut answer = String::new();
+            tokio::time::timeout(Duration::from_secs(10), c.read_to_string(&mut answer))
+                .await
+                .expect("the answer comes")
+                .expect("no reset");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+            assert!(answer.ends_with("served"), "{answer}");
+        }
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("serve returns once every connection ended")
+            .expect("no panic")
+            .expect("no error");
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "the listener is closed"
+        );
+    }
 }
