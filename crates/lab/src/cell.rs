@@ -40,6 +40,11 @@ pub struct Cell {
     pub pool: u16,
     /// Lookups per k6 iteration, sent at once (the streaming experiment).
     pub lookups: u32,
+    /// Round-trip time emulated between user-service and order-service by
+    /// the delay proxy (half each way), in ms; `None`: no proxy, the services
+    /// talk directly (every experiment but `rtt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_ms: Option<u32>,
 }
 
 impl Cell {
@@ -52,6 +57,7 @@ impl Cell {
             load: Load::Closed { vus },
             pool,
             lookups: 1,
+            rtt_ms: None,
         }
     }
 
@@ -71,8 +77,9 @@ impl Cell {
         } else {
             String::new()
         };
+        let rtt = self.rtt_ms.map_or(String::new(), |r| format!("-rtt{r}"));
         format!(
-            "{}-o{}-{fields}-{load}-p{}{lookups}",
+            "{}-o{}-{fields}-{load}-p{}{lookups}{rtt}",
             self.via, self.orders, self.pool
         )
     }
@@ -95,6 +102,9 @@ impl Cell {
             Load::Open { rate, .. } => s.push_str(&format!(", open loop {rate}/s")),
         }
         s.push_str(&format!(", pool {}", self.pool));
+        if let Some(r) = self.rtt_ms {
+            s.push_str(&format!(", RTT {r} ms"));
+        }
         s
     }
 }
@@ -145,8 +155,26 @@ pub struct RoundRecord {
     pub pinning: Option<String>,
     /// Why this round's numbers should be read with care.
     pub flags: Vec<String>,
+    /// The delay proxy's figures over the measured run (cells with an RTT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyRecord>,
     /// k6's full summary data, as its handleSummary wrote it.
     pub k6_summary: serde_json::Value,
+}
+
+/// What the delay proxy between the services did during a measured run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProxyRecord {
+    /// The one-way delay asked of each direction, µs.
+    pub one_way_us: f64,
+    /// Chunks written (both directions) and connections accepted.
+    pub chunks: f64,
+    pub connections: f64,
+    /// How much later than asked chunks were written: mean and maximum, µs.
+    pub late_mean_us: f64,
+    pub late_max_us: f64,
+    /// CPU of the lab's process, where the proxy's threads run, µs.
+    pub cpu_us: f64,
 }
 
 /// The share of a core above which k6 counts as the bottleneck.
@@ -184,6 +212,10 @@ pub struct Measures {
     pub machine_busy: f64,
     /// Other processes' CPU during the measured run, in cores.
     pub other_cores: f64,
+    /// The delay proxy's lateness (mean, µs) and CPU (cores); `None`
+    /// without a proxy.
+    pub proxy_late_us: Option<f64>,
+    pub proxy_cores: Option<f64>,
 }
 
 impl Measures {
@@ -217,6 +249,8 @@ impl Measures {
             k6_cores: r.cpu.k6_us / 1e6 / secs,
             machine_busy: total_cpu / 1e6 / secs / f64::from(r.cores.max(1)),
             other_cores: r.other_cpu_us / 1e6 / secs,
+            proxy_late_us: r.proxy.map(|p| p.late_mean_us),
+            proxy_cores: r.proxy.map(|p| p.cpu_us / 1e6 / secs),
         }
     }
 
@@ -269,6 +303,9 @@ pub enum Metric {
     K6Cores,
     OtherCores,
     BadAnswers,
+    /// The delay proxy: mean lateness of a chunk (µs), and its CPU (cores).
+    ProxyLate,
+    ProxyCores,
 }
 
 impl Metric {
@@ -329,6 +366,8 @@ impl Metric {
             K6Cores => m.k6_cores,
             OtherCores => m.other_cores,
             BadAnswers => m.bad_answers,
+            ProxyLate => return m.proxy_late_us,
+            ProxyCores => return m.proxy_cores,
         })
     }
 
@@ -340,12 +379,12 @@ impl Metric {
             Dropped | ConnectionsOpened | ConnectionsHeld | TimeWait | BadAnswers => "",
             DroppedShare => "%",
             E2eP50 | E2eP90 | E2eP95 | E2eP99 | E2eMax | IterP50 | IterP95 => "ms",
-            UpP50 | UpP95 | UpP99 | UpMax => "µs",
+            UpP50 | UpP95 | UpP99 | UpMax | ProxyLate => "µs",
             BytesOut | BytesIn | BytesTotal | BytesPerIteration => "B",
             UpstreamCallsPerIteration => "calls",
             CpuOrder | CpuUser | CpuServices | CpuK6 | CpuServicesPerIteration => "µs",
             RssOrder | RssUser | RssK6 => "MiB",
-            K6Cores | OtherCores => "cores",
+            K6Cores | OtherCores | ProxyCores => "cores",
         }
     }
 
@@ -410,6 +449,7 @@ mod tests {
             other_cpu_us: 500_000.0,
             pinning: None,
             flags: vec![],
+            proxy: None,
             k6_summary: serde_json::Value::Null,
         }
     }
@@ -457,7 +497,9 @@ mod tests {
         };
         let mut d = a.clone();
         d.lookups = 20;
-        let ids = [a.id(), b.id(), c.id(), d.id()];
+        let mut e = a.clone();
+        e.rtt_ms = Some(5);
+        let ids = [a.id(), b.id(), c.id(), d.id(), e.id()];
         for (i, x) in ids.iter().enumerate() {
             assert!(
                 x.chars()
@@ -470,5 +512,7 @@ mod tests {
         }
         assert_eq!(a.id(), "grpc-o1000-all-vu8-p8");
         assert!(d.label().contains("x20 lookups"));
+        assert_eq!(e.id(), "grpc-o1000-all-vu8-p8-rtt5");
+        assert!(e.label().ends_with("RTT 5 ms"));
     }
 }

@@ -96,7 +96,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
     /// Only these transports (comma-separated) in payload, floor, pool and
-    /// wire-size.
+    /// wire-size; rtt then measures exactly these.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub transports: Option<Vec<String>>,
     /// Only these orders-per-call sizes (comma-separated), for every
@@ -198,6 +198,13 @@ pub fn list(quick: bool) -> String {
         p.streaming_n,
         p.naive_vus
     ));
+    out.push_str(&format!(
+        "rtt: RTT {:?} ms through the delay proxy, {} at pool {:?}, {} VUs\n",
+        p.rtt.rtts_ms,
+        p.rtt.vias.join(", "),
+        p.rtt.pools,
+        p.rtt.vus
+    ));
     out
 }
 
@@ -265,6 +272,7 @@ mod tests {
             assert!(l.contains(n), "{n}");
         }
     }
+            "rtt",
 
     #[test]
     fn the_root_is_found_from_inside_the_workspace() {

@@ -49,6 +49,8 @@ pub enum Experiment {
     Factorial,
     /// Pool 1 and 4, open loop at rising rates until drops appear (seed 001 §5).
     Pool,
+    /// Round-trip time 0, 1, 5, 20 ms between the services, through a delay proxy.
+    Rtt,
     /// Bytes per call: REST JSON, REST protobuf, gRPC, gRPC-web (seed 001 §6).
     WireSize,
     /// Legacy all-strings v1 vs typed v2, all fields vs six (seed 003).
@@ -74,6 +76,7 @@ impl Experiment {
             Experiment::Pool => "pool",
             Experiment::WireSize => "wire-size",
             Experiment::Schema => "schema",
+            Experiment::Rtt => "rtt",
             Experiment::Streaming => "streaming",
             Experiment::Naive => "naive",
             Experiment::Floor => "floor",
@@ -87,7 +90,7 @@ impl Experiment {
         use Experiment::*;
         match self {
             All => vec![
-                Payload, Factorial, Floor, WireSize, Schema, Streaming, Naive, Pool, Pitfall,
+                Payload, Factorial, Floor, WireSize, Schema, Streaming, Naive, Pool, Rtt, Pitfall,
             ],
             e => vec![e],
         }
@@ -131,6 +134,7 @@ impl Experiment {
                 .iter()
                 .map(|via| Cell::closed(via, p.naive_orders, p.naive_vus, p.naive_vus as u16))
                 .collect(),
+            Experiment::Rtt => crate::rtt::cells(&p.rtt),
             Experiment::Pitfall => p
                 .factorial_sizes
                 .iter()
@@ -210,11 +214,15 @@ impl Plan {
     /// The full or quick plan, with optional `--transports` / `--sizes`.
     pub fn new(quick: bool, transports: Option<&[String]>, sizes: Option<&[u32]>) -> Plan {
         let all: Vec<String> = TRANSPORTS.iter().map(|s| (*s).to_owned()).collect();
+    /// The rtt experiment's transports, round-trip times and pools.
+    #[serde(default)]
+    pub rtt: crate::rtt::RttPlan,
         let transports = transports.map_or(all, <[String]>::to_vec);
         let pool_vias: Vec<String> = ["h1-json", "h2c-json", "grpc"]
             .iter()
             .map(|s| (*s).to_owned())
             .filter(|v| transports.contains(v))
+        let rtt = crate::rtt::RttPlan::new(quick, transports);
             .collect();
         let mut p = if quick {
             Plan {
@@ -242,6 +250,7 @@ impl Plan {
                 quick,
                 transports,
                 sizes: vec![1, 10, 100, 1000, 10000],
+                rtt,
                 vus: 8,
                 pool: 8,
                 factorial_sizes: vec![1, 1000],
@@ -263,6 +272,7 @@ impl Plan {
             p.sizes = s.to_vec();
             p.factorial_sizes = s.to_vec();
             p.schema_sizes = s.to_vec();
+                rtt,
             p.wire_sizes = s.to_vec();
         }
         p
@@ -270,6 +280,7 @@ impl Plan {
 
     /// The transports the wire-size experiment probes.
     pub fn wire_transports(&self) -> Vec<&str> {
+            p.rtt.orders = s.to_vec();
         self.transports.iter().map(String::as_str).collect()
     }
 }
@@ -386,10 +397,11 @@ pub fn section(e: Experiment, cx: &Context) -> Section {
         Experiment::Floor => floor(cx),
         Experiment::Pitfall => pitfall(cx),
         Experiment::All => Section::new("all", "All"),
+        Experiment::Rtt => crate::rtt::section(cx),
     }
 }
 
-fn method(cx: &Context, load: &str) -> String {
+pub(crate) fn method(cx: &Context, load: &str) -> String {
     format!(
         "{load}; {} rounds of {} s after a {} s warm-up, both services restarted every round. \
          Cells: median (min–max) over the rounds; `×` is a ratio computed round by round.",
@@ -1290,7 +1302,7 @@ fn naive(cx: &Context) -> Section {
     s
 }
 
-fn scaled(s: Option<Spread>, k: f64) -> Option<Spread> {
+pub(crate) fn scaled(s: Option<Spread>, k: f64) -> Option<Spread> {
     s.map(|s| Spread {
         median: s.median * k,
         min: s.min * k,
@@ -1403,6 +1415,7 @@ pub fn pool_cells(p: &Plan, rate: u32, climbing: &[(String, u16)]) -> Vec<Cell> 
 pub fn dropped(p: &Plan, data: &Data, cell: &Cell) -> bool {
     data.median(cell, Metric::DroppedShare)
         .is_some_and(|v| v > p.drop_threshold_pct)
+            rtt_ms: None,
 }
 
 fn pool(cx: &Context) -> Section {
@@ -1582,7 +1595,7 @@ mod tests {
     #[test]
     fn all_expands_to_every_experiment_once() {
         let all = Experiment::All.expand();
-        assert_eq!(all.len(), 9);
+        assert_eq!(all.len(), 10);
         assert!(!all.contains(&Experiment::All));
         assert_eq!(Experiment::Floor.expand(), vec![Experiment::Floor]);
     }

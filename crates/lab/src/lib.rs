@@ -15,6 +15,7 @@
 //! - [`session`]: one whole run: plan, measure, results directory, report.
 //! - [`experiments`]: which cells each experiment measures, and the report
 //!   section each writes (tables, readings, charts).
+//! - [`rtt`]: the rtt experiment: its plan, cells and report section.
 //! - [`runner`]: one round of one cell: services, warm-up, k6, readings.
 //! - [`cell`]: a cell, the raw record of a round, the measures derived from
 //!   it and the [`cell::Metric`]s tables read.
@@ -39,6 +40,7 @@ pub mod prom;
 pub mod report;
 pub mod runner;
 pub mod services;
+pub mod rtt;
 pub mod session;
 pub mod stats;
 pub mod wire;

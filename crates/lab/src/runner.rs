@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cell::{
     BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, Measures,
-    RoundRecord, Rss,
+    ProxyRecord, RoundRecord, Rss,
 };
 use crate::k6;
 use crate::procfs;
@@ -286,7 +286,12 @@ impl Lab {
         header: &str,
         started_at: String,
     ) -> anyhow::Result<RoundRecord> {
-        let running = services::start(&self.services, Some(cell.pool), header, &self.stop)?;
+        // An emulated round trip is split evenly between the two directions.
+        let one_way = cell
+            .rtt_ms
+            .map(|r| Duration::from_micros(u64::from(r) * 500));
+        let running =
+            services::start_delayed(&self.services, Some(cell.pool), one_way, header, &self.stop)?;
         let rec = self.drive(experiment, cell, round, &running, started_at);
         running.stop();
         rec
@@ -377,6 +382,10 @@ impl Lab {
 
         let script = match cell.load {
             Load::Closed { .. } => script_of(cell),
+        // The proxy's threads run in the lab's process, otherwise idle but
+        // for polling k6: its own CPU is theirs.
+        let proxy_before = running.proxy.as_ref().map(|p| p.stats());
+        let lab_before = procfs::self_ticks()?.own;
             Load::Open { .. } => "open-loop.js",
         };
         let mut env = base_env;
@@ -387,6 +396,8 @@ impl Lab {
         let order_after = procfs::cpu_ticks(running.order_pid())?;
         let user_after = procfs::cpu_ticks(running.user_pid())?;
         let tcp_after = procfs::tcp_states(order_port)?;
+        let lab_after = procfs::self_ticks()?.own;
+        let proxy_after = running.proxy.as_ref().map(|p| p.stats());
         let upstream_after = if direct {
             prom::Upstream::default()
         } else {
@@ -405,6 +416,21 @@ impl Lab {
         let mut rec = RoundRecord {
             experiment: experiment.to_owned(),
             cell: cell.clone(),
+        let proxy = match (&running.proxy, proxy_before, proxy_after) {
+            (Some(p), Some(before), Some(after)) => {
+                let d = after.since(&before);
+                Some(ProxyRecord {
+                    one_way_us: p.config().delay.as_secs_f64() * 1e6,
+                    chunks: d.chunks as f64,
+                    connections: d.connections as f64,
+                    late_mean_us: d.mean_late().as_secs_f64() * 1e6,
+                    late_max_us: d.late_ns_max as f64 / 1e3,
+                    cpu_us: us(lab_after - lab_before),
+                })
+            }
+            _ => None,
+        };
+        let proxy_us = proxy.map_or(0.0, |p| p.cpu_us);
             round,
             started_at,
             duration_s: self.timing.duration_s,
@@ -420,12 +446,13 @@ impl Lab {
             tcp_before,
             tcp_after,
             cores: self.cores,
-            other_cpu_us: (machine_us - cpu.order_us - cpu.user_us - cpu.k6_us).max(0.0),
+            other_cpu_us: (machine_us - cpu.order_us - cpu.user_us - cpu.k6_us - proxy_us).max(0.0),
             pinning: self.services.pinning(),
             flags: Vec::new(),
             k6_summary: run.raw,
         };
         rec.flags = flags_of(&rec);
+            proxy,
         Ok(rec)
     }
 

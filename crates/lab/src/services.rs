@@ -211,6 +211,9 @@ pub struct Running {
     pub ports: Ports,
     pub order: ChildGuard,
     pub user: Option<ChildGuard>,
+    /// The delay proxy between them, in this process, when a round trip is
+    /// emulated: one route per order-service port user-service dials.
+    pub proxy: Option<delay_proxy::Proxy>,
 }
 
 impl Running {
@@ -222,11 +225,12 @@ impl Running {
         self.user.as_ref().map_or(0, ChildGuard::pid)
     }
 
-    /// Stops both now.
+    /// Stops both now (and the proxy between them).
     pub fn stop(mut self) {
         if let Some(u) = self.user.as_mut() {
             u.kill();
         }
+        self.proxy = None;
         self.order.kill();
     }
 }
@@ -266,6 +270,20 @@ pub fn start(
     header: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Running> {
+    start_delayed(cfg, user_pool, None, header, stop)
+}
+
+/// As [`start`], with user-service dialling order-service's three ports
+/// through one in-process [`delay_proxy::Proxy`] (three routes) that adds
+/// `one_way` to each direction, when given. Zero still goes through the
+/// proxy: the `rtt` experiment's baseline pays the proxy's own cost too.
+pub fn start_delayed(
+    cfg: &ServiceConfig,
+    user_pool: Option<u16>,
+    one_way: Option<Duration>,
+    header: &str,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Running> {
     let ports = Ports::pick()?;
     let order_log = log_file(&cfg.log_dir, "order-service", header)?;
     let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log)?;
@@ -279,6 +297,25 @@ pub fn start(
     };
     let mut order = ChildGuard::spawn(cmd, "order-service")?;
     wait_ready(&mut order, ports.order_rest_addr(), &cfg.log_dir, stop)?;
+    let order_tcp = SocketAddr::from(([127, 0, 0, 1], ports.order_tcp));
+    let proxy = one_way
+        .map(|d| {
+            delay_proxy::Proxy::start(
+                delay_proxy::Config::one_way(d),
+                &[
+                    delay_proxy::Route::any_port(ports.order_rest_addr()),
+                    delay_proxy::Route::any_port(ports.order_grpc_addr()),
+                    delay_proxy::Route::any_port(order_tcp),
+                ],
+            )
+            .context("starting the delay proxy")
+        })
+        .transpose()?;
+    // Where user-service dials order-service: its ports, or the proxy's.
+    let (order_rest, order_grpc, order_tcp) = match &proxy {
+        Some(p) => (p.local_addr(0), p.local_addr(1), p.local_addr(2)),
+        None => (ports.order_rest_addr(), ports.order_grpc_addr(), order_tcp),
+    };
 
     let user = match user_pool {
         None => None,
@@ -287,18 +324,9 @@ pub fn start(
             let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log)?;
             cmd.env("USER_REST_ADDR", format!("127.0.0.1:{}", ports.user_rest))
                 .env("USER_GRPC_ADDR", format!("127.0.0.1:{}", ports.user_grpc))
-                .env(
-                    "USER_ORDER_REST_URL",
-                    format!("http://127.0.0.1:{}", ports.order_rest),
-                )
-                .env(
-                    "USER_ORDER_GRPC_URL",
-                    format!("http://127.0.0.1:{}", ports.order_grpc),
-                )
-                .env(
-                    "USER_ORDER_TCP_ADDR",
-                    format!("127.0.0.1:{}", ports.order_tcp),
-                )
+                .env("USER_ORDER_REST_URL", format!("http://{order_rest}"))
+                .env("USER_ORDER_GRPC_URL", format!("http://{order_grpc}"))
+                .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
                 .env("USER_POOL_SIZE", pool.to_string())
                 .env("USER_LOG_FORMAT", "json")
                 .env_remove("USER_SEED");
@@ -311,7 +339,12 @@ pub fn start(
             Some(user)
         }
     };
-    Ok(Running { ports, order, user })
+    Ok(Running {
+        ports,
+        order,
+        user,
+        proxy,
+    })
 }
 
 /// Polls `GET /readyz` until it answers 200.

@@ -7,6 +7,7 @@
 mod common;
 
 use lab::experiments::Experiment;
+use lab::report::{Block, Table};
 use lab::runner::write_json;
 use lab::session::{build_report, load, rerender};
 
@@ -26,6 +27,7 @@ fn a_complete_run_of_all_has_no_empty_cell() {
         "streaming",
         "naive",
         "pool",
+        "rtt",
         "flags",
         "cells",
     ] {
@@ -38,6 +40,7 @@ fn a_complete_run_of_all_has_no_empty_cell() {
         "payload-latency-1.svg",
         "payload-latency-1000.svg",
         "pool-drops.svg",
+        "rtt-throughput.svg",
     ] {
         assert!(charts.contains(&c), "no chart {c} in {charts:?}");
     }
@@ -148,4 +151,48 @@ fn a_results_directory_is_read_back_and_rendered_again() {
         assert!(dir.join(f).is_file(), "{f} not written");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_rtt_section_has_every_transport_at_every_round_trip_time() {
+    let (info, results) = common::synthetic(Experiment::Rtt, true, 2);
+    let report = build_report(&info, &results);
+    let empty = report.empty_cells();
+    assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
+    let rtt = report
+        .sections
+        .iter()
+        .find(|s| s.id == "rtt")
+        .expect("an rtt section");
+    let plan = &info.plan.rtt;
+    let tables: Vec<&Table> = rtt
+        .blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Table(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let rate = tables
+        .iter()
+        .find(|t| t.caption.starts_with("Throughput against RTT"))
+        .expect("a throughput table");
+    assert_eq!(rate.headers.len(), 1 + plan.rtts_ms.len());
+    assert!(rate.headers.contains(&"RTT 20 ms".to_owned()));
+    assert_eq!(rate.rows.len(), plan.vias.len());
+    for row in &rate.rows {
+        assert!(row[1..].iter().all(|c| c.contains('×')), "{row:?}");
+    }
+    assert!(rate.reading.contains("h2c-json"), "{}", rate.reading);
+    assert!(
+        tables
+            .iter()
+            .any(|t| t.caption.starts_with("The delay proxy")),
+        "no proxy table"
+    );
+    assert!(
+        rtt.blocks
+            .iter()
+            .any(|b| matches!(b, Block::Chart(c) if c.file == "rtt-throughput.svg"))
+    );
 }

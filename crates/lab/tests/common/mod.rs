@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lab::cell::{Cell, Cpu, Load, RoundRecord, Rss};
+use lab::cell::{Cell, Cpu, Load, ProxyRecord, RoundRecord, Rss};
 use lab::experiments::{Experiment, Plan, pool_cells};
 use lab::k6::{Percentiles, Summary};
 use lab::machine::Machine;
@@ -67,7 +67,17 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
     };
     let six = if cell.fields.is_some() { 0.7 } else { 1.0 };
     let jitter = 1.0 + 0.03 * f64::from(round);
-    let up_us = (80.0 + 2.0 * f64::from(cell.orders)) * factor * six * jitter;
+    let mut up_us = (80.0 + 2.0 * f64::from(cell.orders)) * factor * six * jitter;
+    // Behind the delay proxy every call pays the round trip; HTTP/1.1 calls
+    // also queue for one of `pool` connections.
+    if let (Some(rtt), Load::Closed { vus }) = (cell.rtt_ms, cell.load) {
+        let queue = if cell.via.starts_with("h1-") {
+            f64::from(vus) / f64::from(cell.pool)
+        } else {
+            1.0
+        };
+        up_us += f64::from(rtt) * 1000.0 * queue;
+    }
     let secs = 2.0;
     let (rate, dropped) = match cell.load {
         Load::Closed { .. } => (1e6 / (up_us * 3.0), 0.0),
@@ -141,6 +151,14 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         other_cpu_us: 10_000.0,
         pinning: None,
         flags: Vec::new(),
+        proxy: cell.rtt_ms.map(|rtt| ProxyRecord {
+            one_way_us: f64::from(rtt) * 500.0,
+            chunks: calls * 4.0,
+            connections: f64::from(cell.pool),
+            late_mean_us: 40.0 + f64::from(round),
+            late_max_us: 900.0,
+            cpu_us: requests * 20.0,
+        }),
         k6_summary: serde_json::Value::Null,
     }
 }
