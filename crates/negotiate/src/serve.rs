@@ -20,6 +20,11 @@
 //!
 //! HTTP/2 (h2c) connections get GOAWAY at the same point, which tells the
 //! client exactly which streams were served, so none is lost either.
+//!
+//! [`serve_with_tls`] does the same over TLS: each connection's handshake
+//! runs in the connection's own task (ALPN `h2` or `http/1.1`, though the
+//! server tells the two apart by the client's first bytes anyway), so the
+//! accept loop and the drain above are unchanged.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,12 +43,27 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 /// Serves `router` on `listener` until `shutdown` completes, then drains as
-/// the module doc says.
+/// the module doc says. An HTTP/2 connection may have `max_streams` streams
+/// open at once (its SETTINGS_MAX_CONCURRENT_STREAMS): a client past it
+/// waits for one to end.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send,
     grace: Duration,
+    max_streams: u32,
+) -> std::io::Result<()> {
+    serve_with_tls(listener, router, shutdown, grace, max_streams, None).await
+}
+
+/// [`serve`], with every connection TLS first when `tls` is given.
+pub async fn serve_with_tls(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send,
+    grace: Duration,
+    max_streams: u32,
+    tls: Option<tls::Acceptor>,
 ) -> std::io::Result<()> {
     let closing = Arc::new(AtomicBool::new(false));
     let router = router.layer(axum::middleware::from_fn_with_state(
@@ -66,7 +86,14 @@ pub async fn serve(
                 }
             },
         };
-        spawn_connection(&mut connections, io, &router, &stop_rx, grace);
+        spawn_connection(
+            &mut connections,
+            io,
+            &router,
+            &stop_rx,
+            (grace, max_streams),
+            tls.as_ref(),
+        );
         // Reap finished connections as we go, so the set stays small.
         while connections.try_join_next().is_some() {}
     }
@@ -77,10 +104,20 @@ pub async fn serve(
     closing.store(true, Ordering::SeqCst);
     let _ = stop_tx.send(true);
     if !backlog.is_empty() {
-        tracing::debug!(connections = backlog.len(), "served from the accept backlog");
+        tracing::debug!(
+            connections = backlog.len(),
+            "served from the accept backlog"
+        );
     }
     for io in backlog {
-        spawn_connection(&mut connections, io, &router, &stop_rx, grace);
+        spawn_connection(
+            &mut connections,
+            io,
+            &router,
+            &stop_rx,
+            (grace, max_streams),
+            tls.as_ref(),
+        );
     }
     tracing::debug!(connections = connections.len(), "draining HTTP connections");
     while connections.join_next().await.is_some() {}
@@ -94,28 +131,53 @@ fn spawn_connection(
     io: TcpStream,
     router: &Router,
     stop_rx: &tokio::sync::watch::Receiver<bool>,
-    grace: Duration,
+    (grace, max_streams): (Duration, u32),
+    tls: Option<&tls::Acceptor>,
 ) {
     // Without it, Nagle's algorithm holds back a small write until the
     // peer's delayed ACK: tens of milliseconds on a small answer.
     let _ = io.set_nodelay(true);
     let service = TowerToHyperService::new(router.clone());
-    let mut stop = stop_rx.clone();
+    let stop = stop_rx.clone();
+    let tls = tls.cloned();
     connections.spawn(async move {
-        let builder = Builder::new(TokioExecutor::new());
-        let mut conn =
-            std::pin::pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
-        tokio::select! {
-            r = conn.as_mut() => return log_end(r),
-            _ = stop.wait_for(|s| *s) => {}
+        match tls {
+            None => serve_connection(io, service, stop, grace, max_streams).await,
+            // The handshake is bounded by `tls::HANDSHAKE_TIMEOUT`, so a
+            // silent client cannot hold the drain for ever.
+            Some(acceptor) => match acceptor.accept(io).await {
+                Ok(io) => serve_connection(io, service, stop, grace, max_streams).await,
+                Err(e) => tracing::debug!(error = %e, "HTTPS connection refused"),
+            },
         }
-        tokio::select! {
-            r = conn.as_mut() => return log_end(r),
-            () = tokio::time::sleep(grace) => {}
-        }
-        conn.as_mut().graceful_shutdown();
-        log_end(conn.await);
     });
+}
+
+/// Serves one accepted (and, for TLS, handshaken) connection as
+/// [`spawn_connection`] says.
+async fn serve_connection<I>(
+    io: I,
+    service: TowerToHyperService<Router>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    grace: Duration,
+    max_streams: u32,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(max_streams);
+    let mut conn =
+        std::pin::pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
+    tokio::select! {
+        r = conn.as_mut() => return log_end(r),
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    tokio::select! {
+        r = conn.as_mut() => return log_end(r),
+        () = tokio::time::sleep(grace) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    log_end(conn.await);
 }
 
 /// Accepts every connection the kernel has already completed, then closes
@@ -189,7 +251,9 @@ mod tests {
         let addr = listener.local_addr().expect("address");
         let mut clients = Vec::new();
         for _ in 0..6 {
-            let mut c = TcpStream::connect(addr).await.expect("connects into the backlog");
+            let mut c = TcpStream::connect(addr)
+                .await
+                .expect("connects into the backlog");
             c.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
                 .await
                 .expect("writes");
@@ -212,7 +276,10 @@ mod tests {
                 .expect("the answer comes")
                 .expect("no reset");
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-            assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+            assert!(
+                answer.to_ascii_lowercase().contains("connection: close"),
+                "{answer}"
+            );
             assert!(answer.ends_with("served"), "{answer}");
         }
         tokio::time::timeout(Duration::from_secs(10), server)

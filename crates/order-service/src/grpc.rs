@@ -49,6 +49,8 @@ pub struct GrpcLimits {
     pub max_lookups_in_flight: usize,
     /// Calls in service at once on the listener; past it, RESOURCE_EXHAUSTED at once.
     pub max_concurrent_requests: usize,
+    /// Streams open at once on one HTTP/2 connection (announced to clients).
+    pub max_concurrent_streams: u32,
 }
 
 /// The v2 service.
@@ -284,6 +286,7 @@ pub async fn serve(
     limits: GrpcLimits,
     metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
+    tls: Option<tls::Acceptor>,
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -309,8 +312,9 @@ pub async fn serve(
     let v1 = pb1::order_service_server::OrderServiceServer::new(OrderServiceV1 { orders })
         .max_decoding_message_size(limits.max_message_bytes)
         .max_encoding_message_size(limits.max_message_bytes);
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .accept_http1(true)
+        .max_concurrent_streams(limits.max_concurrent_streams)
         .trace_fn(telemetry::propagation::server_span::<()>)
         // Outermost, so that gRPC-web calls are counted as such.
         .layer(RecordLayer::new(metrics))
@@ -326,13 +330,26 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(v2)
-        .add_service(v1)
-        .serve_with_incoming_shutdown(
-            // Nagle's algorithm would hold small frames back until the peer's
-            // delayed ACK: about 40 ms on small calls.
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown.cancelled_owned(),
-        )
-        .await?;
+        .add_service(v1);
+    match tls {
+        None => {
+            router
+                .serve_with_incoming_shutdown(
+                    // Nagle's algorithm would hold small frames back until the peer's
+                    // delayed ACK: about 40 ms on small calls.
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    shutdown.cancelled_owned(),
+                )
+                .await?
+        }
+        Some(acceptor) => {
+            router
+                .serve_with_incoming_shutdown(
+                    tls::incoming::incoming(listener, acceptor),
+                    shutdown.cancelled_owned(),
+                )
+                .await?
+        }
+    }
     Ok(())
 }

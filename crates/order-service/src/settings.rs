@@ -84,14 +84,50 @@ pub struct Settings {
     #[arg(long, env = "ORDER_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
     pub max_concurrent_requests: usize,
 
+    /// Streams one HTTP/2 connection may have open at once, on REST (h2c)
+    /// and gRPC: the SETTINGS_MAX_CONCURRENT_STREAMS the server announces.
+    /// A client past it waits for a stream to end; one connection cannot
+    /// take the whole --max-concurrent-requests.
+    #[arg(long, env = "ORDER_MAX_CONCURRENT_STREAMS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_streams: u32,
+
+    /// Raw-TCP connections open at once; one more gets a RESOURCE_EXHAUSTED
+    /// error frame (request id 0) and is closed.
+    #[arg(long, env = "ORDER_MAX_TCP_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tcp_connections: u32,
+
     /// At shutdown, how long an idle HTTP/1.1 keep-alive connection is given
     /// to send one more request (answered with `Connection: close`) before it
     /// is closed: closing it at once could lose a request already on the wire.
     #[arg(long, env = "ORDER_SHUTDOWN_GRACE_MS", default_value_t = 1_000)]
     pub shutdown_grace_ms: u64,
+
+    /// PEM certificate chain (leaf first). With --tls-key, every listener
+    /// (REST, gRPC, raw TCP) serves TLS only: HTTPS/1.1 and h2 by ALPN on
+    /// REST, gRPC over TLS, TLS on the raw-TCP floor.
+    #[arg(long, env = "ORDER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "ORDER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// Mutual TLS: PEM CA that every client's certificate must be signed by;
+    /// a client without one is refused at the handshake. Needs --tls-cert.
+    #[arg(long, env = "ORDER_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<std::path::PathBuf>,
 }
 
 impl Settings {
+    /// The TLS files, when TLS is on (certificate and key both set).
+    pub fn tls_files(&self) -> Option<tls::ServerFiles> {
+        Some(tls::ServerFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
+
     /// Settings for a test: every listener on 127.0.0.1 port 0, the given store.
     pub fn for_tests(database_url: Option<String>) -> Self {
         let mut s = Cli::parse_from(["order-service"]).settings;

@@ -32,6 +32,8 @@ pub struct Application {
     rest: TcpListener,
     grpc: TcpListener,
     tcp: TcpListener,
+    /// TLS for every listener, when the settings name a certificate.
+    tls: Option<tls::ServerTls>,
 }
 
 /// Connects to Postgres (and migrates) or builds the in-memory store.
@@ -69,7 +71,12 @@ impl Application {
                 max_page_size: settings.max_page_size,
             },
         };
+        let tls = match settings.tls_files() {
+            Some(files) => Some(tls::ServerTls::load(&files).context("setting up TLS")?),
+            None => None,
+        };
         let app = Application {
+            tls,
             rest: bind("REST", settings.rest_addr).await?,
             grpc: bind("gRPC", settings.grpc_addr).await?,
             tcp: bind("raw-TCP", settings.tcp_addr).await?,
@@ -81,6 +88,7 @@ impl Application {
             rest = %app.rest_addr(),
             grpc = %app.grpc_addr(),
             tcp = %app.tcp_addr(),
+            tls = app.tls_mode(),
             "order-service ready to serve"
         );
         Ok(app)
@@ -101,6 +109,15 @@ impl Application {
         self.tcp.local_addr().unwrap_or(self.settings.tcp_addr)
     }
 
+    /// "off", "on" or "mutual" (client certificates required).
+    pub fn tls_mode(&self) -> &'static str {
+        match &self.tls {
+            None => "off",
+            Some(t) if t.requires_client_cert() => "mutual",
+            Some(_) => "on",
+        }
+    }
+
     /// "memory" or "postgres".
     pub fn store_kind(&self) -> &'static str {
         self.orders.store.kind()
@@ -115,6 +132,7 @@ impl Application {
         let token = CancellationToken::new();
         let s = &self.settings;
         let metrics = Arc::new(RequestMetrics::new("order"));
+        let [rest_tls, grpc_tls, tcp_tls] = tls_acceptors(self.tls.as_ref(), &metrics);
         let rest_router = crate::rest::router(RestState {
             orders: self.orders.clone(),
             max_body_bytes: s.max_body_bytes,
@@ -125,10 +143,18 @@ impl Application {
             let t = token.clone();
             let listener = self.rest;
             let grace = Duration::from_millis(s.shutdown_grace_ms);
+            let max_streams = s.max_concurrent_streams;
             async move {
-                negotiate::serve::serve(listener, rest_router, t.cancelled_owned(), grace)
-                    .await
-                    .context("serving REST")
+                negotiate::serve::serve_with_tls(
+                    listener,
+                    rest_router,
+                    t.cancelled_owned(),
+                    grace,
+                    max_streams,
+                    rest_tls,
+                )
+                .await
+                .context("serving REST")
             }
         });
         let grpc = tokio::spawn(crate::grpc::serve(
@@ -138,9 +164,11 @@ impl Application {
                 max_message_bytes: s.max_message_bytes,
                 max_lookups_in_flight: s.max_lookups_in_flight,
                 max_concurrent_requests: s.max_concurrent_requests,
+                max_concurrent_streams: s.max_concurrent_streams,
             },
             metrics.clone(),
             token.clone(),
+            grpc_tls,
         ));
         let tcp = tokio::spawn(crate::tcp::serve(
             self.tcp,
@@ -148,9 +176,11 @@ impl Application {
             TcpLimits {
                 max_frame_bytes: s.max_frame_bytes,
                 max_in_flight: s.max_lookups_in_flight,
+                max_connections: s.max_tcp_connections as usize,
             },
             metrics,
             token.clone(),
+            tcp_tls,
         ));
         // Stop on the signal, or as soon as one server fails.
         let watcher = {
@@ -178,6 +208,40 @@ impl Application {
             None => Ok(()),
         }
     }
+}
+
+/// One acceptor per listener (REST, gRPC, raw TCP), each counting its own
+/// handshakes into `/metrics` as `order_tls_handshakes_total{listener=…}`.
+/// REST offers h2 and HTTP/1.1 by ALPN; gRPC offers h2 and HTTP/1.1 (for
+/// gRPC-web); raw TCP offers no ALPN. All `None` when TLS is off.
+fn tls_acceptors(
+    tls: Option<&tls::ServerTls>,
+    metrics: &RequestMetrics,
+) -> [Option<tls::Acceptor>; 3] {
+    let Some(tls) = tls else {
+        return [None, None, None];
+    };
+    let listeners: [(&str, &[&[u8]]); 3] = [
+        ("rest", tls::ALPN_H2_HTTP1),
+        ("grpc", tls::ALPN_H2_HTTP1),
+        ("tcp", &[]),
+    ];
+    let acceptors = listeners.map(|(name, alpn)| {
+        let counters = Arc::new(tls::HandshakeCounters::default());
+        (name, tls.acceptor(alpn, counters))
+    });
+    let counted: Vec<_> = acceptors
+        .iter()
+        .map(|(name, a)| (format!("listener=\"{name}\""), a.counters().clone()))
+        .collect();
+    metrics.add_section(move |out| {
+        let rows: Vec<_> = counted
+            .iter()
+            .map(|(l, c)| (l.clone(), c.snapshot()))
+            .collect();
+        tls::render_handshakes(out, "order", &rows);
+    });
+    acceptors.map(|(_, a)| Some(a))
 }
 
 /// Completes on ctrl-c or SIGTERM.

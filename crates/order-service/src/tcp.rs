@@ -9,15 +9,20 @@
 //! A length over the configured maximum is refused before anything is
 //! allocated: the connection gets one error frame (request id 0) and is closed,
 //! since the rest of its bytes can no longer be trusted to be frame-aligned.
+//!
+//! At most `max_connections` connections are served at once: the next one
+//! gets one error frame (`RESOURCE_EXHAUSTED`, request id 0) and is closed,
+//! and the refusal is counted in `/metrics` (protocol `tcp`, route `connect`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
 use prost::Message as _;
 use proto::order::v2 as pb2;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _, BufReader, BufWriter};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -31,6 +36,9 @@ pub struct TcpLimits {
     pub max_frame_bytes: usize,
     /// Requests one connection may have in flight; more wait for a slot.
     pub max_in_flight: usize,
+    /// Connections open at once; the next one gets a RESOURCE_EXHAUSTED
+    /// error frame and is closed.
+    pub max_connections: usize,
 }
 
 /// A frame holding `msg`.
@@ -84,15 +92,18 @@ fn error_frame(code: tonic::Code, message: String) -> Bytes {
 }
 
 /// Serves raw-TCP lookups until `shutdown`; then stops accepting, answers the
-/// requests in flight, and closes every connection.
+/// requests in flight, and closes every connection. With `tls`, each
+/// connection is TLS first (the same frames inside it).
 pub async fn serve(
     listener: TcpListener,
     orders: Orders,
     limits: TcpLimits,
     metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
+    tls: Option<tls::Acceptor>,
 ) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
+    let open = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let (socket, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -107,9 +118,31 @@ pub async fn serve(
             },
         };
         let _ = socket.set_nodelay(true);
+        // Held for the connection's life; none left: refused with a frame.
+        let slot = open.clone().try_acquire_owned().ok();
         let (orders, shutdown, metrics) = (orders.clone(), shutdown.clone(), metrics.clone());
+        let tls = tls.clone();
         tracker.spawn(async move {
-            if let Err(e) = connection(socket, orders, limits, metrics, shutdown).await {
+            let served = match tls {
+                None => {
+                    let (rd, wr) = socket.into_split();
+                    connection(rd, wr, orders, limits, metrics, shutdown, slot).await
+                }
+                Some(acceptor) => {
+                    let handshake = tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        h = acceptor.accept(socket) => h,
+                    };
+                    match handshake {
+                        Ok(stream) => {
+                            let (rd, wr) = tokio::io::split(stream);
+                            connection(rd, wr, orders, limits, metrics, shutdown, slot).await
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "raw-TCP connection ended with an error");
             }
         });
@@ -119,14 +152,20 @@ pub async fn serve(
     Ok(())
 }
 
-async fn connection(
-    socket: tokio::net::TcpStream,
+/// Serves one connection, plain or TLS, given its two halves.
+async fn connection<R, W>(
+    rd: R,
+    wr: W,
     orders: Orders,
     limits: TcpLimits,
     metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    let (rd, wr) = socket.into_split();
+    slot: Option<OwnedSemaphorePermit>,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let mut rd = BufReader::new(rd);
     let (tx, mut rx) = mpsc::channel::<Bytes>(64);
     let writer = tokio::spawn(async move {
@@ -141,6 +180,9 @@ async fn connection(
         }
         wr.shutdown().await
     });
+    let Some(_slot) = slot else {
+        return refuse(rd, tx, writer, limits.max_connections, &metrics).await;
+    };
     let slots = Arc::new(Semaphore::new(limits.max_in_flight));
     loop {
         let frame = tokio::select! {
@@ -186,6 +228,42 @@ async fn connection(
     }
     drop(tx);
     writer.await.map_err(std::io::Error::other)?
+}
+
+/// Refuses a connection over the limit: one RESOURCE_EXHAUSTED frame
+/// (request id 0), counted as a `connect` of protocol `tcp`, then the close.
+async fn refuse<R: AsyncRead + Unpin>(
+    mut rd: R,
+    tx: mpsc::Sender<Bytes>,
+    writer: tokio::task::JoinHandle<std::io::Result<()>>,
+    max: usize,
+    metrics: &RequestMetrics,
+) -> std::io::Result<()> {
+    tracing::debug!(max, "raw-TCP connection refused: at the connection limit");
+    metrics.record("tcp", "connect", "grpc-8", false, Duration::ZERO);
+    let msg = format!(
+        "too many raw-TCP connections: the limit is {max} (ORDER_MAX_TCP_CONNECTIONS); retry later"
+    );
+    let _ = tx
+        .send(error_frame(tonic::Code::ResourceExhausted, msg))
+        .await;
+    drop(tx);
+    let written = writer.await.map_err(std::io::Error::other)?;
+    // Closing a socket with unread bytes resets it, and the reset can beat
+    // the error frame to the client: read what it already sent (bounded in
+    // bytes and time) until it closes its side.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut buf = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+    written
 }
 
 #[cfg(test)]

@@ -248,32 +248,49 @@ impl Acceptor {
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
-        let result = match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.inner.accept(io)).await {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::new(
+        let handshake = self.inner.accept(io).into_fallible();
+        let e = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+            Ok(Ok(stream)) => {
+                self.counters.record(stream.get_ref().1.handshake_kind());
+                return Ok(stream);
+            }
+            Ok(Err((e, io))) => {
+                linger(io).await;
+                e
+            }
+            Err(_) => io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("no TLS handshake within {} s", HANDSHAKE_TIMEOUT.as_secs()),
-            )),
+            ),
         };
-        match result {
-            Ok(stream) => {
-                self.counters.record(stream.get_ref().1.handshake_kind());
-                Ok(stream)
-            }
-            Err(e) => {
-                self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                Err(io::Error::new(
-                    e.kind(),
-                    format!("TLS handshake failed: {e}"),
-                ))
-            }
-        }
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        Err(io::Error::new(
+            e.kind(),
+            format!("TLS handshake failed: {e}"),
+        ))
     }
 
     /// The counters this acceptor records into.
     pub fn counters(&self) -> &Arc<HandshakeCounters> {
         &self.counters
     }
+}
+
+/// After a failed handshake, closes the connection so that the client
+/// reads the alert saying why. Dropping the socket at once would reset the
+/// connection if the client had already sent more (in TLS 1.3 a client
+/// sends its request right behind its certificate, before the server has
+/// judged it), and a reset can destroy the alert before the client reads it.
+/// So: send FIN, then read and discard until the client closes, for at most
+/// a second.
+async fn linger<IO: AsyncRead + AsyncWrite + Unpin>(mut io: IO) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = io.shutdown().await;
+        let mut buf = [0u8; 4096];
+        while matches!(io.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 /// Where a client's trusted CA and (for mutual TLS) its own identity are.

@@ -32,6 +32,8 @@ pub struct TransportMetrics {
     /// is how the tests check that HTTP/1.1 never pipelines past the budget.
     in_flight: AtomicI64,
     in_flight_max: AtomicI64,
+    /// TLS handshakes with order-service (all zero when TLS is off).
+    tls: Arc<tls::HandshakeCounters>,
 }
 
 /// A point-in-time copy of one transport's counters.
@@ -45,6 +47,8 @@ pub struct TransportSnapshot {
     pub bytes_written: u64,
     pub in_flight: i64,
     pub in_flight_max: i64,
+    /// TLS handshakes: full, resumed, failed.
+    pub tls: tls::HandshakeCounts,
     /// Round trips recorded in the histogram (successful or not).
     pub latency_count: u64,
     pub p50_micros: u64,
@@ -73,7 +77,13 @@ impl TransportMetrics {
             bytes_written: AtomicU64::new(0),
             in_flight: AtomicI64::new(0),
             in_flight_max: AtomicI64::new(0),
+            tls: Arc::default(),
         }
+    }
+
+    /// The handshake counters a TLS connector of this transport records into.
+    pub fn tls_counters(&self) -> &Arc<tls::HandshakeCounters> {
+        &self.tls
     }
 
     /// Records one finished call and its round trip.
@@ -134,6 +144,7 @@ impl TransportMetrics {
             bytes_written: self.bytes_written.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             in_flight_max: self.in_flight_max.load(Ordering::Relaxed),
+            tls: self.tls.snapshot(),
             latency_count: count,
             p50_micros: q(0.50),
             p90_micros: q(0.90),
@@ -301,6 +312,11 @@ impl Metrics {
                 s.latency_count
             );
         }
+        let tls_rows: Vec<_> = snaps
+            .iter()
+            .map(|(t, s)| (format!("via=\"{}\",store=\"{store}\"", t.name()), s.tls))
+            .collect();
+        tls::render_handshakes(&mut out, "user_upstream", &tls_rows);
         self.requests.render(&mut out);
         telemetry::metrics::render_process(&mut out);
         out

@@ -146,6 +146,13 @@ pub struct Settings {
     #[arg(long, env = "USER_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
     pub max_concurrent_requests: usize,
 
+    /// Streams one HTTP/2 connection may have open at once, on REST (h2c)
+    /// and gRPC: the SETTINGS_MAX_CONCURRENT_STREAMS the server announces.
+    /// A client past it waits for a stream to end; one connection cannot
+    /// take the whole --max-concurrent-requests.
+    #[arg(long, env = "USER_MAX_CONCURRENT_STREAMS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_streams: u32,
+
     /// At shutdown, how long an idle HTTP/1.1 keep-alive connection is given
     /// to send one more request (answered with `Connection: close`) before it
     /// is closed: closing it at once could lose a request already on the wire.
@@ -155,6 +162,60 @@ pub struct Settings {
     /// Log format: `json`, `pretty`, or `auto` (JSON unless stdout is a terminal).
     #[arg(long, env = "USER_LOG_FORMAT", default_value = "auto")]
     pub log_format: String,
+
+    /// TLS to order-service: the PEM CA its certificates must chain to. Set,
+    /// every transport dials over TLS (h2 ones negotiate h2 by ALPN, h1 ones
+    /// http/1.1); unset, every transport is cleartext.
+    #[arg(long, env = "USER_ORDER_TLS_CA")]
+    pub order_tls_ca: Option<std::path::PathBuf>,
+
+    /// The name order-service's certificate must carry. Default: the host
+    /// of each URL / address (set it when dialing through a proxy or by an
+    /// address the certificate does not name).
+    #[arg(long, env = "USER_ORDER_TLS_SERVER_NAME", requires = "order_tls_ca")]
+    pub order_tls_server_name: Option<String>,
+
+    /// Mutual TLS: the PEM client certificate presented to order-service.
+    #[arg(long, env = "USER_ORDER_TLS_CERT", requires_all = ["order_tls_ca", "order_tls_key"])]
+    pub order_tls_cert: Option<std::path::PathBuf>,
+
+    /// The PEM private key of --order-tls-cert.
+    #[arg(long, env = "USER_ORDER_TLS_KEY", requires = "order_tls_cert")]
+    pub order_tls_key: Option<std::path::PathBuf>,
+
+    /// PEM certificate chain for user-service's own listeners. With
+    /// --tls-key, REST (HTTPS/1.1 and h2 by ALPN) and gRPC serve TLS only.
+    #[arg(long, env = "USER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "USER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// Mutual TLS on user-service's listeners: the PEM CA client
+    /// certificates must be signed by.
+    #[arg(long, env = "USER_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<std::path::PathBuf>,
+}
+
+impl Settings {
+    /// The files for TLS to order-service, when it is on.
+    pub fn order_tls_files(&self) -> Option<tls::ClientFiles> {
+        Some(tls::ClientFiles {
+            ca: self.order_tls_ca.clone()?,
+            cert: self.order_tls_cert.clone(),
+            key: self.order_tls_key.clone(),
+        })
+    }
+
+    /// The files for TLS on user-service's own listeners, when it is on.
+    pub fn tls_files(&self) -> Option<tls::ServerFiles> {
+        Some(tls::ServerFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
 }
 
 fn parse_transport(s: &str) -> Result<Transport, String> {
@@ -179,8 +240,16 @@ impl Default for Settings {
             pool_size: 4,
             upstream_timeout_ms: 5000,
             max_concurrent_requests: 512,
+            max_concurrent_streams: 256,
             shutdown_grace_ms: 1_000,
             log_format: "auto".to_owned(),
+            order_tls_ca: None,
+            order_tls_server_name: None,
+            order_tls_cert: None,
+            order_tls_key: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
         }
     }
 }

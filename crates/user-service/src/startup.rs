@@ -32,8 +32,12 @@ pub struct Application {
     rest_addr: SocketAddr,
     grpc_addr: SocketAddr,
     state: AppState,
+    /// TLS on both listeners, when the settings name a certificate.
+    tls: Option<tls::ServerTls>,
     /// How long an idle HTTP/1.1 connection may still send one request at shutdown.
     shutdown_grace: std::time::Duration,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS of every HTTP/2 connection (REST, gRPC).
+    max_concurrent_streams: u32,
 }
 
 /// The store the settings ask for: Postgres (migrated, optionally seeded) or
@@ -78,6 +82,10 @@ impl Application {
             order_tcp = %settings.order_tcp_addr,
             "order-service transports ready"
         );
+        let tls = match settings.tls_files() {
+            Some(files) => Some(tls::ServerTls::load(&files).context("setting up TLS")?),
+            None => None,
+        };
         let rest = TcpListener::bind(settings.rest_addr)
             .await
             .with_context(|| format!("binding REST to {}", settings.rest_addr))?;
@@ -89,7 +97,9 @@ impl Application {
             grpc_addr: grpc.local_addr()?,
             rest,
             grpc,
+            tls,
             shutdown_grace: std::time::Duration::from_millis(settings.shutdown_grace_ms),
+            max_concurrent_streams: settings.max_concurrent_streams,
             state: AppState {
                 service: Service::new(store, upstreams),
                 metrics,
@@ -126,15 +136,18 @@ impl Application {
             tracing::info!("shutting down");
             trigger.cancel();
         });
-        tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, "user-service listening");
+        tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, tls = self.tls.is_some(), "user-service listening");
+        let (rest_tls, grpc_tls) = self.tls_acceptors();
 
         // axum::serve speaks HTTP/1.1 and, with axum's `http2` feature, h2c
         // by prior knowledge on the same listener.
-        let rest = negotiate::serve::serve(
+        let rest = negotiate::serve::serve_with_tls(
             self.rest,
             rest::router(self.state.clone()),
             stop.clone().cancelled_owned(),
             self.shutdown_grace,
+            self.max_concurrent_streams,
+            rest_tls,
         );
 
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -146,6 +159,7 @@ impl Application {
             .build_v1()
             .context("building the reflection service")?;
         let grpc = tonic::transport::Server::builder()
+            .max_concurrent_streams(self.max_concurrent_streams)
             .trace_fn(telemetry::propagation::server_span::<()>)
             .layer(telemetry::metrics::RecordLayer::new(
                 self.state.metrics.requests.clone(),
@@ -159,13 +173,29 @@ impl Application {
             )
             .add_service(health_service)
             .add_service(reflection)
-            .add_service(UserApi::server(self.state.service.clone()))
-            .serve_with_incoming_shutdown(
-                // Nagle's algorithm would hold small frames back until the
-                // peer's delayed ACK: about 40 ms on small calls.
-                tonic::transport::server::TcpIncoming::from(self.grpc).with_nodelay(Some(true)),
-                stop.clone().cancelled_owned(),
-            );
+            .add_service(UserApi::server(self.state.service.clone()));
+        let grpc_stop = stop.clone().cancelled_owned();
+        let grpc = async move {
+            match grpc_tls {
+                None => {
+                    grpc.serve_with_incoming_shutdown(
+                        // Nagle's algorithm would hold small frames back until the
+                        // peer's delayed ACK: about 40 ms on small calls.
+                        tonic::transport::server::TcpIncoming::from(self.grpc)
+                            .with_nodelay(Some(true)),
+                        grpc_stop,
+                    )
+                    .await
+                }
+                Some(acceptor) => {
+                    grpc.serve_with_incoming_shutdown(
+                        tls::incoming::incoming(self.grpc, acceptor),
+                        grpc_stop,
+                    )
+                    .await
+                }
+            }
+        };
 
         // Whichever server ends first (an error) stops the other one too.
         let (rest, grpc) = tokio::join!(
@@ -181,6 +211,31 @@ impl Application {
             }
         );
         rest.and(grpc)
+    }
+}
+
+impl Application {
+    /// The REST (h2 and HTTP/1.1 by ALPN) and gRPC (h2) acceptors when TLS
+    /// is on, their handshakes counted on `/metrics` as
+    /// `user_tls_handshakes_total{listener=…}`.
+    fn tls_acceptors(&self) -> (Option<tls::Acceptor>, Option<tls::Acceptor>) {
+        let Some(t) = &self.tls else {
+            return (None, None);
+        };
+        let rest = t.acceptor(tls::ALPN_H2_HTTP1, Arc::default());
+        let grpc = t.acceptor(tls::ALPN_H2, Arc::default());
+        let counted = [
+            ("listener=\"rest\"", rest.counters().clone()),
+            ("listener=\"grpc\"", grpc.counters().clone()),
+        ];
+        self.state.metrics.requests.add_section(move |out| {
+            let rows: Vec<_> = counted
+                .iter()
+                .map(|(l, c)| ((*l).to_owned(), c.snapshot()))
+                .collect();
+            tls::render_handshakes(out, "user", &rows);
+        });
+        (Some(rest), Some(grpc))
     }
 }
 

@@ -29,18 +29,27 @@ use super::{
 };
 use crate::metrics::TransportMetrics;
 
-/// `pool_size` lazily connected channels whose sockets are counted.
+/// `pool_size` lazily connected channels whose sockets are counted; over
+/// TLS (ALPN h2) when it is on.
 fn channels(ep: &Endpoints, metrics: &Arc<TransportMetrics>) -> anyhow::Result<Vec<Channel>> {
-    let addr = wire::authority(&ep.grpc_url)?;
-    let endpoint = Endpoint::from(ep.grpc_url.clone()).connect_timeout(ep.timeout);
+    let dial = ep.dialer(wire::authority(&ep.grpc_url)?, tls::ALPN_H2, metrics);
+    // The scheme only becomes `:scheme`: the connector below does the TLS.
+    let mut url = ep.grpc_url.clone().into_parts();
+    url.scheme = Some(if dial.is_tls() {
+        http::uri::Scheme::HTTPS
+    } else {
+        http::uri::Scheme::HTTP
+    });
+    let url = http::Uri::from_parts(url)?;
+    let endpoint = Endpoint::from(url).connect_timeout(ep.timeout);
     Ok((0..ep.pool_size)
         .map(|_| {
-            let addr = addr.clone();
+            let dial = dial.clone();
             let metrics = metrics.clone();
             endpoint.connect_with_connector_lazy(tower::service_fn(move |_: http::Uri| {
-                let addr = addr.clone();
+                let dial = dial.clone();
                 let metrics = metrics.clone();
-                async move { wire::connect(&addr, &metrics).await.map(TokioIo::new) }
+                async move { dial.connect(&metrics).await.map(TokioIo::new) }
             }))
         })
         .collect())
@@ -49,7 +58,15 @@ fn channels(ep: &Endpoints, metrics: &Arc<TransportMetrics>) -> anyhow::Result<V
 /// A tonic status as an upstream error.
 pub(crate) fn from_status(s: &tonic::Status) -> UpstreamError {
     use tonic::Code;
-    let message = s.message().to_owned();
+    let mut message = s.message().to_owned();
+    // A broken connection's cause (a TLS alert, a reset) is in the sources,
+    // not in tonic's message.
+    if let Some(source) = std::error::Error::source(s) {
+        let cause = wire::chain(source);
+        if !message.contains(&cause) {
+            message = format!("{message}: {cause}");
+        }
+    }
     match s.code() {
         Code::DeadlineExceeded => UpstreamError::Timeout(message),
         // tonic enforces the deadline it sends on the client side too, and

@@ -50,22 +50,35 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-/// Where the REST port is.
+/// Where the REST port is, and how to dial it (cleartext or TLS).
 #[derive(Debug, Clone)]
 struct Target {
-    /// `host:port`, to connect to.
-    addr: String,
-    /// The same, as the `Host` header (HTTP/1.1) and `:authority` (HTTP/2).
+    /// `host:port`, to connect to, and TLS when on.
+    dial: wire::Dialer,
+    /// The same `host:port`, as the `Host` header (HTTP/1.1) and `:authority` (HTTP/2).
     host: HeaderValue,
 }
 
 impl Target {
-    fn new(url: &http::Uri) -> anyhow::Result<Self> {
+    fn new(
+        url: &http::Uri,
+        ep: &Endpoints,
+        alpn: &[&[u8]],
+        metrics: &TransportMetrics,
+    ) -> anyhow::Result<Self> {
         let addr = wire::authority(url)?;
         Ok(Target {
             host: HeaderValue::from_str(&addr)?,
-            addr,
+            dial: ep.dialer(addr, alpn, metrics),
         })
+    }
+
+    /// Opens a counted connection, TLS when on.
+    async fn connect(&self, metrics: &Arc<TransportMetrics>) -> Result<wire::Conn, UpstreamError> {
+        self.dial
+            .connect(metrics)
+            .await
+            .map_err(|e| unavailable(&format!("cannot connect to {}", self.dial.addr), e))
     }
 }
 
@@ -105,12 +118,10 @@ async fn open_h1(
     target: &Target,
     metrics: &Arc<TransportMetrics>,
 ) -> Result<http1::SendRequest<Full<Bytes>>, UpstreamError> {
-    let io = wire::connect(&target.addr, metrics)
-        .await
-        .map_err(|e| unavailable(&format!("cannot connect to {}", target.addr), e))?;
+    let io = target.connect(metrics).await?;
     let (sender, conn) = http1::handshake(TokioIo::new(io))
         .await
-        .map_err(|e| unavailable("the HTTP/1.1 handshake failed", e))?;
+        .map_err(|e| unavailable("the HTTP/1.1 handshake failed", wire::chain(&e)))?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "an HTTP/1.1 connection to order-service ended");
@@ -190,7 +201,7 @@ impl H1Pool {
                     drop((on_wire, sender));
                     continue;
                 }
-                Err(e) => return Err(unavailable("the HTTP/1.1 call failed", e)),
+                Err(e) => return Err(unavailable("the HTTP/1.1 call failed", wire::chain(&e))),
             };
             let (parts, body) = resp.into_parts();
             let body = read_body(body).await?;
@@ -234,7 +245,7 @@ impl H1Close {
         let resp = sender
             .send_request(req)
             .await
-            .map_err(|e| unavailable("the HTTP/1.1 call failed", e))?;
+            .map_err(|e| unavailable("the HTTP/1.1 call failed", wire::chain(&e)))?;
         let (parts, body) = resp.into_parts();
         let body = read_body(body).await?;
         Ok(into_answer(parts, body))
@@ -296,13 +307,11 @@ impl H2Pool {
             return Ok((c.generation, c.sender.clone()));
         }
         slot.conn = None;
-        let io = wire::connect(&self.target.addr, &self.metrics)
-            .await
-            .map_err(|e| unavailable(&format!("cannot connect to {}", self.target.addr), e))?;
+        let io = self.target.connect(&self.metrics).await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
             .handshake(TokioIo::new(io))
             .await
-            .map_err(|e| unavailable("the HTTP/2 handshake failed", e))?;
+            .map_err(|e| unavailable("the HTTP/2 handshake failed", wire::chain(&e)))?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "an HTTP/2 connection to order-service ended");
@@ -324,7 +333,8 @@ impl H2Pool {
     ) -> Result<Answer, UpstreamError> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         // HTTP/2 wants the absolute form: it becomes :scheme and :authority.
-        let uri = format!("http://{}{path_and_query}", self.target.addr);
+        let scheme = if self.target.dial.is_tls() { "https" } else { "http" };
+        let uri = format!("{scheme}://{}{path_and_query}", self.target.dial.addr);
         let mut failed = None;
         loop {
             let (generation, mut sender) = self.sender(i, failed).await?;
@@ -348,7 +358,7 @@ impl H2Pool {
                     drop(on_wire);
                     continue;
                 }
-                Err(e) => return Err(unavailable("the HTTP/2 call failed", e)),
+                Err(e) => return Err(unavailable("the HTTP/2 call failed", wire::chain(&e))),
             };
             let (parts, body) = resp.into_parts();
             let body = read_body(body).await?;
@@ -380,7 +390,11 @@ impl RestSource {
         ep: &Endpoints,
         metrics: Arc<TransportMetrics>,
     ) -> anyhow::Result<Self> {
-        let target = Target::new(&ep.rest_url)?;
+        let alpn = match transport {
+            Transport::H2cJson | Transport::H2cProto => tls::ALPN_H2,
+            _ => tls::ALPN_HTTP1,
+        };
+        let target = Target::new(&ep.rest_url, ep, alpn, &metrics)?;
         let n = ep.pool_size;
         let (wire, proto) = match transport {
             Transport::H1Json => (Wire::H1(H1Pool::new(target, n, metrics)), false),

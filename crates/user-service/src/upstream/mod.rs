@@ -21,6 +21,7 @@ pub mod wire;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use futures::future::BoxFuture;
 use model::{FieldSet, Order};
 use tracing::Instrument as _;
@@ -185,6 +186,39 @@ pub struct Endpoints {
     pub pool_size: usize,
     /// The upstream timeout, also sent as the gRPC deadline.
     pub timeout: Duration,
+    /// TLS to order-service on every transport, when configured.
+    pub tls: Option<UpstreamTls>,
+}
+
+/// TLS to order-service: the client configuration (trusted CA, optional
+/// client certificate) every transport's connector is made from, so that
+/// they share one session cache and can resume.
+#[derive(Debug, Clone)]
+pub struct UpstreamTls {
+    pub client: tls::ClientTls,
+    /// The name the server certificate must carry; `None`: each target's host.
+    pub server_name: Option<String>,
+}
+
+impl Endpoints {
+    /// How a transport offering `alpn` reaches `addr` (`host:port`): plain,
+    /// or TLS counting into `metrics`' handshake counters.
+    pub fn dialer(&self, addr: String, alpn: &[&[u8]], metrics: &crate::metrics::TransportMetrics) -> wire::Dialer {
+        match &self.tls {
+            None => wire::Dialer::plain(addr),
+            Some(t) => {
+                let name = t.server_name.clone().unwrap_or_else(|| host_of(&addr).to_owned());
+                let connector = t.client.connector(alpn, metrics.tls_counters().clone());
+                wire::Dialer::tls(addr, connector, name)
+            }
+        }
+    }
+}
+
+/// The host of `host:port` or `[v6]:port`.
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// One adapter per transport, with their shared metrics.
@@ -216,7 +250,24 @@ impl Upstreams {
             tcp_addr: settings.order_tcp_addr.clone(),
             pool_size: usize::from(settings.pool_size.max(1)),
             timeout: Duration::from_millis(settings.upstream_timeout_ms.max(1)),
+            tls: match settings.order_tls_files() {
+                Some(files) => Some(UpstreamTls {
+                    client: tls::ClientTls::load(&files).context("TLS to order-service")?,
+                    server_name: settings.order_tls_server_name.clone(),
+                }),
+                None => None,
+            },
         };
+        for (var, url) in [
+            ("USER_ORDER_REST_URL", &ep.rest_url),
+            ("USER_ORDER_GRPC_URL", &ep.grpc_url),
+        ] {
+            if url.scheme_str() == Some("https") && ep.tls.is_none() {
+                anyhow::bail!(
+                    "{var} is {url}, but TLS to order-service is off: set USER_ORDER_TLS_CA to the CA that signed its certificate"
+                );
+            }
+        }
         let m = |t| metrics.transport(t).clone();
         let mut sources: Vec<Arc<dyn OrderSource>> = Vec::with_capacity(Transport::ALL.len());
         for t in Transport::ALL {
@@ -346,6 +397,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_of_an_address_is_its_certificate_name() {
+        assert_eq!(host_of("order-service:50062"), "order-service");
+        assert_eq!(host_of("127.0.0.1:1"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:50062"), "::1");
+    }
 
     #[test]
     fn every_transport_parses_back_from_its_name() {

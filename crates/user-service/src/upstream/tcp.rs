@@ -24,7 +24,7 @@ use crate::metrics::TransportMetrics;
 /// The `tcp-proto` adapter.
 #[derive(Debug)]
 pub struct TcpSource {
-    addr: String,
+    dial: wire::Dialer,
     slots: Vec<Slot>,
     next: AtomicUsize,
     ids: Ids,
@@ -44,7 +44,8 @@ impl TcpSource {
     /// An adapter with `ep.pool_size` connection slots, none open yet.
     pub fn new(ep: &Endpoints, metrics: Arc<TransportMetrics>) -> Self {
         TcpSource {
-            addr: ep.tcp_addr.clone(),
+            // No ALPN: the frames are this project's own protocol.
+            dial: ep.dialer(ep.tcp_addr.clone(), &[], &metrics),
             slots: (0..ep.pool_size).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
             ids: Ids::default(),
@@ -53,11 +54,32 @@ impl TcpSource {
     }
 
     /// Opens a connection and starts its writer and reader tasks.
-    async fn open(addr: String, metrics: Arc<TransportMetrics>) -> Result<Link, UpstreamError> {
-        let io = wire::connect(&addr, &metrics).await.map_err(|e| {
-            UpstreamError::Unavailable(format!("cannot connect to the raw-TCP port {addr}: {e}"))
+    async fn open(dial: wire::Dialer, metrics: Arc<TransportMetrics>) -> Result<Link, UpstreamError> {
+        let io = dial.connect(&metrics).await.map_err(|e| {
+            UpstreamError::Unavailable(format!(
+                "cannot connect to the raw-TCP port {}: {e}",
+                dial.addr
+            ))
         })?;
-        let (r, w) = io.into_split();
+        Ok(match io {
+            // Owned halves: no lock between the reader and the writer.
+            wire::Conn::Plain(io) => {
+                let (r, w) = io.into_split();
+                Self::start(r, w)
+            }
+            wire::Conn::Tls(_) => {
+                let (r, w) = tokio::io::split(io);
+                Self::start(r, w)
+            }
+        })
+    }
+
+    /// Starts the writer and reader tasks of a connection's two halves.
+    fn start<R, W>(r: R, w: W) -> Link
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let pending = Arc::new(Pending::default());
         // Bounded: a caller waits here when the socket cannot keep up.
         let (tx, mut rx) = mpsc::channel::<LookupOrdersRequest>(1024);
@@ -108,7 +130,7 @@ impl TcpSource {
             reader_pending.fail_all(&why);
         });
 
-        Ok(Link::new(tx, pending))
+        Link::new(tx, pending)
     }
 }
 
@@ -124,7 +146,7 @@ impl OrderSource for TcpSource {
         Box::pin(async move {
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
             let link = self.slots[i]
-                .get(|| Self::open(self.addr.clone(), self.metrics.clone()))
+                .get(|| Self::open(self.dial.clone(), self.metrics.clone()))
                 .await?;
             let req = LookupOrdersRequest {
                 request_id: self.ids.next(),

@@ -4,6 +4,10 @@
 //! order-service, so the connection counters cannot miss one; [`CountingIo`]
 //! wraps the socket so that the byte counters see exactly what crosses it,
 //! HTTP headers, HTTP/2 and gRPC framing and length prefixes included.
+//!
+//! With TLS on, a [`Dialer`] runs the handshake over the counted socket, so
+//! the counters still see the bytes on the wire: TLS records, handshakes and
+//! all, not the plaintext inside them.
 
 use std::io;
 use std::pin::Pin;
@@ -114,7 +118,144 @@ pub async fn connect(
     Ok(CountingIo::new(stream, metrics.clone(), guard))
 }
 
-/// `host:port` of an `http://` URL, with the scheme's default port.
+/// How one transport reaches one of order-service's ports: the address,
+/// and, with TLS on, the connector (its ALPN, its handshake counters) and
+/// the name the certificate must carry.
+#[derive(Debug, Clone)]
+pub struct Dialer {
+    /// `host:port`.
+    pub addr: String,
+    tls: Option<(tls::Connector, String)>,
+}
+
+impl Dialer {
+    /// Cleartext to `addr`.
+    pub fn plain(addr: String) -> Self {
+        Dialer { addr, tls: None }
+    }
+
+    /// TLS to `addr`, checking the certificate against `server_name`.
+    pub fn tls(addr: String, connector: tls::Connector, server_name: String) -> Self {
+        Dialer {
+            addr,
+            tls: Some((connector, server_name)),
+        }
+    }
+
+    /// Whether connections are TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// A counted connection: TCP (see [`connect`]), then the TLS handshake
+    /// when TLS is on.
+    pub async fn connect(&self, metrics: &Arc<TransportMetrics>) -> io::Result<Conn> {
+        let tcp = connect(&self.addr, metrics).await?;
+        Ok(match &self.tls {
+            None => Conn::Plain(tcp),
+            Some((connector, name)) => Conn::Tls(Box::new(connector.connect(name, tcp).await?)),
+        })
+    }
+}
+
+/// A connection to order-service, cleartext or TLS; counted underneath.
+#[derive(Debug)]
+pub enum Conn {
+    Plain(CountingIo<TcpStream>),
+    Tls(Box<tls::ClientStream<CountingIo<TcpStream>>>),
+}
+
+/// A TLS error met after the handshake (in TLS 1.3 a server refusing the
+/// client's certificate says so only then, with an alert), reworded so that
+/// whoever reads it knows it was TLS.
+fn tls_error(e: io::Error) -> io::Error {
+    if e.get_ref().is_some_and(|inner| inner.is::<tls::rustls::Error>()) {
+        io::Error::new(e.kind(), format!("TLS with order-service failed: {e}"))
+    } else {
+        e
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Conn::Tls(io) => Pin::new(io).poll_read(cx, buf).map_err(tls_error),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            Conn::Tls(io) => Pin::new(io).poll_write(cx, buf).map_err(tls_error),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            Conn::Tls(io) => Pin::new(io)
+                .poll_write_vectored(cx, bufs)
+                .map_err(tls_error),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(io) => io.is_write_vectored(),
+            Conn::Tls(io) => io.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_flush(cx),
+            Conn::Tls(io) => Pin::new(io).poll_flush(cx).map_err(tls_error),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Conn::Tls(io) => Pin::new(io).poll_shutdown(cx).map_err(tls_error),
+        }
+    }
+}
+
+/// An error and every error under it, joined by ": ": hyper's and tonic's
+/// own messages ("connection error") leave out the cause that says what
+/// went wrong, such as a TLS alert.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// `host:port` of an `http://` or `https://` URL, with the scheme's default
+/// port. Whether TLS is used is the settings' choice (`USER_ORDER_TLS_CA`),
+/// not the scheme's: `Upstreams::new` refuses an `https://` URL without it.
 pub fn authority(url: &http::Uri) -> anyhow::Result<String> {
     let host = url
         .host()
@@ -123,8 +264,8 @@ pub fn authority(url: &http::Uri) -> anyhow::Result<String> {
         Some("https") => 443,
         _ => 80,
     });
-    if url.scheme_str().is_some_and(|s| s != "http") {
-        anyhow::bail!("{url}: only http:// (cleartext) is supported");
+    if url.scheme_str().is_some_and(|s| s != "http" && s != "https") {
+        anyhow::bail!("{url}: only http:// and https:// are supported");
     }
     Ok(if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
@@ -169,6 +310,7 @@ mod tests {
         let a = |s: &str| authority(&s.parse().unwrap()).unwrap();
         assert_eq!(a("http://127.0.0.1:8082"), "127.0.0.1:8082");
         assert_eq!(a("http://order-service"), "order-service:80");
-        assert!(authority(&"https://x:1".parse().unwrap()).is_err());
+        assert_eq!(a("https://order-service"), "order-service:443");
+        assert!(authority(&"ftp://x:1".parse().unwrap()).is_err());
     }
 }
