@@ -52,9 +52,12 @@ pub struct RequestMetrics {
     sections: Sections,
 }
 
+/// Writes one extra section of `/metrics`.
+type Section = Box<dyn Fn(&mut String) + Send + Sync>;
+
 /// Renderers of extra `/metrics` sections.
 #[derive(Default)]
-struct Sections(Mutex<Vec<Box<dyn Fn(&mut String) + Send + Sync>>>);
+struct Sections(Mutex<Vec<Section>>);
 
 impl std::fmt::Debug for Sections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -244,10 +244,12 @@ impl BidiSource {
             let mut inbound = match client.lookup_orders(ReceiverStream::new(rx)).await {
                 Ok(r) => r.into_inner(),
                 Err(s) => {
-                    reader.fail_all(&format!(
-                        "the lookup stream could not be opened: {}",
-                        s.message()
-                    ));
+                    // The status's message with its cause (a TLS alert, a reset).
+                    let why = match from_status(&s) {
+                        UpstreamError::Timeout(m) | UpstreamError::Unavailable(m) => m,
+                        other => other.to_string(),
+                    };
+                    reader.fail_all(&format!("the lookup stream could not be opened: {why}"));
                     return;
                 }
             };

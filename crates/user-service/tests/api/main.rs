@@ -6,6 +6,7 @@
 
 mod budget;
 mod helpers;
+mod over_tls;
 mod overload;
 mod resilience;
 mod traces;
