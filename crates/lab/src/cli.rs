@@ -50,6 +50,17 @@ pub enum Cmd {
         /// A results directory, e.g. results/20260101T120000Z-all.
         dir: PathBuf,
     },
+    /// Compare two runs of the same experiment: how many of B's ratios lie
+    /// inside the spreads A's report states, and which lie furthest out.
+    Compare {
+        /// The first results directory (its spreads are the yardstick).
+        a: PathBuf,
+        /// The second results directory.
+        b: PathBuf,
+        /// How many of the furthest-out ratios to list.
+        #[arg(long, default_value_t = 15, value_name = "N")]
+        worst: usize,
+    },
     /// List the experiments and what a run of each measures.
     List {
         /// Show the quick plan.
@@ -62,7 +73,8 @@ pub enum Cmd {
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The experiment: payload, factorial, pool, wire-size, schema,
-    /// streaming, naive, floor, or all.
+    /// streaming, naive, floor, pitfall, codec, or all (`lab list` says what
+    /// each measures).
     #[arg(value_enum)]
     pub experiment: Experiment,
     /// A short version: fewer sizes and rates, 2 rounds of 2 s after 1 s of
@@ -166,6 +178,10 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
             println!("{}", dir.join("report.html").display());
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Compare { a, b, worst } => {
+            print!("{}", crate::compare::run(&a, &b, worst)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::List { quick } => {
             print!("{}", list(quick));
             Ok(ExitCode::SUCCESS)
@@ -191,12 +207,16 @@ pub fn list(quick: bool) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "\n{} plan: payload sizes {:?}; pool rates {:?}; streaming N = {}; naive {} VUs\n",
+        "\n{} plan: payload sizes {:?}; pool rates {:?}; streaming N = {}; naive {} VUs; \
+         codec: criterion at sizes {:?}, {} s warm-up + {} s per benchmark\n",
         if quick { "quick" } else { "full" },
         p.sizes,
         p.pool_rates,
         p.streaming_n,
-        p.naive_vus
+        p.naive_vus,
+        p.sizes,
+        crate::codec::timing(quick).0,
+        crate::codec::timing(quick).1,
     ));
     out.push_str(&format!(
         "rtt: RTT {:?} ms through the delay proxy, {} at pool {:?}, {} VUs\n",
@@ -267,12 +287,12 @@ mod tests {
             "streaming",
             "naive",
             "floor",
+            "rtt",
             "all",
         ] {
             assert!(l.contains(n), "{n}");
         }
     }
-            "rtt",
 
     #[test]
     fn the_root_is_found_from_inside_the_workspace() {

@@ -63,6 +63,8 @@ pub enum Experiment {
     Floor,
     /// k6's own gRPC client at order-service vs the call timed in user-service (seed 001).
     Pitfall,
+    /// Serialization alone, no network: the criterion benchmark (seeds 003, 004).
+    Codec,
     /// All of the above.
     All,
 }
@@ -74,13 +76,14 @@ impl Experiment {
             Experiment::Payload => "payload",
             Experiment::Factorial => "factorial",
             Experiment::Pool => "pool",
+            Experiment::Rtt => "rtt",
             Experiment::WireSize => "wire-size",
             Experiment::Schema => "schema",
-            Experiment::Rtt => "rtt",
             Experiment::Streaming => "streaming",
             Experiment::Naive => "naive",
             Experiment::Floor => "floor",
             Experiment::Pitfall => "pitfall",
+            Experiment::Codec => "codec",
             Experiment::All => "all",
         }
     }
@@ -91,6 +94,7 @@ impl Experiment {
         match self {
             All => vec![
                 Payload, Factorial, Floor, WireSize, Schema, Streaming, Naive, Pool, Rtt, Pitfall,
+                Codec,
             ],
             e => vec![e],
         }
@@ -130,17 +134,19 @@ impl Experiment {
                 v
             }
             Experiment::Streaming => streaming_variants(p).into_iter().map(|(_, c)| c).collect(),
+            Experiment::Rtt => crate::rtt::cells(&p.rtt),
             Experiment::Naive => ["h1-json-close", "h1-json"]
                 .iter()
                 .map(|via| Cell::closed(via, p.naive_orders, p.naive_vus, p.naive_vus as u16))
                 .collect(),
-            Experiment::Rtt => crate::rtt::cells(&p.rtt),
             Experiment::Pitfall => p
                 .factorial_sizes
                 .iter()
                 .flat_map(|&o| [closed(K6_GRPC_DIRECT, o), closed("grpc", o)])
                 .collect(),
-            Experiment::Pool | Experiment::WireSize | Experiment::All => Vec::new(),
+            Experiment::Pool | Experiment::WireSize | Experiment::Codec | Experiment::All => {
+                Vec::new()
+            }
         }
     }
 }
@@ -208,21 +214,21 @@ pub struct Plan {
     /// A rate "drops" when more than this share of its iterations was dropped.
     pub drop_threshold_pct: f64,
     pub wire_sizes: Vec<u32>,
+    /// The rtt experiment's transports, round-trip times and pools.
+    #[serde(default)]
+    pub rtt: crate::rtt::RttPlan,
 }
 
 impl Plan {
     /// The full or quick plan, with optional `--transports` / `--sizes`.
     pub fn new(quick: bool, transports: Option<&[String]>, sizes: Option<&[u32]>) -> Plan {
+        let rtt = crate::rtt::RttPlan::new(quick, transports);
         let all: Vec<String> = TRANSPORTS.iter().map(|s| (*s).to_owned()).collect();
-    /// The rtt experiment's transports, round-trip times and pools.
-    #[serde(default)]
-    pub rtt: crate::rtt::RttPlan,
         let transports = transports.map_or(all, <[String]>::to_vec);
         let pool_vias: Vec<String> = ["h1-json", "h2c-json", "grpc"]
             .iter()
             .map(|s| (*s).to_owned())
             .filter(|v| transports.contains(v))
-        let rtt = crate::rtt::RttPlan::new(quick, transports);
             .collect();
         let mut p = if quick {
             Plan {
@@ -244,13 +250,13 @@ impl Plan {
                 pool_max_vus: 200,
                 drop_threshold_pct: 1.0,
                 wire_sizes: vec![1, 100, 1000],
+                rtt,
             }
         } else {
             Plan {
                 quick,
                 transports,
                 sizes: vec![1, 10, 100, 1000, 10000],
-                rtt,
                 vus: 8,
                 pool: 8,
                 factorial_sizes: vec![1, 1000],
@@ -266,21 +272,21 @@ impl Plan {
                 pool_max_vus: 300,
                 drop_threshold_pct: 1.0,
                 wire_sizes: vec![1, 100, 1000],
+                rtt,
             }
         };
         if let Some(s) = sizes {
             p.sizes = s.to_vec();
             p.factorial_sizes = s.to_vec();
             p.schema_sizes = s.to_vec();
-                rtt,
             p.wire_sizes = s.to_vec();
+            p.rtt.orders = s.to_vec();
         }
         p
     }
 
     /// The transports the wire-size experiment probes.
     pub fn wire_transports(&self) -> Vec<&str> {
-            p.rtt.orders = s.to_vec();
         self.transports.iter().map(String::as_str).collect()
     }
 }
@@ -382,6 +388,7 @@ pub struct Context<'a> {
     pub plan: &'a Plan,
     pub timing: &'a Timing,
     pub data: &'a Data,
+    pub codec: Option<&'a crate::codec::CodecRun>,
 }
 
 /// The section of one experiment.
@@ -390,14 +397,15 @@ pub fn section(e: Experiment, cx: &Context) -> Section {
         Experiment::Payload => payload(cx),
         Experiment::Factorial => factorial(cx),
         Experiment::Pool => pool(cx),
+        Experiment::Rtt => crate::rtt::section(cx),
         Experiment::WireSize => wire_size(cx),
         Experiment::Schema => schema(cx),
         Experiment::Streaming => streaming(cx),
         Experiment::Naive => naive(cx),
         Experiment::Floor => floor(cx),
         Experiment::Pitfall => pitfall(cx),
+        Experiment::Codec => crate::codec::section(cx.codec, &cx.plan.sizes),
         Experiment::All => Section::new("all", "All"),
-        Experiment::Rtt => crate::rtt::section(cx),
     }
 }
 
@@ -1407,6 +1415,7 @@ pub fn pool_cells(p: &Plan, rate: u32, climbing: &[(String, u16)]) -> Vec<Cell> 
             },
             pool: *pool,
             lookups: 1,
+            rtt_ms: None,
         })
         .collect()
 }
@@ -1415,7 +1424,6 @@ pub fn pool_cells(p: &Plan, rate: u32, climbing: &[(String, u16)]) -> Vec<Cell> 
 pub fn dropped(p: &Plan, data: &Data, cell: &Cell) -> bool {
     data.median(cell, Metric::DroppedShare)
         .is_some_and(|v| v > p.drop_threshold_pct)
-            rtt_ms: None,
 }
 
 fn pool(cx: &Context) -> Section {
@@ -1594,9 +1602,13 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_experiment_once() {
+        use clap::ValueEnum as _;
         let all = Experiment::All.expand();
-        assert_eq!(all.len(), 10);
         assert!(!all.contains(&Experiment::All));
+        let once: std::collections::BTreeSet<_> = all.iter().collect();
+        assert_eq!(once.len(), all.len(), "{all:?}");
+        assert!(all.contains(&Experiment::Codec));
+        assert!(Experiment::value_variants().len() > all.len());
         assert_eq!(Experiment::Floor.expand(), vec![Experiment::Floor]);
     }
 

@@ -20,6 +20,8 @@
 //! - [`cell`]: a cell, the raw record of a round, the measures derived from
 //!   it and the [`cell::Metric`]s tables read.
 //! - [`services`]: building, starting, readiness and stopping of the services.
+//! - [`compare`]: two runs' ratios against each other's stated spreads.
+//! - [`codec`]: the criterion serialization benchmark, run and tabled.
 //! - [`wire`]: bytes per call, through user-service and a direct gRPC-web client.
 //! - [`k6`]: finding or installing k6; parsing its summary JSON.
 //! - [`prom`]: Prometheus text parsing; user-service's upstream counters.
@@ -31,6 +33,8 @@
 
 pub mod cell;
 pub mod cli;
+pub mod codec;
+pub mod compare;
 pub mod experiments;
 pub mod http;
 pub mod k6;
@@ -38,9 +42,9 @@ pub mod machine;
 pub mod procfs;
 pub mod prom;
 pub mod report;
+pub mod rtt;
 pub mod runner;
 pub mod services;
-pub mod rtt;
 pub mod session;
 pub mod stats;
 pub mod wire;

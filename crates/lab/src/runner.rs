@@ -74,6 +74,9 @@ pub struct Results {
     pub records: Vec<RoundRecord>,
     pub wire: Vec<WireRecord>,
     pub failures: Vec<Failure>,
+    /// The `codec` experiment's criterion estimates (`codec.json`).
+    #[serde(default)]
+    pub codec: Option<crate::codec::CodecRun>,
 }
 
 /// The lab in the middle of a run.

@@ -267,6 +267,13 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         if wire {
             lab.run_wire(&plan.wire_sizes, &plan.wire_transports())?;
         }
+        if experiments.contains(&Experiment::Codec) {
+            // Last, on a machine the services have left: criterion times one
+            // thread and wants nothing else running.
+            let codec = crate::codec::run(root, &dir, &plan.sizes, plan.quick, &lab.stop)?;
+            write_json(&dir.join("codec.json"), &codec)?;
+            lab.results.codec = Some(codec);
+        }
         Ok(())
     })();
     let interrupted = match result {
@@ -374,6 +381,12 @@ pub fn load(dir: &Path) -> anyhow::Result<(RunInfo, Results)> {
             results.records.push(r);
         }
     }
+    if let Ok(text) = std::fs::read_to_string(dir.join("codec.json")) {
+        results.codec = Some(
+            serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", dir.join("codec.json").display()))?,
+        );
+    }
     if let Ok(text) = std::fs::read_to_string(dir.join("failures.json")) {
         results.failures = serde_json::from_str::<Vec<Failure>>(&text).unwrap_or_default();
     }
@@ -393,6 +406,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
         plan: &info.plan,
         timing: &info.timing,
         data: &data,
+        codec: results.codec.as_ref(),
     };
     let m = &info.machine;
     let t = &info.timing;

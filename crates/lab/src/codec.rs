@@ -1,0 +1,507 @@
+//! The `codec` experiment: serialization alone, without any network.
+//!
+//! It runs the criterion benchmark `crates/model/benches/codec.rs` (serde_json
+//! against prost, typed v2 and all-strings v1, from and to the wire type and
+//! the domain type) with its output directory inside the run's results
+//! (`criterion/`), reads criterion's own estimates back, and keeps them in
+//! `codec.json`. The report's tables then sit beside the end-to-end ones, so
+//! a reader can see how much of a transport's difference the encoding alone
+//! explains.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::report::format::{self as f, MISSING};
+use crate::report::{Section, Table};
+
+/// The encodings the benchmark compares, in table order, with their labels.
+pub const FORMATS: [(&str, &str); 3] = [
+    ("json", "JSON"),
+    ("proto-v2", "protobuf v2 (typed)"),
+    ("proto-v1", "protobuf v1 (all strings)"),
+];
+
+/// One benchmark's result, as criterion estimated it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CodecRecord {
+    /// `encode` or `decode`.
+    pub op: String,
+    /// `json`, `proto-v2` or `proto-v1`.
+    pub format: String,
+    /// `wire` (the wire type alone) or `domain` (with the conversion).
+    pub stage: String,
+    pub orders: u32,
+    /// Median time per iteration, and criterion's 95% confidence interval
+    /// of that median, in nanoseconds.
+    pub median_ns: f64,
+    pub lower_ns: f64,
+    pub upper_ns: f64,
+}
+
+/// What a `codec` run left: its command line, the estimates, or why it failed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CodecRun {
+    pub command: String,
+    pub warm_up_s: f64,
+    pub measurement_s: f64,
+    pub records: Vec<CodecRecord>,
+    /// Set when the benchmark could not run or its output could not be read.
+    pub error: Option<String>,
+}
+
+impl CodecRun {
+    fn get(&self, op: &str, format: &str, stage: &str, orders: u32) -> Option<&CodecRecord> {
+        self.records
+            .iter()
+            .find(|r| r.op == op && r.format == format && r.stage == stage && r.orders == orders)
+    }
+
+    fn median(&self, op: &str, format: &str, stage: &str, orders: u32) -> Option<f64> {
+        self.get(op, format, stage, orders).map(|r| r.median_ns)
+    }
+
+    /// Encode plus decode, both with the domain conversion: what one hop
+    /// costs a caller and a callee together.
+    fn round_trip(&self, format: &str, orders: u32) -> Option<f64> {
+        Some(
+            self.median("encode", format, "domain", orders)?
+                + self.median("decode", format, "domain", orders)?,
+        )
+    }
+}
+
+/// Criterion's warm-up and measurement seconds per benchmark.
+pub fn timing(quick: bool) -> (f64, f64) {
+    if quick { (0.5, 1.0) } else { (1.0, 3.0) }
+}
+
+/// A regex that criterion matches against `group/function/param` ids to
+/// keep only the given sizes.
+pub fn size_filter(sizes: &[u32]) -> String {
+    let alts: Vec<String> = sizes.iter().map(u32::to_string).collect();
+    format!("/({})$", alts.join("|"))
+}
+
+/// Runs the benchmark with `cargo bench`, criterion writing under
+/// `out/criterion`, and reads its estimates. A failure is recorded in the
+/// returned run (and reported), not raised: the end-to-end cells of the
+/// same run stay usable. Ctrl-C (`stop`) is the exception: it is returned
+/// as [`crate::runner::Interrupted`].
+pub fn run(
+    root: &Path,
+    out: &Path,
+    sizes: &[u32],
+    quick: bool,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<CodecRun> {
+    let (warm_up_s, measurement_s) = timing(quick);
+    let filter = size_filter(sizes);
+    let args: Vec<String> = [
+        "bench",
+        "-p",
+        "model",
+        "--bench",
+        "codec",
+        "--",
+        "--warm-up-time",
+        &f::num(warm_up_s),
+        "--measurement-time",
+        &f::num(measurement_s),
+        "--noplot",
+        &filter,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut run = CodecRun {
+        command: format!("cargo {}", args.join(" ")),
+        warm_up_s,
+        measurement_s,
+        ..CodecRun::default()
+    };
+    let home = out.join("criterion");
+    let log = out.join("logs").join("codec.log");
+    match bench(root, &args, &home, &log, stop) {
+        Ok(()) => match read_estimates(&home) {
+            Ok(r) if r.is_empty() => {
+                run.error = Some(format!(
+                    "criterion wrote no estimates under {}",
+                    home.display()
+                ));
+            }
+            Ok(r) => run.records = r,
+            Err(e) => run.error = Some(format!("{e:#}")),
+        },
+        Err(e) if crate::runner::is_interrupted(&e) => return Err(e),
+        Err(e) => run.error = Some(format!("{e:#}")),
+    }
+    if let Some(e) = &run.error {
+        eprintln!("codec: {e}");
+    }
+    Ok(run)
+}
+
+/// `cargo bench` with progress: each finished benchmark's line is echoed.
+fn bench(
+    root: &Path,
+    args: &[String],
+    home: &Path,
+    log: &Path,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    println!("codec: building and running the criterion benchmark (cargo bench -p model)");
+    let log_file =
+        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut child = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(args)
+        .current_dir(root)
+        .env("CRITERION_HOME", home)
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .spawn()
+        .context("starting cargo bench (is cargo on PATH?)")?;
+    let stdout = child.stdout.take().context("cargo bench's stdout")?;
+    let echo = std::thread::spawn(move || {
+        let mut id = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let starts_with_id = line.chars().next().is_some_and(|c| !c.is_whitespace());
+            if starts_with_id && !line.starts_with("Benchmarking") {
+                id = line
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+            if let Some((_, t)) = line.split_once("time:") {
+                println!("codec: {id:<28} {}", t.trim());
+            }
+        }
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if stop.load(Ordering::SeqCst) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = echo.join();
+            bail!(crate::runner::Interrupted);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = echo.join();
+    if !status.success() {
+        bail!(
+            "cargo bench -p model failed ({status}); its messages are in {}",
+            log.display()
+        );
+    }
+    Ok(())
+}
+
+/// What criterion writes beside each benchmark's estimates.
+#[derive(Deserialize)]
+struct BenchmarkId {
+    group_id: String,
+    function_id: Option<String>,
+    value_str: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Estimates {
+    median: Estimate,
+}
+
+#[derive(Deserialize)]
+struct Estimate {
+    point_estimate: f64,
+    confidence_interval: Interval,
+}
+
+#[derive(Deserialize)]
+struct Interval {
+    lower_bound: f64,
+    upper_bound: f64,
+}
+
+/// Every `new/benchmark.json` + `new/estimates.json` pair under `home`.
+pub fn read_estimates(home: &Path) -> anyhow::Result<Vec<CodecRecord>> {
+    let mut found = Vec::new();
+    let mut stack: Vec<PathBuf> = vec![home.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?;
+        for e in entries.filter_map(Result::ok) {
+            let p = e.path();
+            if p.is_dir() {
+                // `base/` and `change/` hold older runs and comparisons.
+                if p.file_name().is_some_and(|n| n != "base" && n != "report") {
+                    stack.push(p);
+                }
+            } else if p.file_name().is_some_and(|n| n == "benchmark.json")
+                && p.parent()
+                    .and_then(Path::file_name)
+                    .is_some_and(|n| n == "new")
+            {
+                found.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for p in found {
+        let read = |p: &Path| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let id: BenchmarkId =
+            serde_json::from_str(&read(&p)?).with_context(|| format!("parsing {}", p.display()))?;
+        let est_path = p.with_file_name("estimates.json");
+        let est: Estimates = serde_json::from_str(&read(&est_path)?)
+            .with_context(|| format!("parsing {}", est_path.display()))?;
+        let (Some(function), Some(value)) = (id.function_id, id.value_str) else {
+            continue;
+        };
+        let Some((format, stage)) = function.split_once('/') else {
+            continue;
+        };
+        let Ok(orders) = value.parse() else { continue };
+        out.push(CodecRecord {
+            op: id.group_id,
+            format: format.to_owned(),
+            stage: stage.to_owned(),
+            orders,
+            median_ns: est.median.point_estimate,
+            lower_ns: est.median.confidence_interval.lower_bound,
+            upper_ns: est.median.confidence_interval.upper_bound,
+        });
+    }
+    out.sort_by(|a, b| {
+        (a.orders, &a.op, &a.format, &a.stage).cmp(&(b.orders, &b.op, &b.format, &b.stage))
+    });
+    Ok(out)
+}
+
+/// A duration in the unit that suits it.
+fn time(ns: Option<f64>) -> String {
+    match ns {
+        None => MISSING.to_owned(),
+        Some(ns) if ns >= 1e6 => format!("{} ms", f::num(ns / 1e6)),
+        Some(ns) if ns >= 1e3 => format!("{} µs", f::num(ns / 1e3)),
+        Some(ns) => format!("{} ns", f::num(ns)),
+    }
+}
+
+/// A median with criterion's confidence interval as ±%.
+fn cell(r: Option<&CodecRecord>) -> String {
+    match r {
+        None => MISSING.to_owned(),
+        Some(r) => {
+            let half = (r.upper_ns - r.lower_ns) / 2.0 / r.median_ns * 100.0;
+            if half.is_finite() && half >= 0.5 {
+                format!("{} ±{:.0}%", time(Some(r.median_ns)), half)
+            } else {
+                time(Some(r.median_ns))
+            }
+        }
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// The report section: one table per size.
+pub fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
+    let mut s = Section::new("codec", "Serialization alone (criterion)");
+    s.para(
+        "The encoding without any network: serde_json against prost for the same orders, typed \
+         (`order.v2`) and all-strings (`order.v1`), timed by criterion in one process. `wire` is \
+         the wire type alone (seed 003's \"use the generated message directly\"); `domain` adds \
+         the conversion each service does between its domain type and the wire type, as \
+         order-service and user-service do on every call (seed 004's micro-test). The round trip \
+         is encode plus decode, both with the conversion: what one hop costs its two ends. Cells \
+         are criterion's median with its 95% confidence interval as ±%.",
+    );
+    let Some(run) = run else {
+        s.para(format!(
+            "Not measured in this run ({MISSING}): the results directory has no codec.json."
+        ));
+        return s;
+    };
+    s.para(format!(
+        "Command: `{}` ({} s warm-up, {} s measurement per benchmark); criterion's files are in \
+         this run's `criterion/` directory.",
+        run.command,
+        f::num(run.warm_up_s),
+        f::num(run.measurement_s)
+    ));
+    if let Some(e) = &run.error {
+        s.para(format!(
+            "The benchmark failed, so these tables are empty: {e}"
+        ));
+    }
+    for &n in sizes {
+        let mut t = Table {
+            caption: format!("Serialization of {}, time per page", f::orders(n)),
+            headers: [
+                "encoding",
+                "encode, wire",
+                "encode, domain",
+                "decode, wire",
+                "decode, domain",
+                "round trip, domain",
+            ]
+            .iter()
+            .map(|h| (*h).to_owned())
+            .collect(),
+            ..Table::default()
+        };
+        let json_rt = run.round_trip("json", n);
+        for (format, label) in FORMATS {
+            let rt = run.round_trip(format, n);
+            let rt_cell = match (format, ratio(rt, json_rt)) {
+                ("json", _) => format!("{} · ×1", time(rt)),
+                (_, Some(r)) => format!("{} · ×{}", time(rt), f::num(r)),
+                (_, None) => time(rt),
+            };
+            t.rows.push(vec![
+                label.to_owned(),
+                cell(run.get("encode", format, "wire", n)),
+                cell(run.get("encode", format, "domain", n)),
+                cell(run.get("decode", format, "wire", n)),
+                cell(run.get("decode", format, "domain", n)),
+                rt_cell,
+            ]);
+        }
+        t.reading = reading(run, n);
+        s.table(t);
+    }
+    s
+}
+
+/// The table's one line, from its own numbers.
+fn reading(run: &CodecRun, n: u32) -> String {
+    let v2 = ratio(run.round_trip("proto-v2", n), run.round_trip("json", n));
+    let v1 = ratio(run.round_trip("proto-v1", n), run.round_trip("json", n));
+    let direct = ratio(
+        run.median("encode", "proto-v2", "domain", n),
+        run.median("encode", "proto-v2", "wire", n),
+    );
+    match (v2, v1, direct) {
+        (Some(v2), Some(v1), Some(direct)) => format!(
+            "With conversions, a typed protobuf round trip takes ×{} of JSON's and the all-strings \
+             v1 ×{}; encoding v2 from the domain type costs {}× encoding the generated message \
+             directly.",
+            f::num(v2),
+            f::num(v1),
+            f::num(direct)
+        ),
+        _ => format!("{MISSING}: the benchmark left no estimates for this size."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, group: &str, function: &str, n: u32, median: f64) {
+        let d = dir
+            .join(group)
+            .join(function.replace('/', "_"))
+            .join(n.to_string())
+            .join("new");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("benchmark.json"),
+            format!(
+                r#"{{"group_id":"{group}","function_id":"{function}","value_str":"{n}","throughput":null,"full_id":"x","directory_name":"x","title":"x"}}"#
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("estimates.json"),
+            format!(
+                r#"{{"mean":{{"point_estimate":1.0,"standard_error":0.1,"confidence_interval":{{"confidence_level":0.95,"lower_bound":0.9,"upper_bound":1.1}}}},"median":{{"point_estimate":{median},"standard_error":0.1,"confidence_interval":{{"confidence_level":0.95,"lower_bound":{},"upper_bound":{}}}}}}}"#,
+                median * 0.98,
+                median * 1.02
+            ),
+        )
+        .unwrap();
+    }
+
+    fn first_table(s: &Section) -> &Table {
+        s.blocks
+            .iter()
+            .find_map(|b| match b {
+                crate::report::Block::Table(t) => Some(t),
+                _ => None,
+            })
+            .expect("a table")
+    }
+
+    #[test]
+    fn estimates_are_read_back_and_tabled_with_ratios_to_json() {
+        let dir = std::env::temp_dir().join(format!("lab-codec-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (op, base) in [("encode", 1000.0), ("decode", 2000.0)] {
+            for (k, (format, _)) in FORMATS.iter().enumerate() {
+                for (j, stage) in ["wire", "domain"].iter().enumerate() {
+                    let v = base * (1.0 + k as f64) * (1.0 + j as f64);
+                    write(&dir, op, &format!("{format}/{stage}"), 1000, v);
+                }
+            }
+        }
+        // An older run's files are ignored.
+        std::fs::create_dir_all(dir.join("encode/json_wire/1000/base")).unwrap();
+        let records = read_estimates(&dir).unwrap();
+        assert_eq!(records.len(), 12);
+        let run = CodecRun {
+            command: "cargo bench".into(),
+            warm_up_s: 1.0,
+            measurement_s: 1.0,
+            records,
+            error: None,
+        };
+        // JSON: encode domain 2,000 + decode domain 4,000; v2: 4,000 + 8,000.
+        assert_eq!(run.round_trip("json", 1000), Some(6000.0));
+        assert_eq!(run.round_trip("proto-v2", 1000), Some(12000.0));
+        let s = section(Some(&run), &[1000]);
+        let t = first_table(&s);
+        assert_eq!(t.rows.len(), 3);
+        assert_eq!(t.rows[0][1], "1.00 µs ±2%");
+        assert_eq!(t.rows[1][5], "12.0 µs · ×2.00");
+        assert!(t.reading.contains("×2.00 of JSON's"), "{}", t.reading);
+        let report = crate::report::Report {
+            sections: vec![s.clone()],
+            ..crate::report::Report::default()
+        };
+        assert_eq!(report.empty_cells(), Vec::<String>::new());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_benchmark_leaves_visible_gaps() {
+        let run = CodecRun {
+            error: Some("cargo bench failed".into()),
+            ..CodecRun::default()
+        };
+        let s = section(Some(&run), &[1]);
+        let t = first_table(&s);
+        assert!(t.rows.iter().all(|r| r[1] == MISSING));
+        assert!(t.reading.contains(MISSING));
+    }
+
+    #[test]
+    fn the_size_filter_matches_whole_sizes_only() {
+        assert_eq!(size_filter(&[1, 1000]), "/(1|1000)$");
+    }
+}
