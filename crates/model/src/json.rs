@@ -59,6 +59,7 @@ pub struct AddressJson {
     pub city: String,
     pub postal_code: String,
     /// ISO 3166-1 alpha-2.
+    #[schema(pattern = "^[A-Z]{2}$", example = "FR")]
     pub country_code: String,
 }
 
@@ -225,19 +226,27 @@ pub struct OrderPageJson {
 pub struct CreateOrderJson {
     pub user_id: Uuid,
     pub product_id: Uuid,
+    #[schema(min_length = 1, max_length = 200, example = "Oak Tray")]
     pub product_name: String,
+    #[schema(minimum = 1, maximum = 10000)]
     pub quantity: u32,
+    #[schema(minimum = 0, maximum = 100_000_000_000_i64)]
     pub unit_price_minor: i64,
+    /// At most `quantity * unit_price_minor`.
     #[serde(default)]
+    #[schema(minimum = 0)]
     pub discount_minor: i64,
-    #[schema(example = "EUR")]
+    /// ISO 4217: three capital letters.
+    #[schema(example = "EUR", pattern = "^[A-Z]{3}$")]
     pub currency: String,
     #[serde(default)]
     pub gift: bool,
     pub shipping_address: AddressJson,
     #[serde(default)]
+    #[schema(max_length = 1000)]
     pub note: Option<String>,
     #[serde(default)]
+    #[schema(max_length = 64)]
     pub coupon_code: Option<String>,
 }
 

@@ -19,7 +19,7 @@ pub mod serve;
 pub mod shed;
 
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -169,6 +169,8 @@ pub enum WireError {
     BadBody(String),
     #[error("the query string is invalid: {0}")]
     BadQuery(String),
+    #[error("the path is invalid: {0}")]
+    BadPath(String),
     #[error("the body is larger than the limit of {0} bytes")]
     TooLarge(usize),
     #[error("Content-Type {0:?} is not supported: send application/json or application/x-protobuf")]
@@ -187,11 +189,21 @@ impl From<QueryRejection> for WireError {
     }
 }
 
+/// A path segment axum could not extract (not UTF-8 once percent-decoded):
+/// the JSON error body every route gives, rather than axum's plain text.
+impl From<PathRejection> for WireError {
+    fn from(r: PathRejection) -> Self {
+        WireError::BadPath(r.body_text())
+    }
+}
+
 impl WireError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            WireError::BadBody(_) | WireError::BadQuery(_) => StatusCode::BAD_REQUEST,
+            WireError::BadBody(_) | WireError::BadQuery(_) | WireError::BadPath(_) => {
+                StatusCode::BAD_REQUEST
+            }
             WireError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             WireError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WireError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
@@ -202,7 +214,9 @@ impl WireError {
     /// The `error` of the JSON body.
     pub fn kind(&self) -> &'static str {
         match self {
-            WireError::BadBody(_) | WireError::BadQuery(_) => "invalid_argument",
+            WireError::BadBody(_) | WireError::BadQuery(_) | WireError::BadPath(_) => {
+                "invalid_argument"
+            }
             WireError::TooLarge(_) => "payload_too_large",
             WireError::UnsupportedMediaType(_) => "unsupported_media_type",
             WireError::NotAcceptable(_) => "not_acceptable",

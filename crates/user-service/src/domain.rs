@@ -268,16 +268,23 @@ pub struct UserWithOrdersJson {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterUserJson {
+    /// 3 to 64 lower-case letters, digits, '.', '_' or '-'.
+    #[schema(example = "minji.kim.a1", pattern = "^[a-z0-9._-]{3,64}$")]
     pub username: String,
+    #[schema(min_length = 1, max_length = 100)]
     pub first_name: String,
+    #[schema(min_length = 1, max_length = 100)]
     pub last_name: String,
+    #[schema(format = Email, max_length = 254, example = "minji@example.com")]
     pub email: String,
+    /// Digits, spaces and + - ( ).
+    #[schema(pattern = "^[0-9+() -]{1,32}$", example = "+82 10-1234-5678")]
     pub phone: String,
     /// FEMALE, MALE or OTHER.
-    #[schema(example = "FEMALE")]
+    #[schema(example = "FEMALE", pattern = "^(FEMALE|MALE|OTHER)$")]
     pub gender: String,
     /// YYYY-MM-DD.
-    #[schema(example = "1990-04-21")]
+    #[schema(example = "1990-04-21", format = Date)]
     pub birth_date: String,
 }
 

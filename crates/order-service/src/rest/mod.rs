@@ -121,6 +121,12 @@ async fn metrics(State(st): State<RestState>) -> Response {
         .into_response()
 }
 
+/// The 406 of every API route.
+const NOT_ACCEPTABLE: &str = "`Accept` names neither JSON nor protobuf";
+/// The 503 of every API route: shed, or the store is down.
+const UNAVAILABLE: &str = "`overloaded`: the listener is at ORDER_MAX_CONCURRENT_REQUESTS, retry later; \
+                           or `unavailable`: the store did not answer within the acquire timeout";
+
 /// The OpenAPI document of this API, generated from the handlers below.
 #[derive(OpenApi)]
 #[openapi(
@@ -146,24 +152,36 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }
 
+// The query structs keep every value as text, so that a bad one gets a 400
+// naming its field; the `param` attributes document the values accepted.
+
 /// Query of `GET /v2/orders`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// The user whose orders to list (UUID).
+    #[param(required = true, value_type = String, format = Uuid, example = "00000000-0000-0000-0000-000000000010")]
     user_id: Option<String>,
     /// Page size, 1 to the server's maximum (10,000 by default). Default 100.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000, example = 5)]
     limit: Option<String>,
     /// `next_page_token` of the previous page.
+    #[param(value_type = Option<String>)]
     page_token: Option<String>,
     /// Comma-separated fields to return, such as `id,status,total_minor`.
     /// Default: all. `id` is always returned.
+    #[param(value_type = Option<String>, example = "id,status,total_minor",
+        pattern = "^((id|user_id|product_id|product_name|quantity|unit_price_minor|discount_minor|total_minor|currency|status|gift|shipping_address|note|coupon_code|created_at|updated_at)(,(id|user_id|product_id|product_name|quantity|unit_price_minor|discount_minor|total_minor|currency|status|gift|shipping_address|note|coupon_code|created_at|updated_at))*)?$")]
     fields: Option<String>,
 }
 
 /// Query of `GET /v2/orders/{id}`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct GetParams {
     /// Comma-separated fields to return. Default: all.
+    #[param(value_type = Option<String>, example = "id,status,total_minor",
+        pattern = "^((id|user_id|product_id|product_name|quantity|unit_price_minor|discount_minor|total_minor|currency|status|gift|shipping_address|note|coupon_code|created_at|updated_at)(,(id|user_id|product_id|product_name|quantity|unit_price_minor|discount_minor|total_minor|currency|status|gift|shipping_address|note|coupon_code|created_at|updated_at))*)?$")]
     fields: Option<String>,
 }
 
@@ -207,9 +225,10 @@ fn parse_fields(s: Option<&str>) -> Result<FieldSet, RestError> {
 #[utoipa::path(
     get, path = "/v2/orders", params(ListParams),
     responses(
-        (status = 200, description = "One page of orders", body = OrderPageJson),
+        (status = 200, description = "One page of orders (protobuf: order.v2.ListOrdersResponse)", body = OrderPageJson),
         (status = 400, description = "A malformed or out-of-range parameter", body = ErrorJson),
-        (status = 503, description = "The store is unavailable", body = ErrorJson),
+        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
+        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(name = "rest.list_orders", skip_all)]
@@ -251,20 +270,23 @@ async fn list_orders(
 
 /// One order.
 #[utoipa::path(
-    get, path = "/v2/orders/{id}", params(("id" = String, Path, description = "Order id (UUID)"), GetParams),
+    get, path = "/v2/orders/{id}", params(("id" = uuid::Uuid, Path, description = "Order id (UUID)"), GetParams),
     responses(
-        (status = 200, description = "The order", body = OrderJson),
+        (status = 200, description = "The order (protobuf: order.v2.GetOrderResponse)", body = OrderJson),
         (status = 400, description = "A malformed id or field name", body = ErrorJson),
         (status = 404, description = "No such order", body = ErrorJson),
+        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
+        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(name = "rest.get_order", skip_all)]
 async fn get_order(
     State(st): State<RestState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     q: Result<Query<GetParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, RestError> {
+    let Path(id) = id.map_err(WireError::from)?;
     let Query(p) = q?;
     let format = Format::accepted(&headers)?;
     let fields = parse_fields(p.fields.as_deref())?;
@@ -285,15 +307,17 @@ async fn get_order(
 /// creates a second; the same key with another body is 422.
 #[utoipa::path(
     post, path = "/v2/orders",
-    params(("Idempotency-Key" = String, Header, description = "1 to 255 characters naming this order; the same on every retry")),
+    params(("Idempotency-Key" = String, Header, description = "1 to 255 characters naming this order; the same on every retry", min_length = 1, max_length = 255)),
     request_body(content = CreateOrderJson, description = "JSON, or an order.v2.CreateOrderRequest with Content-Type application/x-protobuf"),
     responses(
         (status = 201, description = "Created", body = CreatedOrderJson),
         (status = 200, description = "Replayed: the key was seen before", body = CreatedOrderJson),
         (status = 400, description = "A malformed body or field", body = ErrorJson),
-        (status = 413, description = "The body is over the size limit", body = ErrorJson),
+        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
+        (status = 413, description = "The body is over the size limit (ORDER_MAX_BODY_BYTES)", body = ErrorJson),
         (status = 415, description = "Neither JSON nor protobuf", body = ErrorJson),
         (status = 422, description = "The key was used for a different order", body = ErrorJson),
+        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(name = "rest.create_order", skip_all)]
@@ -356,12 +380,16 @@ async fn create_order(
 
 /// Query of `GET /v1/orders`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListV1Params {
     /// The user whose orders to list (UUID).
+    #[param(required = true, value_type = String, format = Uuid, example = "00000000-0000-0000-0000-000000000010")]
     user_id: Option<String>,
-    /// Page size, 1 to the server's maximum. Default 100.
+    /// Page size, 1 to the server's maximum (10,000 by default). Default 100.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000, example = 5)]
     limit: Option<String>,
     /// `next_page_token` of the previous page.
+    #[param(value_type = Option<String>)]
     page_token: Option<String>,
 }
 
@@ -369,8 +397,10 @@ pub struct ListV1Params {
 #[utoipa::path(
     get, path = "/v1/orders", params(ListV1Params),
     responses(
-        (status = 200, description = "One page of orders, all strings", body = pb1::ListOrdersResponse),
+        (status = 200, description = "One page of orders, all strings (protobuf: order.v1.ListOrdersResponse)", body = pb1::ListOrdersResponse),
         (status = 400, description = "A malformed or out-of-range parameter", body = ErrorJson),
+        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
+        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(name = "rest.list_orders_v1", skip_all)]

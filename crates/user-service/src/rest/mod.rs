@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -91,9 +92,14 @@ fn parse_id(id: &str) -> Result<Uuid, RestError> {
     post, path = "/v1/users",
     request_body(content = RegisterUserJson, description = "JSON, or a protobuf user.v1.RegisterUserRequest with Content-Type application/x-protobuf"),
     responses(
-        (status = 201, description = "Registered (protobuf: user.v1.RegisterUserResponse)", body = UserEnvelopeJson),
+        (status = 201, description = "Registered (protobuf: user.v1.RegisterUserResponse)", body = UserEnvelopeJson,
+            headers(("Location" = String, description = "The new user's URL"))),
         (status = 400, description = "A field is invalid; `field` names it", body = ErrorJson),
+        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
         (status = 409, description = "The username is taken", body = ErrorJson),
+        (status = 413, description = "The body is over 64 KiB", body = ErrorJson),
+        (status = 415, description = "Neither JSON nor protobuf", body = ErrorJson),
+        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(skip_all)]
@@ -136,19 +142,22 @@ async fn register(
 /// One user, without its orders: no call to order-service.
 #[utoipa::path(
     get, path = "/v1/users/{id}",
-    params(("id" = Uuid, Path, description = "The user's id")),
+    params(("id" = Uuid, Path, description = "The user's id", example = "00000000-0000-0000-0000-000000000010")),
     responses(
         (status = 200, description = "The user (protobuf: user.v1.GetUserResponse)", body = UserEnvelopeJson),
         (status = 400, description = "The id is not a UUID", body = ErrorJson),
         (status = 404, description = "No such user", body = ErrorJson),
+        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
+        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
-#[tracing::instrument(skip_all, fields(id = %id))]
+#[tracing::instrument(skip_all)]
 async fn get_user(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
+    let Path(id) = id.map_err(WireError::from)?;
     let out = Format::accepted(&headers)?;
     let user = st.service.get_user(parse_id(&id)?).await?;
     Ok(out.respond(
@@ -168,35 +177,45 @@ async fn get_user(
 #[into_params(parameter_in = Query)]
 pub struct OrdersParams {
     /// Orders to fetch, 1 to 10000; default 100.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000, example = 5)]
     limit: Option<String>,
     /// Comma-separated order fields; default all. `id` is always included.
+    #[param(value_type = Option<String>, example = "id,status,total_minor",
+        pattern = "^((id|user_id|product_id|product_name|quantity|unit_price_minor|discount_minor|total_minor|currency|status|gift|shipping_address|note|coupon_code|created_at|updated_at)(,(id|user_id|product_id|product_name|quantity|unit_price_minor|discount_minor|total_minor|currency|status|gift|shipping_address|note|coupon_code|created_at|updated_at))*)?$")]
     fields: Option<String>,
-    /// The transport to order-service (see the 400 for the list); default
-    /// from the settings. The `x-via` header does the same.
+    /// The transport to order-service; default from the settings
+    /// (USER_DEFAULT_VIA). The `x-via` header does the same.
+    #[param(value_type = Option<String>, example = "grpc",
+        pattern = "^(h1-json|h1-json-close|h2c-json|h1-proto|h2c-proto|grpc|grpc-stream|grpc-bidi|tcp-proto|grpc-v1)$")]
     via: Option<String>,
 }
 
 /// One user with its orders, fetched from order-service over `via`.
 #[utoipa::path(
     get, path = "/v1/users/{id}/orders",
-    params(("id" = Uuid, Path, description = "The user's id"), OrdersParams),
+    params(("id" = Uuid, Path, description = "The user's id", example = "00000000-0000-0000-0000-000000000010"), OrdersParams),
     responses(
         (status = 200, description = "The user and its orders (protobuf: user.v1.GetUserWithOrdersResponse without via/upstream_micros). \
 Headers: x-via (the transport) and x-upstream-micros (the round trip to order-service).", body = UserWithOrdersJson),
         (status = 400, description = "A bad id, limit, fields or an unknown via (the message lists the valid ones)", body = ErrorJson),
         (status = 404, description = "No such user", body = ErrorJson),
+        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
         (status = 502, description = "order-service gave an answer that could not be used", body = ErrorJson),
-        (status = 503, description = "order-service is unavailable", body = ErrorJson),
-        (status = 504, description = "order-service did not answer within the upstream timeout", body = ErrorJson),
+        (status = 503, description = "`unavailable`: order-service (or this service's store) is unavailable; \
+or `overloaded`: the listener is at USER_MAX_CONCURRENT_REQUESTS, retry later", body = ErrorJson,
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
+        (status = 504, description = "order-service did not answer within the upstream timeout (USER_UPSTREAM_TIMEOUT_MS)", body = ErrorJson),
     )
 )]
-#[tracing::instrument(skip_all, fields(id = %id))]
+#[tracing::instrument(skip_all)]
 async fn get_user_orders(
     State(st): State<AppState>,
-    Path(id): Path<String>,
-    Query(p): Query<OrdersParams>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<OrdersParams>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
+    let Path(id) = id.map_err(WireError::from)?;
+    let Query(p) = query.map_err(WireError::from)?;
     let out = Format::accepted(&headers)?;
     let id = parse_id(&id)?;
     let via_header = headers.get(X_VIA).map(|v| v.to_str().unwrap_or("?"));
@@ -268,6 +287,12 @@ async fn metrics(State(st): State<AppState>) -> Response {
     )
         .into_response()
 }
+
+/// The 406 of every API route.
+const NOT_ACCEPTABLE: &str = "`Accept` names neither JSON nor protobuf";
+/// The 503 of every API route but the fan-out, which has more causes.
+const UNAVAILABLE: &str = "`overloaded`: the listener is at USER_MAX_CONCURRENT_REQUESTS, retry later; \
+                           or `unavailable`: the store is unavailable";
 
 /// The OpenAPI document of the routes above, generated from this code.
 #[derive(OpenApi)]

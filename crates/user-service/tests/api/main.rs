@@ -9,6 +9,7 @@ mod helpers;
 mod over_tls;
 mod overload;
 mod resilience;
+mod schemathesis;
 mod traces;
 mod transports;
 mod users;
