@@ -170,7 +170,8 @@ pub struct ProxyRecord {
     /// Chunks written (both directions) and connections accepted.
     pub chunks: f64,
     pub connections: f64,
-    /// How much later than asked chunks were written: mean and maximum, µs.
+    /// How much later than asked chunks were written, µs: the mean over the
+    /// measured run, the maximum over the whole round (warm-up included).
     pub late_mean_us: f64,
     pub late_max_us: f64,
     /// CPU of the lab's process, where the proxy's threads run, µs.
