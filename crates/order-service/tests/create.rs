@@ -6,27 +6,10 @@
 
 mod common;
 
-use common::{Backend, TestApp, spawn};
+use common::{Backend, TestApp, new_order_json as body, spawn};
 use model::json::{CreatedOrderJson, OrderJson};
 use proto::order::v2 as pb2;
 use uuid::Uuid;
-
-fn body(user: Uuid, note: Option<&str>) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "user_id": user,
-        "product_id": "6d1b4a60-2f7e-4d8e-9a5e-3c2f1b0a9d8c",
-        "product_name": "Oak Tray",
-        "quantity": 3,
-        "unit_price_minor": 1250,
-        "discount_minor": 250,
-        "currency": "EUR",
-        "shipping_address": {"line1": "1 Mill Street", "city": "Lyon", "postal_code": "69001", "country_code": "FR"}
-    });
-    if let Some(n) = note {
-        v["note"] = n.into();
-    }
-    v
-}
 
 async fn post(app: &TestApp, key: &str, body: &serde_json::Value) -> (u16, CreatedOrderJson) {
     let res = app

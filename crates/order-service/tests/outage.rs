@@ -7,69 +7,19 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Backend, orders_database, spawn_with};
+use pgtest::proxy::Proxy;
 use proto::order::v2 as pb2;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Mutex;
-use tokio::task::JoinSet;
-
-/// A TCP proxy to Postgres that can be cut (every connection dropped, new
-/// ones closed at once) and restored.
-struct CuttableProxy {
-    addr: SocketAddr,
-    up: Arc<AtomicBool>,
-    links: Arc<Mutex<JoinSet<()>>>,
-}
-
-impl CuttableProxy {
-    async fn start(target: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let up = Arc::new(AtomicBool::new(true));
-        let links = Arc::new(Mutex::new(JoinSet::new()));
-        let (u, l) = (up.clone(), links.clone());
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if !u.load(Ordering::SeqCst) {
-                    drop(inbound);
-                    continue;
-                }
-                l.lock().await.spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-            }
-        });
-        CuttableProxy { addr, up, links }
-    }
-
-    async fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        self.links.lock().await.abort_all();
-    }
-
-    fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_down_is_503_fast_and_service_returns_by_itself() {
     let db = orders_database().await;
-    let proxy = CuttableProxy::start("127.0.0.1:5432".parse().unwrap()).await;
-    let via_proxy = db
-        .url
-        .replacen("127.0.0.1:5432", &proxy.addr.to_string(), 1);
-    assert_ne!(
-        via_proxy, db.url,
-        "the test server URL names 127.0.0.1:5432"
-    );
+    let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap())
+        .await
+        .unwrap();
+    let via_proxy = proxy.url_through(&db.url);
     let app = spawn_with(Backend::Memory, |s| {
         s.database_url = Some(via_proxy);
         s.db_acquire_timeout_ms = 500;
@@ -79,7 +29,7 @@ async fn postgres_down_is_503_fast_and_service_returns_by_itself() {
     let c = app.h1();
     assert_eq!(c.get(&list).send().await.unwrap().status(), 200);
 
-    proxy.cut().await;
+    proxy.cut();
     for _ in 0..3 {
         let started = Instant::now();
         let res = c.get(&list).send().await.unwrap();

@@ -10,6 +10,14 @@
 //! The server is `TEST_DATABASE_URL`, by default
 //! `postgres://postgres@127.0.0.1:5432/postgres` (the machine's trust-auth
 //! Postgres).
+//!
+//! # Layout
+//!
+//! - this file: [`fresh_database`] and [`TestDb`];
+//! - [`proxy`]: a TCP proxy a test can cut or make kill connections, to put
+//!   between a service and Postgres (or another service).
+
+pub mod proxy;
 
 use std::path::Path;
 

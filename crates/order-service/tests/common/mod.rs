@@ -129,6 +129,24 @@ impl TestApp {
     }
 }
 
+/// A `POST /v2/orders` body for `user`, with `note` if given.
+pub fn new_order_json(user: uuid::Uuid, note: Option<&str>) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "user_id": user,
+        "product_id": "6d1b4a60-2f7e-4d8e-9a5e-3c2f1b0a9d8c",
+        "product_name": "Oak Tray",
+        "quantity": 3,
+        "unit_price_minor": 1250,
+        "discount_minor": 250,
+        "currency": "EUR",
+        "shipping_address": {"line1": "1 Mill Street", "city": "Lyon", "postal_code": "69001", "country_code": "FR"}
+    });
+    if let Some(n) = note {
+        v["note"] = n.into();
+    }
+    v
+}
+
 /// The data set's user with `count` orders, and its orders by id.
 pub fn expected_orders(count: u32) -> Vec<model::Order> {
     let id = dataset::fixed_user_id(count);
