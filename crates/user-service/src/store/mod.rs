@@ -27,7 +27,17 @@ pub enum StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
+            // The server ending the connection mid-query: a restart or a
+            // shutdown (57P01 admin_shutdown …) or a lost connection (08…).
+            sqlx::Error::Database(ref d)
+                if d.code()
+                    .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")) =>
+            {
                 StoreError::Unavailable(e)
             }
             e => StoreError::Other(anyhow::Error::new(e).context("querying the users database")),

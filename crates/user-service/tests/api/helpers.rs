@@ -90,9 +90,15 @@ pub struct OrderService {
 impl OrderService {
     /// order-service on Postgres, every listener on port 0.
     pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// The same, with its settings (database URL included) changed by `tweak`.
+    pub async fn start_with(tweak: impl FnOnce(&mut order_service::Settings)) -> Self {
         init_test_log();
         let db = orders_database().await;
-        let settings = order_service::Settings::for_tests(Some(db.url.clone()));
+        let mut settings = order_service::Settings::for_tests(Some(db.url.clone()));
+        tweak(&mut settings);
         let mut s = Self::launch(settings).await;
         s.db = Some(db);
         s
@@ -333,5 +339,74 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
             "timed out waiting until {what}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A service binary, running, with the fields of the log line it wrote
+/// when ready (its addresses).
+pub struct Proc {
+    child: tokio::process::Child,
+    ready: serde_json::Value,
+}
+
+/// Starts `bin` with `env` and waits for its `ready_message` log line.
+pub async fn start_binary(
+    bin: &std::path::Path,
+    env: &[(&str, String)],
+    ready_message: &str,
+) -> Proc {
+    use tokio::io::AsyncBufReadExt as _;
+    assert!(
+        bin.exists(),
+        "{} is not built: the workspace test command builds it (cargo build -p order-service)",
+        bin.display()
+    );
+    let mut child = tokio::process::Command::new(bin)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("LOG_FORMAT", "json")
+        .env("USER_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["fields"]["message"] == ready_message {
+                return v["fields"].clone();
+            }
+        }
+        panic!("{} exited before it was ready", bin.display());
+    })
+    .await
+    .unwrap();
+    // Keep draining the log so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Proc { child, ready }
+}
+
+impl Proc {
+    /// An address from the ready line: `rest`, `grpc`, `tcp`.
+    pub fn addr(&self, key: &str) -> String {
+        self.ready[key].as_str().unwrap().to_owned()
+    }
+
+    /// SIGTERM, so the service drains (and flushes its spans), then its
+    /// exit status (30 s at most).
+    pub async fn sigterm(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().unwrap().to_string();
+        let ok = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap()
+            .success();
+        assert!(ok);
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the service exits within 30 s of SIGTERM")
+            .unwrap()
     }
 }

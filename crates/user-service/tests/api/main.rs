@@ -8,6 +8,7 @@ mod budget;
 mod helpers;
 mod over_tls;
 mod overload;
+mod postgres_outage;
 mod resilience;
 mod schemathesis;
 mod traces;

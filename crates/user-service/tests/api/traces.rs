@@ -3,74 +3,12 @@
 //! each transport the order-service span that answered is a child of
 //! user-service's `upstream.call` span, with the SQL query under it.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use telemetry::receiver::{Collector, ReceivedSpan};
-use tokio::io::{AsyncBufReadExt as _, BufReader};
 use user_service::upstream::Transport;
 
-use crate::helpers::{fixed_user, orders_database, users_database};
-
-/// A service binary, running, with the addresses it logged when ready.
-struct Proc {
-    child: tokio::process::Child,
-    ready: serde_json::Value,
-}
-
-async fn start(bin: &std::path::Path, env: &[(&str, String)], ready_message: &str) -> Proc {
-    assert!(
-        bin.exists(),
-        "{} is not built: the workspace test command builds it (cargo build -p order-service)",
-        bin.display()
-    );
-    let mut child = tokio::process::Command::new(bin)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .env("LOG_FORMAT", "json")
-        .env("USER_LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if v["fields"]["message"] == ready_message {
-                return v["fields"].clone();
-            }
-        }
-        panic!("{} exited before it was ready", bin.display());
-    })
-    .await
-    .unwrap();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Proc { child, ready }
-}
-
-impl Proc {
-    fn addr(&self, key: &str) -> String {
-        self.ready[key].as_str().unwrap().to_owned()
-    }
-
-    /// SIGTERM, so the service drains and flushes its spans.
-    async fn stop(mut self) {
-        let pid = self.child.id().unwrap().to_string();
-        let ok = tokio::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .await
-            .unwrap()
-            .success();
-        assert!(ok);
-        let exit = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(exit.success(), "exited with {exit}");
-    }
-}
+use crate::helpers::{fixed_user, orders_database, start_binary as start, users_database};
 
 fn descends_from(spans: &[ReceivedSpan], s: &ReceivedSpan, ancestor: &ReceivedSpan) -> bool {
     let mut cur = s;
@@ -136,8 +74,10 @@ async fn every_transport_carries_one_trace_from_user_service_to_postgres() {
             .unwrap();
         assert_eq!(res.status(), 200, "{t}");
     }
-    users.stop().await;
-    orders.stop().await;
+    for p in [users, orders] {
+        let exit = p.sigterm().await;
+        assert!(exit.success(), "exited with {exit}");
+    }
 
     let spans = collector
         .wait_for(Duration::from_secs(10), |s| {

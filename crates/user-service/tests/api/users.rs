@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::helpers::{OrderService, fixed_user, spawn_users, spawn_users_on, users_database};
 
-fn form(username: &str) -> RegisterUserJson {
+pub(crate) fn form(username: &str) -> RegisterUserJson {
     RegisterUserJson {
         username: username.into(),
         first_name: "Hana".into(),
