@@ -11,6 +11,7 @@ mod overload;
 mod postgres_outage;
 mod resilience;
 mod schemathesis;
+mod sigterm;
 mod traces;
 mod transports;
 mod users;
