@@ -58,15 +58,7 @@ fn channels(ep: &Endpoints, metrics: &Arc<TransportMetrics>) -> anyhow::Result<V
 /// A tonic status as an upstream error.
 pub(crate) fn from_status(s: &tonic::Status) -> UpstreamError {
     use tonic::Code;
-    let mut message = s.message().to_owned();
-    // A broken connection's cause (a TLS alert, a reset) is in the sources,
-    // not in tonic's message.
-    if let Some(source) = std::error::Error::source(s) {
-        let cause = wire::chain(source);
-        if !message.contains(&cause) {
-            message = format!("{message}: {cause}");
-        }
-    }
+    let message = s.message().to_owned();
     match s.code() {
         Code::DeadlineExceeded => UpstreamError::Timeout(message),
         // tonic enforces the deadline it sends on the client side too, and
@@ -75,8 +67,15 @@ pub(crate) fn from_status(s: &tonic::Status) -> UpstreamError {
             UpstreamError::Timeout(message)
         }
         // A refused or broken connection reaches us as Unavailable or, when
-        // the channel could not even become ready, as Unknown.
-        Code::Unavailable | Code::Unknown | Code::Cancelled => UpstreamError::Unavailable(message),
+        // the channel could not even become ready, as Unknown. Its cause (a
+        // TLS alert, a reset) is in the sources, not in tonic's message.
+        Code::Unavailable | Code::Unknown | Code::Cancelled => {
+            let cause = std::error::Error::source(s).map(wire::chain);
+            UpstreamError::Unavailable(match cause {
+                Some(c) if !message.contains(&c) => format!("{message}: {c}"),
+                _ => message,
+            })
+        }
         code => UpstreamError::Rejected {
             status: format!("{code:?}"),
             message,
