@@ -268,6 +268,7 @@ mod tests {
             router,
             std::future::ready(()),
             Duration::from_secs(5),
+            256,
         ));
         for mut c in clients {
             let mut answer = String::new();

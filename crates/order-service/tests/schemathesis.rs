@@ -8,6 +8,8 @@
 //! `SCHEMATHESIS_SEED` replays another seed; `SCHEMATHESIS_EXAMPLES` changes
 //! the examples per operation.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod budget;
+mod caps;
 mod helpers;
 mod over_tls;
 mod overload;
