@@ -333,7 +333,11 @@ impl H2Pool {
     ) -> Result<Answer, UpstreamError> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         // HTTP/2 wants the absolute form: it becomes :scheme and :authority.
-        let scheme = if self.target.dial.is_tls() { "https" } else { "http" };
+        let scheme = if self.target.dial.is_tls() {
+            "https"
+        } else {
+            "http"
+        };
         let uri = format!("{scheme}://{}{path_and_query}", self.target.dial.addr);
         let mut failed = None;
         loop {

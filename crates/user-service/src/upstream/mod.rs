@@ -203,11 +203,19 @@ pub struct UpstreamTls {
 impl Endpoints {
     /// How a transport offering `alpn` reaches `addr` (`host:port`): plain,
     /// or TLS counting into `metrics`' handshake counters.
-    pub fn dialer(&self, addr: String, alpn: &[&[u8]], metrics: &crate::metrics::TransportMetrics) -> wire::Dialer {
+    pub fn dialer(
+        &self,
+        addr: String,
+        alpn: &[&[u8]],
+        metrics: &crate::metrics::TransportMetrics,
+    ) -> wire::Dialer {
         match &self.tls {
             None => wire::Dialer::plain(addr),
             Some(t) => {
-                let name = t.server_name.clone().unwrap_or_else(|| host_of(&addr).to_owned());
+                let name = t
+                    .server_name
+                    .clone()
+                    .unwrap_or_else(|| host_of(&addr).to_owned());
                 let connector = t.client.connector(alpn, metrics.tls_counters().clone());
                 wire::Dialer::tls(addr, connector, name)
             }

@@ -54,7 +54,10 @@ impl TcpSource {
     }
 
     /// Opens a connection and starts its writer and reader tasks.
-    async fn open(dial: wire::Dialer, metrics: Arc<TransportMetrics>) -> Result<Link, UpstreamError> {
+    async fn open(
+        dial: wire::Dialer,
+        metrics: Arc<TransportMetrics>,
+    ) -> Result<Link, UpstreamError> {
         let io = dial.connect(&metrics).await.map_err(|e| {
             UpstreamError::Unavailable(format!(
                 "cannot connect to the raw-TCP port {}: {e}",

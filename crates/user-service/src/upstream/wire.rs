@@ -169,7 +169,9 @@ pub enum Conn {
 /// client's certificate says so only then, with an alert), reworded so that
 /// whoever reads it knows it was TLS.
 fn tls_error(e: io::Error) -> io::Error {
-    if e.get_ref().is_some_and(|inner| inner.is::<tls::rustls::Error>()) {
+    if e.get_ref()
+        .is_some_and(|inner| inner.is::<tls::rustls::Error>())
+    {
         io::Error::new(e.kind(), format!("TLS with order-service failed: {e}"))
     } else {
         e
@@ -264,7 +266,10 @@ pub fn authority(url: &http::Uri) -> anyhow::Result<String> {
         Some("https") => 443,
         _ => 80,
     });
-    if url.scheme_str().is_some_and(|s| s != "http" && s != "https") {
+    if url
+        .scheme_str()
+        .is_some_and(|s| s != "http" && s != "https")
+    {
         anyhow::bail!("{url}: only http:// and https:// are supported");
     }
     Ok(if host.contains(':') && !host.starts_with('[') {
