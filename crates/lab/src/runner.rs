@@ -382,13 +382,13 @@ impl Lab {
         let order_before = procfs::cpu_ticks(running.order_pid())?;
         let user_before = procfs::cpu_ticks(running.user_pid())?;
         let machine_before = procfs::machine_busy_ticks()?;
-
-        let script = match cell.load {
-            Load::Closed { .. } => script_of(cell),
         // The proxy's threads run in the lab's process, otherwise idle but
         // for polling k6: its own CPU is theirs.
         let proxy_before = running.proxy.as_ref().map(|p| p.stats());
         let lab_before = procfs::self_ticks()?.own;
+
+        let script = match cell.load {
+            Load::Closed { .. } => script_of(cell),
             Load::Open { .. } => "open-loop.js",
         };
         let mut env = base_env;
@@ -396,11 +396,11 @@ impl Lab {
         let run = self.run_k6(script, env, &tmp.join("measured.json"))?;
 
         let machine_after = procfs::machine_busy_ticks()?;
+        let lab_after = procfs::self_ticks()?.own;
+        let proxy_after = running.proxy.as_ref().map(|p| p.stats());
         let order_after = procfs::cpu_ticks(running.order_pid())?;
         let user_after = procfs::cpu_ticks(running.user_pid())?;
         let tcp_after = procfs::tcp_states(order_port)?;
-        let lab_after = procfs::self_ticks()?.own;
-        let proxy_after = running.proxy.as_ref().map(|p| p.stats());
         let upstream_after = if direct {
             prom::Upstream::default()
         } else {
@@ -416,9 +416,6 @@ impl Lab {
             k6_us: run.cpu_us,
         };
         let machine_us = us(machine_after - machine_before);
-        let mut rec = RoundRecord {
-            experiment: experiment.to_owned(),
-            cell: cell.clone(),
         let proxy = match (&running.proxy, proxy_before, proxy_after) {
             (Some(p), Some(before), Some(after)) => {
                 let d = after.since(&before);
@@ -434,6 +431,9 @@ impl Lab {
             _ => None,
         };
         let proxy_us = proxy.map_or(0.0, |p| p.cpu_us);
+        let mut rec = RoundRecord {
+            experiment: experiment.to_owned(),
+            cell: cell.clone(),
             round,
             started_at,
             duration_s: self.timing.duration_s,
@@ -452,10 +452,10 @@ impl Lab {
             other_cpu_us: (machine_us - cpu.order_us - cpu.user_us - cpu.k6_us - proxy_us).max(0.0),
             pinning: self.services.pinning(),
             flags: Vec::new(),
+            proxy,
             k6_summary: run.raw,
         };
         rec.flags = flags_of(&rec);
-            proxy,
         Ok(rec)
     }
 
