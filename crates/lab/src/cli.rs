@@ -72,7 +72,7 @@ pub enum Cmd {
 /// `lab run`'s options.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The experiment: payload, factorial, pool, wire-size, schema,
+    /// The experiment: payload, factorial, pool, rtt, wire-size, schema,
     /// streaming, naive, floor, pitfall, codec, or all (`lab list` says what
     /// each measures).
     #[arg(value_enum)]
