@@ -45,6 +45,10 @@ pub struct Cell {
     /// talk directly (every experiment but `rtt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_ms: Option<u32>,
+    /// Every listener of order-service serves TLS and user-service dials it
+    /// over TLS (the `tls` experiment); cleartext otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
 }
 
 impl Cell {
@@ -58,6 +62,7 @@ impl Cell {
             pool,
             lookups: 1,
             rtt_ms: None,
+            tls: false,
         }
     }
 
@@ -78,8 +83,9 @@ impl Cell {
             String::new()
         };
         let rtt = self.rtt_ms.map_or(String::new(), |r| format!("-rtt{r}"));
+        let tls = if self.tls { "-tls" } else { "" };
         format!(
-            "{}-o{}-{fields}-{load}-p{}{lookups}{rtt}",
+            "{}-o{}-{fields}-{load}-p{}{lookups}{rtt}{tls}",
             self.via, self.orders, self.pool
         )
     }
@@ -104,6 +110,9 @@ impl Cell {
         s.push_str(&format!(", pool {}", self.pool));
         if let Some(r) = self.rtt_ms {
             s.push_str(&format!(", RTT {r} ms"));
+        }
+        if self.tls {
+            s.push_str(", TLS");
         }
         s
     }
@@ -217,6 +226,10 @@ pub struct Measures {
     /// without a proxy.
     pub proxy_late_us: Option<f64>,
     pub proxy_cores: Option<f64>,
+    /// TLS handshakes user-service made to order-service during the
+    /// measured run, full and resumed, per 1,000 upstream calls.
+    pub tls_full_per_1k: f64,
+    pub tls_resumed_per_1k: f64,
 }
 
 impl Measures {
@@ -252,6 +265,8 @@ impl Measures {
             other_cores: r.other_cpu_us / 1e6 / secs,
             proxy_late_us: r.proxy.map(|p| p.late_mean_us),
             proxy_cores: r.proxy.map(|p| p.cpu_us / 1e6 / secs),
+            tls_full_per_1k: per_call(d.tls_full) * 1000.0,
+            tls_resumed_per_1k: per_call(d.tls_resumed) * 1000.0,
         }
     }
 
@@ -307,6 +322,9 @@ pub enum Metric {
     /// The delay proxy: mean lateness of a chunk (µs), and its CPU (cores).
     ProxyLate,
     ProxyCores,
+    /// TLS handshakes to order-service per 1,000 upstream calls.
+    TlsFullPer1k,
+    TlsResumedPer1k,
 }
 
 impl Metric {
@@ -369,6 +387,8 @@ impl Metric {
             BadAnswers => m.bad_answers,
             ProxyLate => return m.proxy_late_us,
             ProxyCores => return m.proxy_cores,
+            TlsFullPer1k => m.tls_full_per_1k,
+            TlsResumedPer1k => m.tls_resumed_per_1k,
         })
     }
 
@@ -386,6 +406,7 @@ impl Metric {
             CpuOrder | CpuUser | CpuServices | CpuK6 | CpuServicesPerIteration => "µs",
             RssOrder | RssUser | RssK6 => "MiB",
             K6Cores | OtherCores | ProxyCores => "cores",
+            TlsFullPer1k | TlsResumedPer1k => "per 1,000 calls",
         }
     }
 

@@ -63,6 +63,8 @@ pub enum Experiment {
     Floor,
     /// k6's own gRPC client at order-service vs the call timed in user-service (seed 001).
     Pitfall,
+    /// Every transport with and without TLS: cost, bytes, handshakes (issue 7).
+    Tls,
     /// Serialization alone, no network: the criterion benchmark (seeds 003, 004).
     Codec,
     /// All of the above.
@@ -83,6 +85,7 @@ impl Experiment {
             Experiment::Naive => "naive",
             Experiment::Floor => "floor",
             Experiment::Pitfall => "pitfall",
+            Experiment::Tls => "tls",
             Experiment::Codec => "codec",
             Experiment::All => "all",
         }
@@ -94,7 +97,7 @@ impl Experiment {
         match self {
             All => vec![
                 Payload, Factorial, Floor, WireSize, Schema, Streaming, Naive, Pool, Rtt, Pitfall,
-                Codec,
+                Tls, Codec,
             ],
             e => vec![e],
         }
@@ -135,6 +138,7 @@ impl Experiment {
             }
             Experiment::Streaming => streaming_variants(p).into_iter().map(|(_, c)| c).collect(),
             Experiment::Rtt => crate::rtt::cells(&p.rtt),
+            Experiment::Tls => crate::tls_exp::cells(&p.tls),
             Experiment::Naive => ["h1-json-close", "h1-json"]
                 .iter()
                 .map(|via| Cell::closed(via, p.naive_orders, p.naive_vus, p.naive_vus as u16))
@@ -217,6 +221,9 @@ pub struct Plan {
     /// The rtt experiment's transports, round-trip times and pools.
     #[serde(default)]
     pub rtt: crate::rtt::RttPlan,
+    /// The tls experiment's transports and sizes.
+    #[serde(default)]
+    pub tls: crate::tls_exp::TlsPlan,
 }
 
 impl Plan {
@@ -251,6 +258,7 @@ impl Plan {
                 drop_threshold_pct: 1.0,
                 wire_sizes: vec![1, 100, 1000],
                 rtt,
+                tls: crate::tls_exp::TlsPlan::default(),
             }
         } else {
             Plan {
@@ -273,6 +281,7 @@ impl Plan {
                 drop_threshold_pct: 1.0,
                 wire_sizes: vec![1, 100, 1000],
                 rtt,
+                tls: crate::tls_exp::TlsPlan::default(),
             }
         };
         if let Some(s) = sizes {
@@ -281,6 +290,10 @@ impl Plan {
             p.schema_sizes = s.to_vec();
             p.wire_sizes = s.to_vec();
             p.rtt.orders = s.to_vec();
+        }
+        p.tls = crate::tls_exp::TlsPlan::new(quick, Some(&p.transports), p.vus, p.pool);
+        if let Some(s) = sizes {
+            p.tls.orders = s.to_vec();
         }
         p
     }
@@ -398,6 +411,7 @@ pub fn section(e: Experiment, cx: &Context) -> Section {
         Experiment::Factorial => factorial(cx),
         Experiment::Pool => pool(cx),
         Experiment::Rtt => crate::rtt::section(cx),
+        Experiment::Tls => crate::tls_exp::section(cx),
         Experiment::WireSize => wire_size(cx),
         Experiment::Schema => schema(cx),
         Experiment::Streaming => streaming(cx),
@@ -1416,6 +1430,7 @@ pub fn pool_cells(p: &Plan, rate: u32, climbing: &[(String, u16)]) -> Vec<Cell> 
             pool: *pool,
             lookups: 1,
             rtt_ms: None,
+            tls: false,
         })
         .collect()
 }

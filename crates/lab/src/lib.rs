@@ -21,6 +21,7 @@
 //!   it and the [`cell::Metric`]s tables read.
 //! - [`services`]: building, starting, readiness and stopping of the services.
 //! - [`compare`]: two runs' ratios against each other's stated spreads.
+//! - [`tls_exp`]: the tls experiment: cleartext against TLS per transport.
 //! - [`codec`]: the criterion serialization benchmark, run and tabled.
 //! - [`wire`]: bytes per call, through user-service and a direct gRPC-web client.
 //! - [`k6`]: finding or installing k6; parsing its summary JSON.
@@ -47,4 +48,5 @@ pub mod runner;
 pub mod services;
 pub mod session;
 pub mod stats;
+pub mod tls_exp;
 pub mod wire;

@@ -112,6 +112,12 @@ pub struct Upstream {
     pub connections_open: f64,
     pub bytes_read: f64,
     pub bytes_written: f64,
+    /// TLS handshakes to order-service, full and resumed (0 in cleartext,
+    /// and for a user-service that predates TLS).
+    #[serde(default)]
+    pub tls_full: f64,
+    #[serde(default)]
+    pub tls_resumed: f64,
 }
 
 impl Upstream {
@@ -133,6 +139,8 @@ impl Upstream {
             connections_open: get("user_upstream_connections_open")?,
             bytes_read: get("user_upstream_bytes_read_total")?,
             bytes_written: get("user_upstream_bytes_written_total")?,
+            tls_full: handshakes(samples, via, "full"),
+            tls_resumed: handshakes(samples, via, "resumed"),
         })
     }
 
@@ -146,8 +154,22 @@ impl Upstream {
             connections_open: self.connections_open,
             bytes_read: self.bytes_read - before.bytes_read,
             bytes_written: self.bytes_written - before.bytes_written,
+            tls_full: self.tls_full - before.tls_full,
+            tls_resumed: self.tls_resumed - before.tls_resumed,
         }
     }
+}
+
+/// `user_upstream_tls_handshakes_total{via,kind}`, 0 when absent.
+fn handshakes(samples: &[Sample], via: &str, kind: &str) -> f64 {
+    samples
+        .iter()
+        .find(|s| {
+            s.name == "user_upstream_tls_handshakes_total"
+                && s.labels.get("via").map(String::as_str) == Some(via)
+                && s.labels.get("kind").map(String::as_str) == Some(kind)
+        })
+        .map_or(0.0, |s| s.value)
 }
 
 #[cfg(test)]

@@ -293,8 +293,14 @@ impl Lab {
         let one_way = cell
             .rtt_ms
             .map(|r| Duration::from_micros(u64::from(r) * 500));
-        let running =
-            services::start_delayed(&self.services, Some(cell.pool), one_way, header, &self.stop)?;
+        let running = services::start_delayed(
+            &self.services,
+            Some(cell.pool),
+            one_way,
+            cell.tls,
+            header,
+            &self.stop,
+        )?;
         let rec = self.drive(experiment, cell, round, &running, started_at);
         running.stop();
         rec

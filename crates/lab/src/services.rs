@@ -194,6 +194,9 @@ pub struct ServiceConfig {
     pub pin: bool,
     /// Where the services' output goes (appended, one header per round).
     pub log_dir: PathBuf,
+    /// The run's throwaway CA and certificates, made when an experiment
+    /// has TLS cells.
+    pub certs: Option<tls::generate::LabCerts>,
 }
 
 impl ServiceConfig {
@@ -270,33 +273,54 @@ pub fn start(
     header: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Running> {
-    start_delayed(cfg, user_pool, None, header, stop)
+    start_delayed(cfg, user_pool, None, false, header, stop)
 }
 
 /// As [`start`], with user-service dialling order-service's three ports
 /// through one in-process [`delay_proxy::Proxy`] (three routes) that adds
 /// `one_way` to each direction, when given. Zero still goes through the
 /// proxy: the `rtt` experiment's baseline pays the proxy's own cost too.
+/// With `tls`, every listener of order-service serves TLS with the run's
+/// certificates and user-service dials it over TLS trusting the run's CA.
 pub fn start_delayed(
     cfg: &ServiceConfig,
     user_pool: Option<u16>,
     one_way: Option<Duration>,
+    tls: bool,
     header: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Running> {
+    let certs = match (tls, &cfg.certs) {
+        (false, _) => None,
+        (true, Some(c)) => Some(c),
+        (true, None) => bail!("a TLS cell, but the run made no certificates"),
+    };
     let ports = Ports::pick()?;
     let order_log = log_file(&cfg.log_dir, "order-service", header)?;
     let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log)?;
     cmd.env("ORDER_REST_ADDR", format!("127.0.0.1:{}", ports.order_rest))
         .env("ORDER_GRPC_ADDR", format!("127.0.0.1:{}", ports.order_grpc))
         .env("ORDER_TCP_ADDR", format!("127.0.0.1:{}", ports.order_tcp))
-        .env_remove("ORDER_SEED");
+        .env_remove("ORDER_SEED")
+        .env_remove("ORDER_TLS_CLIENT_CA");
+    match certs {
+        Some(c) => cmd
+            .env("ORDER_TLS_CERT", &c.server_cert)
+            .env("ORDER_TLS_KEY", &c.server_key),
+        None => cmd.env_remove("ORDER_TLS_CERT").env_remove("ORDER_TLS_KEY"),
+    };
     match &cfg.databases {
         Some(db) => cmd.env("ORDER_DATABASE_URL", &db.orders),
         None => cmd.env_remove("ORDER_DATABASE_URL"),
     };
     let mut order = ChildGuard::spawn(cmd, "order-service")?;
-    wait_ready(&mut order, ports.order_rest_addr(), &cfg.log_dir, stop)?;
+    wait_ready(
+        &mut order,
+        ports.order_rest_addr(),
+        certs.map(|c| c.ca.as_path()),
+        &cfg.log_dir,
+        stop,
+    )?;
     let order_tcp = SocketAddr::from(([127, 0, 0, 1], ports.order_tcp));
     let proxy = one_way
         .map(|d| {
@@ -322,20 +346,30 @@ pub fn start_delayed(
         Some(pool) => {
             let user_log = log_file(&cfg.log_dir, "user-service", header)?;
             let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log)?;
+            let scheme = if certs.is_some() { "https" } else { "http" };
             cmd.env("USER_REST_ADDR", format!("127.0.0.1:{}", ports.user_rest))
                 .env("USER_GRPC_ADDR", format!("127.0.0.1:{}", ports.user_grpc))
-                .env("USER_ORDER_REST_URL", format!("http://{order_rest}"))
-                .env("USER_ORDER_GRPC_URL", format!("http://{order_grpc}"))
+                .env("USER_ORDER_REST_URL", format!("{scheme}://{order_rest}"))
+                .env("USER_ORDER_GRPC_URL", format!("{scheme}://{order_grpc}"))
                 .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
                 .env("USER_POOL_SIZE", pool.to_string())
                 .env("USER_LOG_FORMAT", "json")
-                .env_remove("USER_SEED");
+                .env_remove("USER_SEED")
+                .env_remove("USER_ORDER_TLS_SERVER_NAME")
+                .env_remove("USER_ORDER_TLS_CERT")
+                .env_remove("USER_ORDER_TLS_KEY")
+                .env_remove("USER_TLS_CERT")
+                .env_remove("USER_TLS_KEY");
+            match certs {
+                Some(c) => cmd.env("USER_ORDER_TLS_CA", &c.ca),
+                None => cmd.env_remove("USER_ORDER_TLS_CA"),
+            };
             match &cfg.databases {
                 Some(db) => cmd.env("USER_DATABASE_URL", &db.users),
                 None => cmd.env_remove("USER_DATABASE_URL"),
             };
             let mut user = ChildGuard::spawn(cmd, "user-service")?;
-            wait_ready(&mut user, ports.user_rest_addr(), &cfg.log_dir, stop)?;
+            wait_ready(&mut user, ports.user_rest_addr(), None, &cfg.log_dir, stop)?;
             Some(user)
         }
     };
@@ -351,10 +385,12 @@ pub fn start_delayed(
 fn wait_ready(
     child: &mut ChildGuard,
     addr: SocketAddr,
+    tls_ca: Option<&Path>,
     log_dir: &Path,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let tls = tls_ca.map(tls_client).transpose()?;
     loop {
         if stop.load(Ordering::SeqCst) {
             bail!(crate::runner::Interrupted);
@@ -366,9 +402,11 @@ fn wait_ready(
                 log_dir.join(format!("{}.log", child.name)).display()
             );
         }
-        if let Ok(r) = http::get(addr, "/readyz", Duration::from_secs(2))
-            && r.status == 200
-        {
+        let ready = match &tls {
+            None => http::get(addr, "/readyz", Duration::from_secs(2)).map(|r| r.status == 200),
+            Some(config) => ready_over_tls(addr, config),
+        };
+        if ready.unwrap_or(false) {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -380,6 +418,34 @@ fn wait_ready(
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// A blocking TLS client trusting the run's CA, for readiness checks.
+fn tls_client(ca: &Path) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let roots = tls::load_roots("CA", ca)?;
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .context("choosing TLS versions")?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// `GET /readyz` over HTTPS/1.1: does it answer 200?
+fn ready_over_tls(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> anyhow::Result<bool> {
+    use std::io::{Read as _, Write as _};
+    let name = rustls_pki_types::ServerName::from(addr.ip());
+    let conn = rustls::ClientConnection::new(config.clone(), name)?;
+    let tcp = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(2)))?;
+    tcp.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    s.write_all(b"GET /readyz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head)?;
+    Ok(head.starts_with(b"HTTP/1.1 200"))
 }
 
 /// Loads the data set into both Postgres databases once, before the first

@@ -200,6 +200,17 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         databases,
         pin: opts.pin,
         log_dir: dir.join("logs"),
+        certs: if experiments.contains(&Experiment::Tls) {
+            let certs = tls::generate::write_lab_certs(&dir.join("tls"))
+                .context("making the run's throwaway TLS certificates")?;
+            println!(
+                "tls: a throwaway CA and certificates in {}",
+                dir.join("tls").display()
+            );
+            Some(certs)
+        } else {
+            None
+        },
     };
     if svc.pin
         && std::process::Command::new("taskset")

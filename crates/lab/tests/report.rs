@@ -196,3 +196,46 @@ fn the_rtt_section_has_every_transport_at_every_round_trip_time() {
             .any(|b| matches!(b, Block::Chart(c) if c.file == "rtt-throughput.svg"))
     );
 }
+
+#[test]
+fn the_tls_section_has_every_transport_in_cleartext_and_over_tls() {
+    let (info, results) = common::synthetic(Experiment::Tls, true, 2);
+    let report = build_report(&info, &results);
+    let empty = report.empty_cells();
+    assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
+    let tls = report
+        .sections
+        .iter()
+        .find(|s| s.id == "tls")
+        .expect("a tls section");
+    let table = tls
+        .blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Table(t) => Some(t),
+            _ => None,
+        })
+        .expect("a table");
+    assert_eq!(table.rows.len(), info.plan.tls.vias.len());
+    assert_eq!(table.rows.len(), 10, "every transport");
+    for row in &table.rows {
+        // TLS columns carry their ratio to cleartext.
+        assert!(row[2].contains('×') && row[4].contains('×'), "{row:?}");
+    }
+    let close = table
+        .rows
+        .iter()
+        .find(|r| r[0] == "h1-json-close")
+        .expect("h1-json-close");
+    assert!(
+        close[7].ends_with("/ 1,000"),
+        "one resumption per call: {close:?}"
+    );
+    assert!(
+        table
+            .reading
+            .contains("h1-json-close (1,000 per 1,000 calls)"),
+        "{}",
+        table.reading
+    );
+}

@@ -98,6 +98,8 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         connections_open: 8.0,
         bytes_read: 5000.0,
         bytes_written: 500.0,
+        tls_full: 0.0,
+        tls_resumed: 0.0,
     };
     let close = cell.via == "h1-json-close";
     let after = Upstream {
@@ -107,6 +109,9 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         connections_open: if close { 0.0 } else { f64::from(cell.pool) },
         bytes_read: before.bytes_read + bytes_in * calls,
         bytes_written: before.bytes_written + 150.0 * calls,
+        // Over TLS a new connection per call resumes its session every time.
+        tls_full: if cell.tls { 1.0 } else { 0.0 },
+        tls_resumed: if cell.tls && close { calls } else { 0.0 },
     };
     RoundRecord {
         experiment: experiment.to_owned(),

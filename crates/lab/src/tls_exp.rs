@@ -1,0 +1,203 @@
+//! The `tls` experiment: every transport with and without TLS between
+//! user-service and order-service, at the same load.
+//!
+//! Seed 000 left "HTTP/2 with TLS" open, and every seed measured cleartext.
+//! Here the run makes a throwaway CA and server certificate (rcgen), and a
+//! TLS cell starts order-service with every listener on TLS and user-service
+//! dialling it over TLS; the cleartext cell beside it is the same cell
+//! without. The report gives the cost of TLS as round-by-round ratios, the
+//! bytes it adds per call, and the handshakes user-service made during the
+//! measured run (full and resumed, from its `/metrics`): a pooled transport
+//! pays its handshakes once per connection, during warm-up, while a new
+//! connection per call (`h1-json-close`) pays one on every call.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cell::{Cell, Metric};
+use crate::experiments::{Context, TRANSPORTS, method};
+use crate::report::format::{self as f, MISSING};
+use crate::report::{Section, Table};
+
+/// What the tls experiment measures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TlsPlan {
+    pub vias: Vec<String>,
+    pub orders: Vec<u32>,
+    pub vus: u32,
+    pub pool: u16,
+}
+
+impl TlsPlan {
+    /// Every transport (or `--transports`); 1 order per call (quick) or 1
+    /// and 1,000; the closed loop and pool of the payload experiment, so
+    /// that `all` measures the cleartext cells once for both.
+    pub fn new(quick: bool, transports: Option<&[String]>, vus: u32, pool: u16) -> TlsPlan {
+        TlsPlan {
+            vias: transports.map_or_else(
+                || TRANSPORTS.iter().map(|s| (*s).to_owned()).collect(),
+                <[String]>::to_vec,
+            ),
+            orders: if quick { vec![1] } else { vec![1, 1000] },
+            vus,
+            pool,
+        }
+    }
+
+    pub fn cell(&self, via: &str, orders: u32, tls: bool) -> Cell {
+        let mut c = Cell::closed(via, orders, self.vus, self.pool);
+        c.tls = tls;
+        c
+    }
+}
+
+/// Every cell: each transport and size, cleartext and TLS.
+pub fn cells(p: &TlsPlan) -> Vec<Cell> {
+    let mut v = Vec::new();
+    for &orders in &p.orders {
+        for via in &p.vias {
+            for tls in [false, true] {
+                v.push(p.cell(via, orders, tls));
+            }
+        }
+    }
+    v
+}
+
+/// The tls section of the report.
+pub fn section(cx: &Context) -> Section {
+    let p = &cx.plan.tls;
+    let d = cx.data;
+    let mut s = Section::new(
+        "tls",
+        "TLS between the services: what it costs each transport",
+    );
+    s.para(method(
+        cx,
+        &format!(
+            "Closed loop, {} VUs, pool {}; in a TLS cell every listener of order-service serves \
+             TLS 1.3 (rustls, a throwaway CA made for the run) and user-service dials it over \
+             TLS, h2 negotiated by ALPN; the cleartext cell is the same cell without. `×` is TLS \
+             against cleartext, round by round. Handshakes are user-service's, counted over the \
+             measured run only (connections opened during warm-up did theirs before it)",
+            p.vus, p.pool
+        ),
+    ));
+    for &orders in &p.orders {
+        let what = f::orders(orders);
+        let mut t = Table {
+            caption: format!("TLS against cleartext, {what} per call"),
+            headers: [
+                "transport",
+                "req/s, cleartext",
+                "req/s, TLS",
+                "upstream p50 µs, cleartext",
+                "upstream p50 µs, TLS",
+                "bytes per call, cleartext",
+                "bytes per call, TLS",
+                "handshakes per 1,000 calls (full / resumed)",
+            ]
+            .iter()
+            .map(|h| (*h).to_owned())
+            .collect(),
+            ..Table::default()
+        };
+        for via in &p.vias {
+            let (plain, tls) = (p.cell(via, orders, false), p.cell(via, orders, true));
+            let with = |m: Metric| {
+                format!(
+                    "{} · {}",
+                    f::range(d.spread(&tls, m)),
+                    f::ratio(d.ratio(&tls, &plain, m))
+                )
+            };
+            t.rows.push(vec![
+                via.clone(),
+                f::range(d.spread(&plain, Metric::Rate)),
+                with(Metric::Rate),
+                f::range(d.spread(&plain, Metric::UpP50)),
+                with(Metric::UpP50),
+                f::range(d.spread(&plain, Metric::BytesTotal)),
+                with(Metric::BytesTotal),
+                format!(
+                    "{} / {}",
+                    f::range(d.spread(&tls, Metric::TlsFullPer1k)),
+                    f::range(d.spread(&tls, Metric::TlsResumedPer1k))
+                ),
+            ]);
+        }
+        t.reading = reading(cx, orders);
+        s.table(t);
+    }
+    s
+}
+
+/// The table's line: which transport TLS costs most and least, and who
+/// pays handshakes during the run.
+fn reading(cx: &Context, orders: u32) -> String {
+    let p = &cx.plan.tls;
+    let d = cx.data;
+    let mut costs: Vec<(String, f64)> = p
+        .vias
+        .iter()
+        .filter_map(|v| {
+            d.ratio(
+                &p.cell(v, orders, true),
+                &p.cell(v, orders, false),
+                Metric::Rate,
+            )
+            .map(|r| (v.clone(), r.median))
+        })
+        .collect();
+    if costs.is_empty() {
+        return format!("{MISSING}: no transport has both a cleartext and a TLS round.");
+    }
+    costs.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (worst, best) = (&costs[0], &costs[costs.len() - 1]);
+    let per_call: Vec<String> = p
+        .vias
+        .iter()
+        .filter_map(|v| {
+            let c = p.cell(v, orders, true);
+            let hs = d.median(&c, Metric::TlsFullPer1k)? + d.median(&c, Metric::TlsResumedPer1k)?;
+            (hs >= 100.0).then(|| format!("{v} ({} per 1,000 calls)", f::num(hs)))
+        })
+        .collect();
+    format!(
+        "With TLS, {} kept ×{} of its cleartext rate, the most affected; {} kept ×{}. {}",
+        worst.0,
+        f::num(worst.1),
+        best.0,
+        f::num(best.1),
+        if per_call.is_empty() {
+            "No transport did handshakes during the measured run: the pooled connections were \
+             opened, and their handshakes done, in the warm-up."
+                .to_owned()
+        } else {
+            format!(
+                "Handshakes during the measured run: {}; the pooled transports did theirs once \
+                 per connection, in the warm-up.",
+                per_call.join(", ")
+            )
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_transport_is_measured_in_cleartext_and_over_tls() {
+        let p = TlsPlan::new(true, None, 8, 8);
+        let c = cells(&p);
+        assert_eq!(c.len(), TRANSPORTS.len() * 2);
+        assert_eq!(c.iter().filter(|c| c.tls).count(), TRANSPORTS.len());
+        // The cleartext cells are the payload experiment's own.
+        assert!(c.contains(&Cell::closed("grpc", 1, 8, 8)));
+        assert!(c.iter().any(|c| c.tls && c.id().ends_with("-tls")));
+        assert_eq!(
+            cells(&TlsPlan::new(false, None, 8, 8)).len(),
+            TRANSPORTS.len() * 4
+        );
+    }
+}
