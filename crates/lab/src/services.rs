@@ -321,6 +321,8 @@ pub fn start_delayed(
         &cfg.log_dir,
         stop,
     )?;
+    // After readiness: until taskset has exec'd the service, the pid is taskset's.
+    check_pinned(cfg, &order, 0)?;
     let order_tcp = SocketAddr::from(([127, 0, 0, 1], ports.order_tcp));
     let proxy = one_way
         .map(|d| {
@@ -370,6 +372,7 @@ pub fn start_delayed(
             };
             let mut user = ChildGuard::spawn(cmd, "user-service")?;
             wait_ready(&mut user, ports.user_rest_addr(), None, &cfg.log_dir, stop)?;
+            check_pinned(cfg, &user, 1)?;
             Some(user)
         }
     };
@@ -418,6 +421,29 @@ fn wait_ready(
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// With `--pin`, the kernel's own word that the service may run on `cpu`
+/// alone (`Cpus_allowed_list` in /proc), so a report never claims a pinning
+/// that did not happen.
+fn check_pinned(cfg: &ServiceConfig, child: &ChildGuard, cpu: u32) -> anyhow::Result<()> {
+    if !cfg.pin {
+        return Ok(());
+    }
+    let path = format!("/proc/{}/status", child.pid());
+    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let allowed = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(str::trim)
+        .with_context(|| format!("{path} has no Cpus_allowed_list"))?;
+    if allowed != cpu.to_string() {
+        bail!(
+            "--pin asked for {} on CPU {cpu}, but the kernel allows it CPUs {allowed}",
+            child.name
+        );
+    }
+    Ok(())
 }
 
 /// A blocking TLS client trusting the run's CA, for readiness checks.
