@@ -332,9 +332,10 @@ pub fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
          are criterion's median with its 95% confidence interval as ±%.",
     );
     let Some(run) = run else {
-        s.para(format!(
-            "Not measured in this run ({MISSING}): the results directory has no codec.json."
-        ));
+        s.para(
+            "Not measured in this run: the results directory has no codec.json (the run \
+             stopped before the benchmark, or predates it).",
+        );
         return s;
     };
     s.para(format!(

@@ -126,7 +126,17 @@ fn a_results_directory_is_read_back_and_rendered_again() {
         )
         .unwrap();
     }
+    if let Some(codec) = &results.codec {
+        write_json(&dir.join("codec.json"), codec).unwrap();
+    }
     let (info2, results2) = load(&dir).unwrap();
+    // Compared through the rendered report below (serde_json may move a
+    // float's last digit, which no table shows).
+    assert_eq!(
+        results2.codec.as_ref().map(|c| c.records.len()),
+        results.codec.as_ref().map(|c| c.records.len()),
+        "codec.json read back"
+    );
     assert_eq!(results2.records.len(), results.records.len());
     assert_eq!(results2.wire.len(), results.wire.len());
     let (a, b) = (

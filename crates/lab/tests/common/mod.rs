@@ -226,6 +226,9 @@ pub fn synthetic(experiment: Experiment, quick: bool, rounds: u32) -> (RunInfo, 
             results.wire.push(WireRecord { round: r, rows });
         }
     }
+    if experiments.contains(&Experiment::Codec) {
+        results.codec = Some(synthetic_codec(&plan.sizes));
+    }
     let info = RunInfo {
         experiment,
         experiments,
@@ -331,4 +334,35 @@ pub fn children_of_this_process() -> Vec<String> {
         }
     }
     out
+}
+
+/// Criterion estimates of the shape the codec experiment reads back: JSON
+/// slowest, typed protobuf fastest, conversions adding to each.
+pub fn synthetic_codec(sizes: &[u32]) -> lab::codec::CodecRun {
+    let mut records = Vec::new();
+    for &n in sizes {
+        for (op, op_k) in [("encode", 1.0), ("decode", 1.8)] {
+            for (format, f_k) in [("json", 3.0), ("proto-v2", 1.0), ("proto-v1", 1.4)] {
+                for (stage, s_k) in [("wire", 1.0), ("domain", 2.5)] {
+                    let median = 300.0 * f64::from(n) * op_k * f_k * s_k;
+                    records.push(lab::codec::CodecRecord {
+                        op: op.into(),
+                        format: format.into(),
+                        stage: stage.into(),
+                        orders: n,
+                        median_ns: median,
+                        lower_ns: median * 0.97,
+                        upper_ns: median * 1.03,
+                    });
+                }
+            }
+        }
+    }
+    lab::codec::CodecRun {
+        command: "cargo bench -p model --bench codec".into(),
+        warm_up_s: 0.5,
+        measurement_s: 1.0,
+        records,
+        error: None,
+    }
 }
