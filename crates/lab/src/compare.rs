@@ -90,10 +90,15 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
     let mut paired = 0;
     let (mut b_in_a, mut a_in_b, mut overlap) = (0, 0, 0);
     let mut misses: Vec<(f64, String)> = Vec::new();
+    // Per section: (paired, B inside A).
+    let mut by_section: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for (k, x) in &ra {
         let Some(y) = rb.get(k) else { continue };
         paired += 1;
         let bia = x.contains(y.median);
+        let e = by_section.entry(k.0.as_str()).or_default();
+        e.0 += 1;
+        e.1 += usize::from(bia);
         b_in_a += usize::from(bia);
         a_in_b += usize::from(y.contains(x.median));
         overlap += usize::from(x.overlaps(y));
@@ -152,6 +157,14 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
         "the two spreads overlap:            {overlap} ({:.0}%)",
         pct(overlap)
     );
+    let _ = writeln!(out, "\nper section, B's median inside A's spread:");
+    for (section, (n, inside)) in &by_section {
+        let _ = writeln!(
+            out,
+            "  {section:<12} {inside:>4} of {n:<4} ({:.0}%)",
+            *inside as f64 * 100.0 / (*n).max(1) as f64
+        );
+    }
     misses.sort_by(|x, y| y.0.total_cmp(&x.0));
     if !misses.is_empty() {
         let _ = writeln!(
@@ -240,5 +253,6 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("t1 / 1 order: A"), "{text}");
+        assert!(text.contains("payload         1 of 2    (50%)"), "{text}");
     }
 }
