@@ -18,6 +18,7 @@
 //!   between a service and Postgres (or another service).
 
 pub mod proxy;
+pub mod schemathesis;
 
 use std::path::Path;
 
