@@ -88,6 +88,30 @@ async fn stored(url: &str, user: Uuid) -> Vec<(Uuid, Option<String>)> {
     rows
 }
 
+/// Waits for every client, makes sure the faults really happened, then
+/// checks Postgres against what the clients were told.
+async fn settle(
+    label: &str,
+    clients: impl IntoIterator<Item = tokio::task::JoinHandle<Outcome>>,
+    proxy: &pgtest::proxy::Proxy,
+    db_url: &str,
+    user: Uuid,
+) {
+    let mut all = Outcome::default();
+    for o in futures::future::join_all(clients).await {
+        all.merge(o.unwrap());
+    }
+    let killed = proxy.killed();
+    assert!(killed > 0, "the proxy killed no connection");
+    assert!(
+        !all.failures.is_empty(),
+        "no attempt failed: nothing was tested"
+    );
+    let rows = stored(db_url, user).await;
+    check(label, &rows, &all, CLIENTS * RETRIED_KEYS);
+    eprintln!("{label}: {killed} connections killed");
+}
+
 /// Checks what Postgres holds against what the clients were told.
 fn check(label: &str, rows: &[(Uuid, Option<String>)], all: &Outcome, retried_keys: usize) {
     let mut by_key: HashMap<&str, Vec<Uuid>> = HashMap::new();
@@ -213,20 +237,7 @@ async fn rest_creates_retried_across_killed_connections_are_stored_exactly_once(
             out
         })
     });
-    let mut all = Outcome::default();
-    for o in futures::future::join_all(clients).await {
-        all.merge(o.unwrap());
-    }
-    let killed = proxy.killed();
-    assert!(killed > 0, "the proxy killed no connection");
-    assert!(
-        !all.failures.is_empty(),
-        "no attempt failed: nothing was tested"
-    );
-
-    let rows = stored(&app.db.as_ref().unwrap().url, user).await;
-    check("REST", &rows, &all, CLIENTS * RETRIED_KEYS);
-    eprintln!("REST: {killed} connections killed");
+    settle("REST", clients, &proxy, &app.db.as_ref().unwrap().url, user).await;
     drop(proxy);
     app.stop().await;
 }
@@ -305,20 +316,7 @@ async fn grpc_creates_retried_across_killed_connections_are_stored_exactly_once(
             out
         })
     });
-    let mut all = Outcome::default();
-    for o in futures::future::join_all(clients).await {
-        all.merge(o.unwrap());
-    }
-    let killed = proxy.killed();
-    assert!(killed > 0, "the proxy killed no connection");
-    assert!(
-        !all.failures.is_empty(),
-        "no attempt failed: nothing was tested"
-    );
-
-    let rows = stored(&app.db.as_ref().unwrap().url, user).await;
-    check("gRPC", &rows, &all, CLIENTS * RETRIED_KEYS);
-    eprintln!("gRPC: {killed} connections killed");
+    settle("gRPC", clients, &proxy, &app.db.as_ref().unwrap().url, user).await;
     drop(proxy);
     app.stop().await;
 }
