@@ -8,6 +8,7 @@
 //! a reader can see how much of a transport's difference the encoding alone
 //! explains.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::report::format::{self as f, MISSING};
 use crate::report::{Section, Table};
+use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 
 /// The encodings the benchmark compares, in table order, with their labels.
 pub const FORMATS: [(&str, &str); 3] = [
@@ -43,6 +45,14 @@ pub struct CodecRecord {
     pub median_ns: f64,
     pub lower_ns: f64,
     pub upper_ns: f64,
+    /// Which run of the benchmark (1-based): the experiment runs criterion
+    /// once per round, as the end-to-end cells are measured once per round.
+    #[serde(default = "first_round")]
+    pub round: u32,
+}
+
+fn first_round() -> u32 {
+    1
 }
 
 /// What a `codec` run left: its command line, the estimates, or why it failed.
@@ -57,22 +67,83 @@ pub struct CodecRun {
 }
 
 impl CodecRun {
-    fn get(&self, op: &str, format: &str, stage: &str, orders: u32) -> Option<&CodecRecord> {
-        self.records
-            .iter()
-            .find(|r| r.op == op && r.format == format && r.stage == stage && r.orders == orders)
+    /// The rounds the records cover (1 for a run made before rounds).
+    pub fn rounds(&self) -> u32 {
+        self.records.iter().map(|r| r.round).max().unwrap_or(1)
     }
 
+    fn get(
+        &self,
+        op: &str,
+        format: &str,
+        stage: &str,
+        orders: u32,
+        round: u32,
+    ) -> Option<&CodecRecord> {
+        self.records.iter().find(|r| {
+            r.op == op
+                && r.format == format
+                && r.stage == stage
+                && r.orders == orders
+                && r.round == round
+        })
+    }
+
+    /// One benchmark's medians, round by round.
+    fn series(&self, op: &str, format: &str, stage: &str, orders: u32) -> Vec<Option<f64>> {
+        (1..=self.rounds())
+            .map(|k| self.get(op, format, stage, orders, k).map(|r| r.median_ns))
+            .collect()
+    }
+
+    /// The median over rounds of one benchmark.
     fn median(&self, op: &str, format: &str, stage: &str, orders: u32) -> Option<f64> {
-        self.get(op, format, stage, orders).map(|r| r.median_ns)
+        let v: Vec<f64> = self
+            .series(op, format, stage, orders)
+            .into_iter()
+            .flatten()
+            .collect();
+        Spread::of(&v).map(|s| s.median)
     }
 
-    /// Encode plus decode, both with the domain conversion: what one hop
-    /// costs a caller and a callee together.
+    /// Encode plus decode, both with the domain conversion (what one hop
+    /// costs a caller and a callee together), round by round.
+    fn round_trips(&self, format: &str, orders: u32) -> Vec<Option<f64>> {
+        self.series("encode", format, "domain", orders)
+            .into_iter()
+            .zip(self.series("decode", format, "domain", orders))
+            .map(|(e, d)| Some(e? + d?))
+            .collect()
+    }
+
+    /// The median round trip over rounds.
     fn round_trip(&self, format: &str, orders: u32) -> Option<f64> {
-        Some(
-            self.median("encode", format, "domain", orders)?
-                + self.median("decode", format, "domain", orders)?,
+        let v: Vec<f64> = self
+            .round_trips(format, orders)
+            .into_iter()
+            .flatten()
+            .collect();
+        Spread::of(&v).map(|s| s.median)
+    }
+
+    /// A round trip over JSON's, round by round, with its 95% rerun
+    /// interval: the noise of round trips is pooled over every format and
+    /// size of the run, as the end-to-end ratios pool theirs over an
+    /// experiment's cells ([`crate::stats::rerun_interval`]).
+    fn round_trip_ratio(&self, format: &str, base: &str, orders: u32) -> Option<Spread> {
+        let sizes: BTreeSet<u32> = self.records.iter().map(|r| r.orders).collect();
+        let rows: Vec<Vec<Option<f64>>> = sizes
+            .iter()
+            .flat_map(|&n| FORMATS.iter().map(move |(fmt, _)| (n, *fmt)))
+            .map(|(n, fmt)| self.round_trips(fmt, n))
+            .collect();
+        let noise = Noise::pooled(&rows);
+        rerun_interval(
+            &paired_ratios(
+                &self.round_trips(format, orders),
+                &self.round_trips(base, orders),
+            ),
+            Noise::pair(noise, noise),
         )
     }
 }
@@ -89,8 +160,8 @@ pub fn size_filter(sizes: &[u32]) -> String {
     format!("/({})$", alts.join("|"))
 }
 
-/// Runs the benchmark with `cargo bench`, criterion writing under
-/// `out/criterion`, and reads its estimates. A failure is recorded in the
+/// Runs the benchmark `rounds` times with `cargo bench`, criterion writing
+/// under `out/criterion/r1`, `r2`..., and reads its estimates. A failure is recorded in the
 /// returned run (and reported), not raised: the end-to-end cells of the
 /// same run stay usable. Ctrl-C (`stop`) is the exception: it is returned
 /// as [`crate::runner::Interrupted`].
@@ -99,6 +170,7 @@ pub fn run(
     out: &Path,
     sizes: &[u32],
     quick: bool,
+    rounds: u32,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<CodecRun> {
     let (warm_up_s, measurement_s) = timing(quick);
@@ -126,24 +198,33 @@ pub fn run(
         measurement_s,
         ..CodecRun::default()
     };
-    let home = out.join("criterion");
-    let log = out.join("logs").join("codec.log");
-    match bench(root, &args, &home, &log, stop) {
-        Ok(()) => match read_estimates(&home) {
-            Ok(r) if r.is_empty() => {
-                run.error = Some(format!(
-                    "criterion wrote no estimates under {}",
-                    home.display()
-                ));
+    for round in 1..=rounds.max(1) {
+        // A directory per round: criterion would otherwise compare each
+        // round with the last instead of starting afresh.
+        let home = out.join("criterion").join(format!("r{round}"));
+        let log = out.join("logs").join(format!("codec-r{round}.log"));
+        println!("codec round {round}/{rounds}");
+        let read = match bench(root, &args, &home, &log, stop) {
+            Ok(()) => read_estimates(&home).and_then(|r| {
+                if r.is_empty() {
+                    bail!("criterion wrote no estimates under {}", home.display())
+                }
+                Ok(r)
+            }),
+            Err(e) if crate::runner::is_interrupted(&e) => return Err(e),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok(records) => run
+                .records
+                .extend(records.into_iter().map(|r| CodecRecord { round, ..r })),
+            Err(e) => {
+                // The rounds already read stay in the report.
+                eprintln!("codec: {e:#}");
+                run.error = Some(format!("round {round}: {e:#}"));
+                break;
             }
-            Ok(r) => run.records = r,
-            Err(e) => run.error = Some(format!("{e:#}")),
-        },
-        Err(e) if crate::runner::is_interrupted(&e) => return Err(e),
-        Err(e) => run.error = Some(format!("{e:#}")),
-    }
-    if let Some(e) = &run.error {
-        eprintln!("codec: {e}");
+        }
     }
     Ok(run)
 }
@@ -279,6 +360,7 @@ pub fn read_estimates(home: &Path) -> anyhow::Result<Vec<CodecRecord>> {
             median_ns: est.median.point_estimate,
             lower_ns: est.median.confidence_interval.lower_bound,
             upper_ns: est.median.confidence_interval.upper_bound,
+            round: 1,
         });
     }
     out.sort_by(|a, b| {
@@ -297,18 +379,25 @@ fn time(ns: Option<f64>) -> String {
     }
 }
 
-/// A median with criterion's confidence interval as ±%.
-fn cell(r: Option<&CodecRecord>) -> String {
-    match r {
-        None => MISSING.to_owned(),
-        Some(r) => {
-            let half = (r.upper_ns - r.lower_ns) / 2.0 / r.median_ns * 100.0;
-            if half.is_finite() && half >= 0.5 {
-                format!("{} ±{:.0}%", time(Some(r.median_ns)), half)
-            } else {
-                time(Some(r.median_ns))
-            }
-        }
+/// A benchmark's median over rounds, ± half the rounds' range; with one
+/// round, ± half criterion's 95% confidence interval of its median.
+fn cell(run: &CodecRun, op: &str, format: &str, stage: &str, n: u32) -> String {
+    let v: Vec<f64> = run
+        .series(op, format, stage, n)
+        .into_iter()
+        .flatten()
+        .collect();
+    let Some(s) = Spread::of(&v) else {
+        return MISSING.to_owned();
+    };
+    let half = match (s.n, run.get(op, format, stage, n, 1)) {
+        (1, Some(r)) => (r.upper_ns - r.lower_ns) / 2.0 / r.median_ns * 100.0,
+        _ => s.relative_half_range() * 100.0,
+    };
+    if half.is_finite() && half >= 0.5 {
+        format!("{} ±{:.0}%", time(Some(s.median)), half)
+    } else {
+        time(Some(s.median))
     }
 }
 
@@ -328,8 +417,10 @@ pub fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
          the wire type alone (seed 003's \"use the generated message directly\"); `domain` adds \
          the conversion each service does between its domain type and the wire type, as \
          order-service and user-service do on every call (seed 004's micro-test). The round trip \
-         is encode plus decode, both with the conversion: what one hop costs its two ends. Cells \
-         are criterion's median with its 95% confidence interval as ±%.",
+         is encode plus decode, both with the conversion: what one hop costs its two ends. The \
+         benchmark runs once per round, as the end-to-end cells do: a cell is the median of the \
+         rounds' medians ± half their range (with one round, ± half criterion's 95% confidence \
+         interval), and a ratio is computed round by round with its 95% rerun interval.",
     );
     let Some(run) = run else {
         s.para(
@@ -366,20 +457,19 @@ pub fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
             .collect(),
             ..Table::default()
         };
-        let json_rt = run.round_trip("json", n);
         for (format, label) in FORMATS {
             let rt = run.round_trip(format, n);
-            let rt_cell = match (format, ratio(rt, json_rt)) {
+            let rt_cell = match (format, run.round_trip_ratio(format, "json", n)) {
                 ("json", _) => format!("{} · ×1", time(rt)),
-                (_, Some(r)) => format!("{} · ×{}", time(rt), f::num(r)),
+                (_, Some(r)) => format!("{} · {}", time(rt), f::ratio(Some(r))),
                 (_, None) => time(rt),
             };
             t.rows.push(vec![
                 label.to_owned(),
-                cell(run.get("encode", format, "wire", n)),
-                cell(run.get("encode", format, "domain", n)),
-                cell(run.get("decode", format, "wire", n)),
-                cell(run.get("decode", format, "domain", n)),
+                cell(run, "encode", format, "wire", n),
+                cell(run, "encode", format, "domain", n),
+                cell(run, "decode", format, "wire", n),
+                cell(run, "decode", format, "domain", n),
                 rt_cell,
             ]);
         }
@@ -391,20 +481,23 @@ pub fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
 
 /// The table's one line, from its own numbers.
 fn reading(run: &CodecRun, n: u32) -> String {
-    let v2 = ratio(run.round_trip("proto-v2", n), run.round_trip("json", n));
-    let v1 = ratio(run.round_trip("proto-v1", n), run.round_trip("json", n));
+    // The table's own ratios (medians of the rounds' ratios), two decimals
+    // as every ratio in the report.
+    let v2 = run
+        .round_trip_ratio("proto-v2", "json", n)
+        .map(|s| s.median);
+    let v1 = run
+        .round_trip_ratio("proto-v1", "json", n)
+        .map(|s| s.median);
     let direct = ratio(
         run.median("encode", "proto-v2", "domain", n),
         run.median("encode", "proto-v2", "wire", n),
     );
     match (v2, v1, direct) {
         (Some(v2), Some(v1), Some(direct)) => format!(
-            "With conversions, a typed protobuf round trip takes ×{} of JSON's and the all-strings \
-             v1 ×{}; encoding v2 from the domain type costs {}× encoding the generated message \
-             directly.",
-            f::num(v2),
-            f::num(v1),
-            f::num(direct)
+            "With conversions, a typed protobuf round trip takes ×{v2:.2} of JSON's and the \
+             all-strings v1 ×{v1:.2}; encoding v2 from the domain type costs {direct:.2}× encoding the \
+             generated message directly.",
         ),
         _ => format!("{MISSING}: the benchmark left no estimates for this size."),
     }
@@ -479,6 +572,7 @@ mod tests {
         let t = first_table(&s);
         assert_eq!(t.rows.len(), 3);
         assert_eq!(t.rows[0][1], "1.00 µs ±2%");
+        // One round: criterion's interval as ±, and no rerun interval.
         assert_eq!(t.rows[1][5], "12.0 µs · ×2.00");
         assert!(t.reading.contains("×2.00 of JSON's"), "{}", t.reading);
         let report = crate::report::Report {
@@ -486,6 +580,33 @@ mod tests {
             ..crate::report::Report::default()
         };
         assert_eq!(report.empty_cells(), Vec::<String>::new());
+
+        // A second round, a little slower for some benchmarks: cells become
+        // medians over rounds ± half their range, and the ratio gets an
+        // interval around its median.
+        let mut two = run.clone();
+        two.records.extend(run.records.iter().map(|r| {
+            let k = if r.format == "proto-v2" && r.op == "encode" {
+                1.1
+            } else {
+                1.0
+            };
+            CodecRecord {
+                round: 2,
+                median_ns: r.median_ns * k,
+                ..r.clone()
+            }
+        }));
+        assert_eq!(two.rounds(), 2);
+        let s = section(Some(&two), &[1000]);
+        let t = first_table(&s);
+        // encode, domain for v2: 4,000 and 4,400 ns.
+        assert_eq!(t.rows[1][2], "4.20 µs ±5%");
+        let ratio = crate::compare::ratios_in(&t.rows[1][5]);
+        assert_eq!(ratio.len(), 1, "{}", t.rows[1][5]);
+        // Round 1: 12,000 / 6,000; round 2: 12,400 / 6,000.
+        assert!((ratio[0].median - 2.03).abs() < 0.006, "{ratio:?}");
+        assert!(ratio[0].min < 2.0 && ratio[0].max > 2.07, "{ratio:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -7,7 +7,9 @@
 //! median lies inside A's stated range, whether A's lies inside B's, and
 //! whether the two ranges overlap. The summary is the honest answer to "is
 //! this reproducible?"; the list of the pairs that disagree most says where
-//! it is not.
+//! it is not. The intervals are 95% ones ([`crate::stats::rerun_interval`]):
+//! a calibrated report has about 95% of B's medians inside A's intervals,
+//! and the misses spread over sections rather than piling up in one.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -28,6 +30,21 @@ impl Stated {
         // The cells print two decimals: a value that rounds onto the edge
         // is inside.
         v >= self.min - 0.005 && v <= self.max + 0.005
+    }
+
+    /// How far `v` is from the median, in half-widths of the interval on
+    /// the side it lies (log scale, as the intervals are made): 1 is the
+    /// edge. `None` for a cell with no interval.
+    fn reach(&self, v: f64) -> Option<f64> {
+        if self.min <= 0.0 || v <= 0.0 || self.median <= 0.0 {
+            return None;
+        }
+        let half = if v >= self.median {
+            (self.max / self.median).ln()
+        } else {
+            (self.median / self.min).ln()
+        };
+        (half > 0.0).then(|| (v / self.median).ln().abs() / half)
     }
 
     fn overlaps(&self, o: &Stated) -> bool {
@@ -90,6 +107,8 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
     let mut paired = 0;
     let (mut b_in_a, mut a_in_b, mut overlap) = (0, 0, 0);
     let mut misses: Vec<(f64, String)> = Vec::new();
+    // How far B's medians sit from A's, in A's half-intervals.
+    let mut reach: Vec<f64> = Vec::new();
     // Per section: (paired, B inside A).
     let mut by_section: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for (k, x) in &ra {
@@ -102,6 +121,9 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
         b_in_a += usize::from(bia);
         a_in_b += usize::from(y.contains(x.median));
         overlap += usize::from(x.overlaps(y));
+        if let Some(d) = x.reach(y.median) {
+            reach.push(d);
+        }
         if !bia {
             // How far outside A's range, relative to A's median.
             let gap = if y.median > x.max {
@@ -144,6 +166,10 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
     );
     let _ = writeln!(
         out,
+        "(a ratio's stated spread is a 95% rerun interval: about 95% should be inside)"
+    );
+    let _ = writeln!(
+        out,
         "B's median inside A's stated spread: {b_in_a} ({:.0}%)",
         pct(b_in_a)
     );
@@ -157,6 +183,16 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
         "the two spreads overlap:            {overlap} ({:.0}%)",
         pct(overlap)
     );
+    if let Some(r) = crate::stats::Spread::of(&reach) {
+        // For a normal error and a calibrated 95% interval, the median
+        // distance is 0.674σ against an edge at 1.96σ.
+        let _ = writeln!(
+            out,
+            "B's distance from A's median, in A's half-intervals: median {:.2} over {} ratios \
+             (0.34 when the intervals are calibrated; less: they are wider than the noise)",
+            r.median, r.n
+        );
+    }
     let _ = writeln!(out, "\nper section, B's median inside A's spread:");
     for (section, (n, inside)) in &by_section {
         let _ = writeln!(

@@ -15,7 +15,7 @@ use crate::report::format::{self as f, MISSING};
 use crate::report::svg::{self, BarChart, LineChart, Series};
 use crate::report::{Chart, Section, Table};
 use crate::runner::{Results, Timing};
-use crate::stats::{Spread, paired_ratios};
+use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 use crate::wire::{Source, WireRecord};
 
 /// Every transport user-service has, in the design's order.
@@ -312,6 +312,10 @@ pub struct Data {
     /// Flags of each cell's rounds, "r2: k6 used 0.95 cores...".
     pub flags: BTreeMap<Cell, Vec<String>>,
     pub wire: Vec<WireRecord>,
+    /// The experiment each cell was measured for (the first by name when
+    /// several): its round-to-round noise is pooled with that experiment's
+    /// other cells.
+    pub experiment: BTreeMap<Cell, String>,
 }
 
 impl Data {
@@ -326,7 +330,17 @@ impl Data {
             .unwrap_or(0);
         let mut cells: BTreeMap<Cell, Vec<Option<Measures>>> = BTreeMap::new();
         let mut flags: BTreeMap<Cell, Vec<String>> = BTreeMap::new();
+        let mut experiment: BTreeMap<Cell, String> = BTreeMap::new();
         for r in &results.records {
+            // A cell measured under several names (a shared cell) pools
+            // with the first name in order, whatever order the rounds were
+            // read back in.
+            let e = experiment
+                .entry(r.cell.clone())
+                .or_insert_with(|| r.experiment.clone());
+            if r.experiment < *e {
+                e.clone_from(&r.experiment);
+            }
             let slot = cells
                 .entry(r.cell.clone())
                 .or_insert_with(|| vec![None; rounds as usize]);
@@ -345,6 +359,7 @@ impl Data {
             cells,
             flags,
             wire: results.wire.clone(),
+            experiment,
         }
     }
 
@@ -361,9 +376,41 @@ impl Data {
         Spread::of(&v)
     }
 
-    /// `a / b`, round by round.
+    /// `a / b`, round by round: its median and 95% rerun interval
+    /// ([`rerun_interval`]).
     pub fn ratio(&self, a: &Cell, b: &Cell, m: Metric) -> Option<Spread> {
-        Spread::of(&paired_ratios(&self.values(a, m), &self.values(b, m)))
+        self.ratio_of(a, m, b, m, 1.0)
+    }
+
+    /// `a.ma / (b.mb · scale)`, round by round, with its rerun interval.
+    pub fn ratio_of(
+        &self,
+        a: &Cell,
+        ma: Metric,
+        b: &Cell,
+        mb: Metric,
+        scale: f64,
+    ) -> Option<Spread> {
+        let den: Vec<Option<f64>> = self
+            .values(b, mb)
+            .into_iter()
+            .map(|v| v.map(|x| x * scale))
+            .collect();
+        let pair = Noise::pair(self.noise(a, ma), self.noise(b, mb));
+        rerun_interval(&paired_ratios(&self.values(a, ma), &den), pair)
+    }
+
+    /// The round-to-round noise of `m` pooled over every cell of the
+    /// experiment `cell` belongs to ([`Noise::pooled`]).
+    pub fn noise(&self, cell: &Cell, m: Metric) -> Option<Noise> {
+        let exp = self.experiment.get(cell)?;
+        let rows: Vec<Vec<Option<f64>>> = self
+            .experiment
+            .iter()
+            .filter(|(_, e)| *e == exp)
+            .map(|(c, _)| self.values(c, m))
+            .collect();
+        Noise::pooled(&rows)
     }
 
     /// `combine` of several cells' values, round by round (rounds where any
@@ -426,7 +473,8 @@ pub fn section(e: Experiment, cx: &Context) -> Section {
 pub(crate) fn method(cx: &Context, load: &str) -> String {
     format!(
         "{load}; {} rounds of {} s after a {} s warm-up, both services restarted every round. \
-         Cells: median (min–max) over the rounds; `×` is a ratio computed round by round.",
+         Cells: median (min–max) over the rounds; `×` is a ratio computed round by round, with \
+         its 95% rerun interval.",
         cx.timing.rounds,
         f::num(cx.timing.duration_s),
         f::num(cx.timing.warmup_s)
@@ -988,10 +1036,10 @@ fn wire_size(cx: &Context) -> Section {
             for &o in &p.wire_sizes {
                 r.push(f::range(spread(values(*src, t, o, true))));
                 r.push(f::range(spread(values(*src, t, o, false))));
-                r.push(f::ratio(Spread::of(&paired_ratios(
-                    &total(*src, t, o),
-                    &total(Source::UserService, BASELINE, o),
-                ))));
+                r.push(f::ratio(rerun_interval(
+                    &paired_ratios(&total(*src, t, o), &total(Source::UserService, BASELINE, o)),
+                    None,
+                )));
             }
             r
         })
@@ -1375,14 +1423,9 @@ fn pitfall(cx: &Context) -> Section {
                 f::range(cx.data.spread(&via, Metric::CpuOrder)),
             ],
         ];
-        let lat = Spread::of(&paired_ratios(
-            &cx.data.values(&direct, Metric::E2eP50),
-            &cx.data
-                .values(&via, Metric::UpP50)
-                .into_iter()
-                .map(|v| v.map(|x| x / 1000.0))
-                .collect::<Vec<_>>(),
-        ));
+        let lat = cx
+            .data
+            .ratio_of(&direct, Metric::E2eP50, &via, Metric::UpP50, 1e-3);
         s.table(Table {
             caption: format!("ListOrders of {}", f::orders(o)),
             headers: vec![

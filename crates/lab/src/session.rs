@@ -281,7 +281,14 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         if experiments.contains(&Experiment::Codec) {
             // Last, on a machine the services have left: criterion times one
             // thread and wants nothing else running.
-            let codec = crate::codec::run(root, &dir, &plan.sizes, plan.quick, &lab.stop)?;
+            let codec = crate::codec::run(
+                root,
+                &dir,
+                &plan.sizes,
+                plan.quick,
+                timing.rounds,
+                &lab.stop,
+            )?;
             write_json(&dir.join("codec.json"), &codec)?;
             lab.results.codec = Some(codec);
         }
@@ -433,8 +440,13 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
              bytes and connections from user-service's socket counters."
                 .to_owned(),
             format!(
-                "Every figure is the median of {} rounds with its spread, each round on freshly \
-                 started services after a discarded warm-up. A round is flagged when k6 used \
+                "Every figure is the median of {} rounds, each round on freshly started services \
+                 after a discarded warm-up. An absolute figure's parentheses hold the lowest and \
+                 highest round. A ratio (`×1.52 (1.41–1.63)`) is computed round by round and its \
+                 parentheses hold a 95% rerun interval: where the median of another run of the same \
+                 plan should land, from the round-to-round noise of that metric pooled over the \
+                 experiment's cells (or the pair's own, when larger). `lab compare` checks two runs \
+                 against each other's intervals. A round is flagged when k6 used \
                  {K6_SATURATED_CORES} core or more (its numbers then measure k6 too), when other \
                  programs used {} cores or more during it, or when it saw errors. \
                  On a machine this small the three processes share {} cores: absolute rates are this \

@@ -1,11 +1,17 @@
 //! Medians and spreads over repeated rounds.
 //!
-//! Every figure the report quotes is the median of R rounds with the range
-//! it came from. With few rounds (R = 2 or 3 in a quick run) the min–max
-//! range is the honest spread; the interquartile range is kept too for
-//! longer runs. A ratio is computed round by round (rounds are interleaved,
-//! so round k of every cell ran under the same conditions), then summarised
-//! the same way, so its spread is the spread of the ratio itself.
+//! Every absolute figure the report quotes is the median of R rounds with
+//! the range (lowest–highest round) it came from.
+//!
+//! Ratios are stated differently, because a ratio is what a reader carries
+//! away and checks against a rerun. A ratio is computed round by round
+//! (rounds are interleaved, so round k of every cell ran under the same
+//! conditions), and its stated spread is a 95% *rerun interval*: where the
+//! median of another run of the same plan should land. The range of the
+//! rounds cannot be that: even with perfectly independent rounds, the
+//! median of a second set of 3 rounds falls outside the first set's
+//! min–max 40% of the time (and more with 2 rounds). See
+//! [`rerun_interval`] for how the interval is made.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,8 +46,8 @@ impl Spread {
         })
     }
 
-    /// Half the min–max range relative to the median: the "±" a reader can
-    /// expect from a rerun. Zero when the median is zero.
+    /// Half the min–max range of the rounds relative to the median (the
+    /// "±" of wide tables). Zero when the median is zero.
     pub fn relative_half_range(&self) -> f64 {
         if self.median == 0.0 {
             0.0
@@ -76,6 +82,173 @@ pub fn paired_ratios(a: &[Option<f64>], b: &[Option<f64>]) -> Vec<f64> {
             _ => None,
         })
         .collect()
+}
+
+/// Round-to-round noise of a metric's logarithm, pooled over many cells.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Noise {
+    /// Residual variance of one cell's log value in one round.
+    pub var: f64,
+    /// Its degrees of freedom.
+    pub df: f64,
+}
+
+impl Noise {
+    /// Pools the round-to-round variation of `ln(value)` over cells. `rows`
+    /// holds one cell each, one entry per round (`None`, zero or negative
+    /// values are left out). The fit is additive on the log scale, a level
+    /// per cell plus an effect per round (what every cell of that round
+    /// shared, a drift of the machine, which a paired ratio cancels), and
+    /// the noise is the residual variance. `None` when there are not enough
+    /// rounds to leave any degree of freedom.
+    pub fn pooled(rows: &[Vec<Option<f64>>]) -> Option<Noise> {
+        let rounds = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let logs: Vec<Vec<Option<f64>>> = rows
+            .iter()
+            .map(|r| {
+                let mut l: Vec<Option<f64>> = r
+                    .iter()
+                    .map(|v| v.filter(|x| x.is_finite() && *x > 0.0).map(f64::ln))
+                    .collect();
+                l.resize(rounds, None);
+                l
+            })
+            .filter(|r| r.iter().flatten().count() >= 2)
+            .collect();
+        let cols: Vec<usize> = (0..rounds)
+            .filter(|&k| logs.iter().any(|r| r[k].is_some()))
+            .collect();
+        let n: usize = logs.iter().map(|r| r.iter().flatten().count()).sum();
+        let df = n as f64 - logs.len() as f64 - (cols.len() as f64 - 1.0).max(0.0);
+        if df < 1.0 {
+            return None;
+        }
+        let mut level = vec![0.0; logs.len()];
+        let mut round = vec![0.0; rounds];
+        // Alternating means: exact in a few sweeps for a complete table,
+        // and converging for one with missing rounds.
+        for _ in 0..50 {
+            for (c, r) in logs.iter().enumerate() {
+                let (sum, cnt) = r
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, v)| v.map(|v| v - round[k]))
+                    .fold((0.0, 0.0), |(s, n), v| (s + v, n + 1.0));
+                level[c] = sum / cnt;
+            }
+            for &k in &cols {
+                let (sum, cnt) = logs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(c, r)| r[k].map(|v| v - level[c]))
+                    .fold((0.0, 0.0), |(s, n), v| (s + v, n + 1.0));
+                round[k] = sum / cnt;
+            }
+        }
+        let ss: f64 = logs
+            .iter()
+            .enumerate()
+            .flat_map(|(c, r)| {
+                let (level, round) = (&level, &round);
+                r.iter()
+                    .enumerate()
+                    .filter_map(move |(k, v)| v.map(|v| (v - level[c] - round[k]).powi(2)))
+            })
+            .sum();
+        Some(Noise { var: ss / df, df })
+    }
+
+    /// The noise of `ln(a/b)` for two cells with independent residuals: the
+    /// variances add, and the degrees of freedom are the fewer of the two.
+    pub fn pair(a: Option<Noise>, b: Option<Noise>) -> Option<Noise> {
+        let (a, b) = (a?, b?);
+        Some(Noise {
+            var: a.var + b.var,
+            df: a.df.min(b.df),
+        })
+    }
+}
+
+/// Student's t at 97.5% (a two-sided 95% interval) for `df` degrees of
+/// freedom (rounded down; at least 1).
+pub fn t95(df: f64) -> f64 {
+    const TABLE: [f64; 10] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    ];
+    let d = df.floor().max(1.0);
+    if d <= 10.0 {
+        return TABLE[d as usize - 1];
+    }
+    // Cornish–Fisher expansion around the normal quantile: within 0.001 of
+    // the exact value from 11 degrees of freedom up.
+    let z: f64 = 1.959_964;
+    z + (z.powi(3) + z) / (4.0 * d)
+        + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * d * d)
+        + (3.0 * z.powi(7) + 19.0 * z.powi(5) + 17.0 * z.powi(3) - 15.0 * z) / (384.0 * d.powi(3))
+}
+
+/// The variance of the median of `n` normal draws, in units of `σ²/n`
+/// (1 for one or two draws, where the median is the mean; π/2 for many).
+fn median_variance_factor(n: usize) -> f64 {
+    match n {
+        0..=2 => 1.0,
+        3 => 1.346,
+        4 => 1.193,
+        5 => 1.434,
+        _ => std::f64::consts::FRAC_PI_2,
+    }
+}
+
+/// A ratio's rounds summarised as its median and a 95% rerun interval:
+/// the range the median of another run of the same plan should fall in.
+///
+/// On the log scale, the round-by-round ratios of a pair of cells vary with
+/// a variance `s²`: the larger of what this pair's own rounds show and what
+/// `pair` predicts (the pooled noise of each cell's metric, summed: see
+/// [`Noise::pair`]). With few rounds a pair's own
+/// variance is a poor estimate, and pooling over every cell of the
+/// experiment is what gives the interval its degrees of freedom; taking
+/// the larger keeps a cell that is noisier than its neighbours honest. The
+/// difference between two runs' medians of `n` rounds then has variance
+/// `2·f(n)·s²/n` (`f` the median's variance factor), and the interval is
+/// the median times `exp(±t·√(that))`, `t` being Student's at 95%.
+///
+/// Zero or negative ratios cannot be put on a log scale: those keep the
+/// rounds' own min–max, as does a ratio with one round and no pool.
+pub fn rerun_interval(ratios: &[f64], pair: Option<Noise>) -> Option<Spread> {
+    let observed = Spread::of(ratios)?;
+    let v: Vec<f64> = ratios.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.iter().any(|x| *x <= 0.0) || observed.median <= 0.0 {
+        return Some(observed);
+    }
+    let n = v.len();
+    let logs: Vec<f64> = v.iter().map(|x| x.ln()).collect();
+    let own = (n >= 2).then(|| {
+        let mean = logs.iter().sum::<f64>() / n as f64;
+        logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (n as f64 - 1.0)
+    });
+    let (var, df) = match (pair, own) {
+        (Some(p), Some(o)) => (p.var.max(o), p.df),
+        (Some(p), None) => (p.var, p.df),
+        (None, Some(o)) => (o, n as f64 - 1.0),
+        (None, None) => return Some(observed),
+    };
+    let half = t95(df) * (2.0 * median_variance_factor(n) * var / n as f64).sqrt();
+    if half < 1e-9 {
+        // Rounds that agree to the last few bits (byte counts): no spread,
+        // rather than one that rounding noise of the inputs could make.
+        return Some(Spread {
+            min: observed.median,
+            max: observed.median,
+            ..observed
+        });
+    }
+    let centre = observed.median.ln();
+    Some(Spread {
+        min: (centre - half).exp(),
+        max: (centre + half).exp(),
+        ..observed
+    })
 }
 
 #[cfg(test)]
@@ -115,7 +288,169 @@ mod tests {
     }
 
     #[test]
-    fn the_relative_half_range_is_what_a_rerun_may_move() {
+    fn pooled_noise_removes_each_cells_level_and_each_rounds_drift() {
+        // Two cells at very different levels, both 10% up in round 2: all
+        // of that is level and drift, no noise.
+        let rows = vec![
+            vec![Some(100.0), Some(110.0), Some(100.0)],
+            vec![Some(5.0), Some(5.5), Some(5.0)],
+        ];
+        let n = Noise::pooled(&rows).expect("degrees of freedom");
+        assert!(n.var < 1e-20, "{n:?}");
+        assert_eq!(n.df, 2.0);
+        // One cell moving against the other is noise.
+        let rows = vec![
+            vec![Some(100.0), Some(110.0), Some(100.0)],
+            vec![Some(5.0), Some(5.0), Some(5.5)],
+        ];
+        assert!(Noise::pooled(&rows).expect("df").var > 1e-3);
+    }
+
+    #[test]
+    fn pooled_noise_needs_two_rounds_of_some_cell() {
+        assert!(Noise::pooled(&[vec![Some(1.0)], vec![None, Some(2.0)]]).is_none());
+        // A lone cell of two rounds has one level and one drift to fit:
+        // nothing is left over.
+        assert!(Noise::pooled(&[vec![Some(1.0), Some(2.0)]]).is_none());
+        // Zeros cannot be logged and do not count.
+        let n = Noise::pooled(&[
+            vec![Some(1.0), Some(2.0), Some(0.0)],
+            vec![Some(1.0), Some(1.5), Some(3.0)],
+        ]);
+        assert_eq!(n.map(|n| n.df), Some(1.0));
+    }
+
+    #[test]
+    fn student_t_matches_the_tables() {
+        assert_eq!(t95(1.0), 12.706);
+        assert_eq!(t95(2.9), 4.303);
+        for (df, t) in [(11.0, 2.201), (20.0, 2.086), (30.0, 2.042), (120.0, 1.980)] {
+            assert!((t95(df) - t).abs() < 1e-3, "df {df}: {} vs {t}", t95(df));
+        }
+        assert!(t95(0.0) > 12.0);
+    }
+
+    #[test]
+    fn the_rerun_interval_widens_with_noise_and_narrows_with_rounds() {
+        let tight = Noise {
+            var: 0.0001,
+            df: 40.0,
+        };
+        let loose = Noise::pair(
+            Some(Noise {
+                var: 0.01,
+                df: 40.0,
+            }),
+            Some(Noise {
+                var: 0.01,
+                df: 50.0,
+            }),
+        );
+        let (tight, loose) = (Some(tight), loose);
+        let r = [2.0, 2.0, 2.0];
+        let a = rerun_interval(&r, tight).expect("interval");
+        let b = rerun_interval(&r, loose).expect("interval");
+        assert_eq!(a.median, 2.0);
+        assert!(a.min < 2.0 && a.max > 2.0);
+        assert!(b.min < a.min && b.max > a.max);
+        // Symmetric on the log scale.
+        assert!((a.max / 2.0 - 2.0 / a.min).abs() < 1e-9);
+        // sqrt(2 · 1.346 · 2 · 0.01 / 3) · t(40) = 0.2715
+        assert!(
+            (b.max.ln() - 2f64.ln() - 0.1340 * t95(40.0)).abs() < 1e-3,
+            "{b:?}"
+        );
+        let more = rerun_interval(&[2.0; 5], loose).expect("interval");
+        // No pool: the pair's own rounds, with their few degrees of freedom.
+        let own = rerun_interval(&[1.9, 2.1], None).expect("interval");
+        assert!(own.min < 1.0 && own.max > 4.0, "{own:?}");
+        assert!(more.max < b.max);
+    }
+
+    #[test]
+    fn a_pair_noisier_than_the_pool_states_its_own_noise() {
+        let tight = Noise {
+            var: 1e-6,
+            df: 40.0,
+        };
+        let wide = rerun_interval(&[1.0, 2.0, 1.5], Some(tight)).expect("interval");
+        assert!(wide.min < 1.0 && wide.max > 2.0, "{wide:?}");
+    }
+
+    /// A seeded normal generator (xorshift and Box–Muller), so that the
+    /// calibration test is the same every time.
+    struct Normal(u64);
+
+    impl Normal {
+        fn uniform(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        }
+
+        fn next(&mut self) -> f64 {
+            let (u, v) = (self.uniform(), self.uniform());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        }
+    }
+
+    /// One simulated run: `cells` cells at fixed levels, `rounds` rounds,
+    /// each round drifting the whole machine, each value with its own
+    /// log-normal noise.
+    fn simulate(g: &mut Normal, cells: usize, rounds: usize, sigma: f64) -> Vec<Vec<Option<f64>>> {
+        let drift: Vec<f64> = (0..rounds).map(|_| 0.2 * g.next()).collect();
+        (0..cells)
+            .map(|c| {
+                (0..rounds)
+                    .map(|k| Some((c as f64 * 0.3 + drift[k] + sigma * g.next()).exp() * 100.0))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The interval does what it says: over many pairs of simulated runs,
+    /// about 95% of the second run's medians land inside the first run's
+    /// intervals, with 2 rounds (a quick run) as with 3 (the default).
+    #[test]
+    fn rerun_intervals_cover_about_95_percent_of_reruns() {
+        let mut g = Normal(0x9e37_79b9_7f4a_7c15);
+        for rounds in [2, 3, 5] {
+            let (mut inside, mut total) = (0, 0);
+            for _ in 0..400 {
+                let a = simulate(&mut g, 12, rounds, 0.05);
+                let b = simulate(&mut g, 12, rounds, 0.05);
+                let noise = Noise::pooled(&a);
+                for c in 1..a.len() {
+                    let ratios = |run: &[Vec<Option<f64>>]| paired_ratios(&run[c], &run[0]);
+                    let stated =
+                        rerun_interval(&ratios(&a), Noise::pair(noise, noise)).expect("interval");
+                    let rerun = Spread::of(&ratios(&b)).expect("median").median;
+                    inside += usize::from(stated.min <= rerun && rerun <= stated.max);
+                    total += 1;
+                }
+            }
+            let share = inside as f64 / total as f64;
+            eprintln!("{rounds} rounds: {:.1}% inside", share * 100.0);
+            assert!(
+                (0.93..=0.985).contains(&share),
+                "{rounds} rounds: {:.1}% inside",
+                share * 100.0
+            );
+        }
+    }
+
+    #[test]
+    fn ratios_that_cannot_be_logged_keep_their_observed_range() {
+        let s = rerun_interval(&[0.0, 1.0, 2.0], Some(Noise { var: 0.1, df: 9.0 }));
+        assert_eq!(s.map(|s| (s.min, s.max)), Some((0.0, 2.0)));
+        let one = rerun_interval(&[3.0], None).expect("one round");
+        assert_eq!((one.min, one.max), (3.0, 3.0));
+        assert!(rerun_interval(&[], None).is_none());
+    }
+
+    #[test]
+    fn the_relative_half_range_is_half_the_rounds_range() {
         let s = Spread::of(&[90.0, 100.0, 110.0]).expect("values");
         assert!((s.relative_half_range() - 0.1).abs() < 1e-12);
     }

@@ -65,7 +65,8 @@ pub fn pm(s: Option<Spread>) -> String {
     }
 }
 
-/// A ratio: `×1.52 (1.48–1.55)`.
+/// A ratio: `×1.52 (1.48–1.55)`, the parentheses holding whatever interval
+/// the spread carries (a 95% rerun interval for the lab's ratios).
 pub fn ratio(s: Option<Spread>) -> String {
     match s {
         None => MISSING.to_owned(),

@@ -353,6 +353,7 @@ pub fn synthetic_codec(sizes: &[u32]) -> lab::codec::CodecRun {
                         median_ns: median,
                         lower_ns: median * 0.97,
                         upper_ns: median * 1.03,
+                        round: 1,
                     });
                 }
             }
