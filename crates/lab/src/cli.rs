@@ -208,7 +208,7 @@ pub fn list(quick: bool) -> String {
     }
     out.push_str(&format!(
         "\n{} plan: payload sizes {:?}; pool rates {:?}; streaming N = {}; naive {} VUs; \
-         codec: criterion at sizes {:?}, {} s warm-up + {} s per benchmark\n",
+         codec: criterion at sizes {:?}, {} s warm-up + {} s per benchmark, once per round\n",
         if quick { "quick" } else { "full" },
         p.sizes,
         p.pool_rates,

@@ -430,15 +430,16 @@ pub fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
         return s;
     };
     s.para(format!(
-        "Command: `{}` ({} s warm-up, {} s measurement per benchmark); criterion's files are in \
-         this run's `criterion/` directory.",
+        "Command: `{}` ({} s warm-up, {} s measurement per benchmark), run {} time(s), once \
+         per round; criterion's files are in this run's `criterion/r1`, `r2`… directories.",
         run.command,
         f::num(run.warm_up_s),
-        f::num(run.measurement_s)
+        f::num(run.measurement_s),
+        run.rounds()
     ));
     if let Some(e) = &run.error {
         s.para(format!(
-            "The benchmark failed, so these tables are empty: {e}"
+            "The benchmark failed ({e}): the tables hold the rounds that finished before, if any."
         ));
     }
     for &n in sizes {

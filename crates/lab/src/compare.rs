@@ -109,6 +109,8 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
     let mut misses: Vec<(f64, String)> = Vec::new();
     // How far B's medians sit from A's, in A's half-intervals.
     let mut reach: Vec<f64> = Vec::new();
+    // A's intervals' half-widths, in percent (geometric).
+    let mut widths: Vec<f64> = Vec::new();
     // Per section: (paired, B inside A).
     let mut by_section: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for (k, x) in &ra {
@@ -123,6 +125,7 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
         overlap += usize::from(x.overlaps(y));
         if let Some(d) = x.reach(y.median) {
             reach.push(d);
+            widths.push(((x.max / x.min).sqrt() - 1.0) * 100.0);
         }
         if !bia {
             // How far outside A's range, relative to A's median.
@@ -191,6 +194,14 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
             "B's distance from A's median, in A's half-intervals: median {:.2} over {} ratios \
              (0.34 when the intervals are calibrated; less: they are wider than the noise)",
             r.median, r.n
+        );
+    }
+    if let Some(w) = crate::stats::Spread::of(&widths) {
+        let _ = writeln!(
+            out,
+            "A's intervals are ±{:.0}% wide in the median ratio (a quarter of them ±{:.0}% or less, \
+             a quarter ±{:.0}% or more)",
+            w.median, w.q1, w.q3
         );
     }
     let _ = writeln!(out, "\nper section, B's median inside A's spread:");
@@ -290,5 +301,12 @@ mod tests {
         );
         assert!(!text.contains("t1 / 1 order: A"), "{text}");
         assert!(text.contains("payload         1 of 2    (50%)"), "{text}");
+        // t1: 0.51 of A's upper half-interval; t2: 4.9 of it; median 2.72.
+        assert!(
+            text.contains("half-intervals: median 2.72 over 2 ratios"),
+            "{text}"
+        );
+        // Half-widths ±6.9% and ±10.6%.
+        assert!(text.contains("intervals are ±9% wide"), "{text}");
     }
 }
