@@ -304,6 +304,10 @@ impl Plan {
     }
 }
 
+/// Fewer degrees of freedom than this and an experiment's pooled noise is
+/// too unsure of itself (Student's t above 2.3): the whole run's is used.
+pub const MIN_POOLED_DF: f64 = 8.0;
+
 /// The rounds of every cell, by round number.
 #[derive(Debug, Clone, Default)]
 pub struct Data {
@@ -401,16 +405,28 @@ impl Data {
     }
 
     /// The round-to-round noise of `m` pooled over every cell of the
-    /// experiment `cell` belongs to ([`Noise::pooled`]).
+    /// experiment `cell` belongs to ([`Noise::pooled`]), or over every cell
+    /// of the run when the experiment alone leaves fewer than
+    /// [`MIN_POOLED_DF`] degrees of freedom (a small experiment whose other
+    /// cells were measured for another: `schema`'s six-field pair, the
+    /// `pitfall` pair). Cells of one experiment share a load shape and
+    /// their noise is alike; the whole run mixes quiet cells with noisy
+    /// ones, so it is the fallback, not the rule.
     pub fn noise(&self, cell: &Cell, m: Metric) -> Option<Noise> {
         let exp = self.experiment.get(cell)?;
-        let rows: Vec<Vec<Option<f64>>> = self
-            .experiment
-            .iter()
-            .filter(|(_, e)| *e == exp)
-            .map(|(c, _)| self.values(c, m))
-            .collect();
-        Noise::pooled(&rows)
+        let pool = |same: bool| {
+            let rows: Vec<Vec<Option<f64>>> = self
+                .experiment
+                .iter()
+                .filter(|(_, e)| !same || *e == exp)
+                .map(|(c, _)| self.values(c, m))
+                .collect();
+            Noise::pooled(&rows)
+        };
+        match pool(true) {
+            Some(n) if n.df >= MIN_POOLED_DF => Some(n),
+            _ => pool(false),
+        }
     }
 
     /// `combine` of several cells' values, round by round (rounds where any

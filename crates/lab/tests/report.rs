@@ -249,3 +249,28 @@ fn the_tls_section_has_every_transport_in_cleartext_and_over_tls() {
         table.reading
     );
 }
+
+#[test]
+fn every_ratio_pools_its_noise_over_enough_cells() {
+    use lab::cell::Metric;
+    use lab::experiments::{Data, MIN_POOLED_DF};
+    let (_, results) = common::synthetic(Experiment::All, true, 2);
+    let data = Data::new(&results);
+    // Some experiments own too few cells to pool alone (with 2 rounds, C
+    // cells leave C − 1 degrees of freedom)...
+    let mut per: std::collections::BTreeMap<&str, usize> = Default::default();
+    for e in data.experiment.values() {
+        *per.entry(e.as_str()).or_default() += 1;
+    }
+    let small: Vec<&&str> = per
+        .iter()
+        .filter(|(_, n)| (**n as f64 - 1.0) < MIN_POOLED_DF)
+        .map(|(e, _)| e)
+        .collect();
+    assert!(!small.is_empty(), "{per:?}");
+    // ...and theirs borrow the whole run's, so every cell's has enough.
+    for c in data.cells.keys() {
+        let n = data.noise(c, Metric::UpP50).expect("pooled noise");
+        assert!(n.df >= MIN_POOLED_DF, "{} ({:?}): {n:?}", c.label(), small);
+    }
+}
