@@ -444,9 +444,9 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                  after a discarded warm-up. An absolute figure's parentheses hold the lowest and \
                  highest round. A ratio (`×1.52 (1.41–1.63)`) is computed round by round and its \
                  parentheses hold a 95% rerun interval: where the median of another run of the same \
-                 plan should land, from the round-to-round noise of that metric pooled over the \
-                 experiment's cells (or the pair's own, when larger). `lab compare` checks two runs \
-                 against each other's intervals. A round is flagged when k6 used \
+                 plan on this machine should land, from the round-to-round noise of that metric \
+                 pooled over the experiment's cells (or the pair's own, when larger). `lab compare` \
+                 checks two runs against each other's intervals. A round is flagged when k6 used \
                  {K6_SATURATED_CORES} core or more (its numbers then measure k6 too), when other \
                  programs used {} cores or more during it, or when it saw errors. \
                  On a machine this small the three processes share {} cores: absolute rates are this \
@@ -483,7 +483,8 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
             (
                 "settings".into(),
                 format!(
-                    "{} rounds × {} s measured after {} s warm-up; closed loop {} VUs with pool {}; {}{}",
+                    "{} rounds × {} s measured after {} s warm-up; closed loop {} VUs with pool {} \
+                     unless a section states its own load; {}{}",
                     t.rounds,
                     f::num(t.duration_s),
                     f::num(t.warmup_s),
