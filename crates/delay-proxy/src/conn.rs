@@ -188,6 +188,14 @@ fn write_loop(
             Item::Data { bytes, .. } => {
                 let late = Instant::now().saturating_duration_since(release);
                 stats.record_chunk(late);
+                // Counted before the write, not after: the peer may read
+                // these bytes (and a test read the counters) before this
+                // thread runs again. A failed write ends the connection.
+                let counter = match dir {
+                    Dir::ToUpstream => &stats.bytes_to_upstream,
+                    Dir::ToClient => &stats.bytes_to_client,
+                };
+                counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 let ok = writer.write_all(&bytes).is_ok();
                 if !ok {
                     // The destination is gone: stop this direction, and the
@@ -199,11 +207,6 @@ fn write_loop(
                     }
                     return;
                 }
-                let counter = match dir {
-                    Dir::ToUpstream => &stats.bytes_to_upstream,
-                    Dir::ToClient => &stats.bytes_to_client,
-                };
-                counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
             }
             Item::Eof { .. } => {
                 // Half-close: the peer reads EOF; the other direction goes on.
