@@ -98,12 +98,7 @@ impl CodecRun {
 
     /// The median over rounds of one benchmark.
     fn median(&self, op: &str, format: &str, stage: &str, orders: u32) -> Option<f64> {
-        let v: Vec<f64> = self
-            .series(op, format, stage, orders)
-            .into_iter()
-            .flatten()
-            .collect();
-        Spread::of(&v).map(|s| s.median)
+        Spread::of_rounds(&self.series(op, format, stage, orders)).map(|s| s.median)
     }
 
     /// Encode plus decode, both with the domain conversion (what one hop
@@ -118,12 +113,7 @@ impl CodecRun {
 
     /// The median round trip over rounds.
     fn round_trip(&self, format: &str, orders: u32) -> Option<f64> {
-        let v: Vec<f64> = self
-            .round_trips(format, orders)
-            .into_iter()
-            .flatten()
-            .collect();
-        Spread::of(&v).map(|s| s.median)
+        Spread::of_rounds(&self.round_trips(format, orders)).map(|s| s.median)
     }
 
     /// A round trip over JSON's, round by round, with its 95% rerun
@@ -382,12 +372,7 @@ fn time(ns: Option<f64>) -> String {
 /// A benchmark's median over rounds, ± half the rounds' range; with one
 /// round, ± half criterion's 95% confidence interval of its median.
 fn cell(run: &CodecRun, op: &str, format: &str, stage: &str, n: u32) -> String {
-    let v: Vec<f64> = run
-        .series(op, format, stage, n)
-        .into_iter()
-        .flatten()
-        .collect();
-    let Some(s) = Spread::of(&v) else {
+    let Some(s) = Spread::of_rounds(&run.series(op, format, stage, n)) else {
         return MISSING.to_owned();
     };
     let half = match (s.n, run.get(op, format, stage, n, 1)) {

@@ -376,8 +376,7 @@ impl Data {
     }
 
     pub fn spread(&self, cell: &Cell, m: Metric) -> Option<Spread> {
-        let v: Vec<f64> = self.values(cell, m).into_iter().flatten().collect();
-        Spread::of(&v)
+        Spread::of_rounds(&self.values(cell, m))
     }
 
     /// `a / b`, round by round: its median and 95% rerun interval
@@ -1038,7 +1037,7 @@ fn wire_size(cx: &Context) -> Section {
             .map(|(a, b)| Some(a? + b?))
             .collect()
     };
-    let spread = |v: Vec<Option<f64>>| Spread::of(&v.into_iter().flatten().collect::<Vec<_>>());
+    let spread = |v: Vec<Option<f64>>| Spread::of_rounds(&v);
     let mut headers = vec!["transport".to_owned()];
     for &o in &p.wire_sizes {
         headers.push(format!("{}: request B", f::orders(o)));

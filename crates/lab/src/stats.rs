@@ -46,6 +46,13 @@ impl Spread {
         })
     }
 
+    /// Summarises rounds as the lab keeps them, `None` where a round is
+    /// missing.
+    pub fn of_rounds(rounds: &[Option<f64>]) -> Option<Spread> {
+        let v: Vec<f64> = rounds.iter().copied().flatten().collect();
+        Spread::of(&v)
+    }
+
     /// Half the min–max range of the rounds relative to the median (the
     /// "±" of wide tables). Zero when the median is zero.
     pub fn relative_half_range(&self) -> f64 {
@@ -278,6 +285,9 @@ mod tests {
         assert_eq!(Spread::of(&[f64::NAN, 2.0]).expect("one left").n, 1);
         assert!(Spread::of(&[]).is_none());
         assert!(Spread::of(&[f64::INFINITY]).is_none());
+        // Missing rounds are left out the same way.
+        assert_eq!(Spread::of_rounds(&[None, Some(2.0)]).map(|s| s.n), Some(1));
+        assert!(Spread::of_rounds(&[None, None]).is_none());
     }
 
     #[test]
