@@ -150,10 +150,10 @@ pub fn size_filter(sizes: &[u32]) -> String {
     format!("/({})$", alts.join("|"))
 }
 
-/// Runs the benchmark `rounds` times with `cargo bench`, criterion writing
-/// under `out/criterion/r1`, `r2`..., and reads its estimates. A failure is recorded in the
-/// returned run (and reported), not raised: the end-to-end cells of the
-/// same run stay usable. Ctrl-C (`stop`) is the exception: it is returned
+/// Runs the benchmark `rounds` times (at least once) with `cargo bench`,
+/// criterion writing under `out/criterion/r1`, `r2`..., and reads its
+/// estimates. A failure is recorded in the returned run (and reported), not
+/// raised: the end-to-end cells of the same run stay usable. Ctrl-C (`stop`) is the exception: it is returned
 /// as [`crate::runner::Interrupted`].
 pub fn run(
     root: &Path,
@@ -188,7 +188,8 @@ pub fn run(
         measurement_s,
         ..CodecRun::default()
     };
-    for round in 1..=rounds.max(1) {
+    let rounds = rounds.max(1);
+    for round in 1..=rounds {
         // A directory per round: criterion would otherwise compare each
         // round with the last instead of starting afresh.
         let home = out.join("criterion").join(format!("r{round}"));
