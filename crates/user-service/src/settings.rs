@@ -18,20 +18,28 @@ use crate::upstream::Transport;
     name = "user-service",
     version,
     about,
-    long_about = "user-service: users over REST (HTTP/1.1 + h2c, JSON or protobuf) and gRPC, \
-with each user's orders fetched from order-service over a transport chosen per request \
-(`?via=`, the `x-via` header or the gRPC `via` field).\n\n\
-Transports: h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, grpc, grpc-stream, \
-grpc-bidi, tcp-proto, grpc-v1. Each gets its own budget of --pool-size TCP connections, and \
-its round trips, connections and wire bytes are served at /metrics.\n\n\
-Without --database-url the users live in memory, seeded from the deterministic data set. \
-Every flag can also be set by the environment variable shown."
+    long_about = long_about()
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
     #[command(flatten)]
     pub settings: Settings,
+}
+
+/// `--help`'s description. A function rather than a literal so that the
+/// transports it lists are [`transports::ALL`] and cannot fall behind.
+fn long_about() -> String {
+    format!(
+        "user-service: users over REST (HTTP/1.1 + h2c, JSON or protobuf) and gRPC, \
+with each user's orders fetched from order-service over a transport chosen per request \
+(`?via=`, the `x-via` header or the gRPC `via` field).\n\n\
+Transports: {}. Each gets its own budget of --pool-size TCP connections, and \
+its round trips, connections and wire bytes are served at /metrics.\n\n\
+Without --database-url the users live in memory, seeded from the deterministic data set. \
+Every flag can also be set by the environment variable shown.",
+        transports::joined(", ")
+    )
 }
 
 /// What to do; serving is the default.
@@ -283,6 +291,18 @@ mod tests {
         let err =
             Cli::try_parse_from(["user-service", "--default-via", "smoke-signals"]).unwrap_err();
         assert!(err.to_string().contains("grpc-bidi"), "{err}");
+    }
+
+    #[test]
+    fn the_long_help_lists_exactly_the_transports_of_the_transports_crate() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let about = cmd.get_long_about().expect("a long about").to_string();
+        let listed = about
+            .split_once("Transports: ")
+            .and_then(|(_, rest)| rest.split_once(". "))
+            .map(|(names, _)| names.split(", ").collect::<Vec<_>>())
+            .expect("a \"Transports: a, b, c. \" sentence");
+        assert_eq!(listed, transports::ALL, "{about}");
     }
 
     #[test]

@@ -185,6 +185,7 @@ pub struct OrdersParams {
     fields: Option<String>,
     /// The transport to order-service; default from the settings
     /// (USER_DEFAULT_VIA). The `x-via` header does the same.
+    // The pattern must be a literal; a test holds it to `transports::ALL`.
     #[param(value_type = Option<String>, example = "grpc",
         pattern = "^(h1-json|h1-json-close|h2c-json|h1-proto|h2c-proto|grpc|grpc-stream|grpc-bidi|tcp-proto|grpc-v1)$")]
     via: Option<String>,
@@ -316,4 +317,26 @@ pub struct ApiDoc;
 
 async fn openapi() -> impl IntoResponse {
     axum::Json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_openapi_via_pattern_is_exactly_the_transports_of_the_transports_crate() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let params = doc["paths"]["/v1/users/{id}/orders"]["get"]["parameters"]
+            .as_array()
+            .expect("the orders route has parameters");
+        let via = params
+            .iter()
+            .find(|p| p["name"] == "via")
+            .expect("a `via` parameter");
+        assert_eq!(
+            via["schema"]["pattern"].as_str(),
+            Some(format!("^({})$", transports::ALL.join("|")).as_str()),
+            "{via}"
+        );
+    }
 }

@@ -35,6 +35,9 @@ use crate::settings::Settings;
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// A transport to order-service, as the `via` parameter names it.
+///
+/// One variant per name in [`transports::ALL`], in the same order: a name
+/// added there without an adapter here (or the reverse) fails a test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Transport {
     /// HTTP/1.1, JSON, pooled keep-alive connections.
@@ -61,7 +64,8 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// Every transport, in the order of the design's matrix.
+    /// Every transport, in the order of the design's matrix: the order of
+    /// [`transports::ALL`], which a test holds this list to.
     pub const ALL: [Transport; 10] = [
         Transport::H1Json,
         Transport::H1JsonClose,
@@ -75,25 +79,26 @@ impl Transport {
         Transport::GrpcV1,
     ];
 
-    /// The name `via` uses.
+    /// The name `via` uses: this transport's entry in [`transports::ALL`],
+    /// at the same position as in [`Transport::ALL`].
     pub fn name(self) -> &'static str {
         match self {
-            Transport::H1Json => "h1-json",
-            Transport::H1JsonClose => "h1-json-close",
-            Transport::H2cJson => "h2c-json",
-            Transport::H1Proto => "h1-proto",
-            Transport::H2cProto => "h2c-proto",
-            Transport::Grpc => "grpc",
-            Transport::GrpcStream => "grpc-stream",
-            Transport::GrpcBidi => "grpc-bidi",
-            Transport::TcpProto => "tcp-proto",
-            Transport::GrpcV1 => "grpc-v1",
+            Transport::H1Json => transports::H1_JSON,
+            Transport::H1JsonClose => transports::H1_JSON_CLOSE,
+            Transport::H2cJson => transports::H2C_JSON,
+            Transport::H1Proto => transports::H1_PROTO,
+            Transport::H2cProto => transports::H2C_PROTO,
+            Transport::Grpc => transports::GRPC,
+            Transport::GrpcStream => transports::GRPC_STREAM,
+            Transport::GrpcBidi => transports::GRPC_BIDI,
+            Transport::TcpProto => transports::TCP_PROTO,
+            Transport::GrpcV1 => transports::GRPC_V1,
         }
     }
 
     /// Every name, comma-separated, for error messages and `--help`.
     pub fn names() -> String {
-        Self::ALL.map(Transport::name).join(", ")
+        transports::joined(", ")
     }
 
     /// The position in [`Transport::ALL`].
@@ -419,6 +424,17 @@ mod tests {
             assert_eq!(t.name().parse::<Transport>(), Ok(t));
             assert_eq!(Transport::ALL[t.index()], t);
         }
+    }
+
+    #[test]
+    fn every_transport_is_named_as_in_the_transports_crate_in_its_order() {
+        // Slices, so that a name added on one side only is a failing test
+        // rather than arrays of two lengths that do not compare.
+        assert_eq!(
+            Transport::ALL.map(Transport::name).as_slice(),
+            transports::ALL.as_slice()
+        );
+        assert_eq!(Transport::names(), transports::ALL.join(", "));
     }
 
     #[test]

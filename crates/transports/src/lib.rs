@@ -1,0 +1,167 @@
+//! The names of the transports from user-service to order-service, as
+//! `?via=`, the `x-via` header, the gRPC `via` field and `USER_DEFAULT_VIA`
+//! spell them, in the order of the design's matrix.
+//!
+//! This crate exists so that there is one list of names. user-service has an
+//! adapter for each (its `Transport` enum is tested to match [`ALL`] position
+//! by position, and builds its help texts and error messages from it); the
+//! lab runs its experiments over the same list and takes its baselines
+//! ([`H1_JSON`], [`TCP_PROTO`]) from here. A new transport is added here
+//! first: user-service's tests then fail until it has an adapter of that name.
+//!
+//! The names are kebab-case: the wire first (`h1`, `h2c`, `grpc`, `tcp`),
+//! then what tells it apart (the body, or how the connection is used). No
+//! dependencies, so anything in the workspace can use it.
+
+/// HTTP/1.1, JSON body, N pooled keep-alive connections: at most N calls in
+/// flight, the rest wait. The REST baseline.
+pub const H1_JSON: &str = "h1-json";
+/// HTTP/1.1, JSON body, a new connection per call (`Connection: close`), at
+/// most N at once.
+pub const H1_JSON_CLOSE: &str = "h1-json-close";
+/// HTTP/2 cleartext (prior knowledge), JSON body, N connections with the
+/// calls multiplexed.
+pub const H2C_JSON: &str = "h2c-json";
+/// HTTP/1.1, protobuf body, pooled as [`H1_JSON`].
+pub const H1_PROTO: &str = "h1-proto";
+/// HTTP/2 cleartext, protobuf body, multiplexed as [`H2C_JSON`].
+pub const H2C_PROTO: &str = "h2c-proto";
+/// gRPC unary `ListOrders`, protobuf, N channels (one HTTP/2 connection each).
+pub const GRPC: &str = "grpc";
+/// gRPC server streaming `StreamOrders`, one order per message, protobuf;
+/// connections as [`GRPC`].
+pub const GRPC_STREAM: &str = "grpc-stream";
+/// gRPC bidirectional `LookupOrders`: one long-lived stream per connection
+/// carries many lookups, matched by request id; protobuf; connections as
+/// [`GRPC`].
+pub const GRPC_BIDI: &str = "grpc-bidi";
+/// Raw TCP, length-prefixed protobuf frames, no HTTP: N persistent
+/// connections, many lookups in flight on each. The floor of the hop.
+pub const TCP_PROTO: &str = "tcp-proto";
+/// gRPC unary on the legacy all-strings `order.v1` API, protobuf;
+/// connections as [`GRPC`], the strings converted back to the domain type by
+/// the caller.
+pub const GRPC_V1: &str = "grpc-v1";
+
+/// Every transport, in the order of the design's matrix.
+pub const ALL: [&str; 10] = [
+    H1_JSON,
+    H1_JSON_CLOSE,
+    H2C_JSON,
+    H1_PROTO,
+    H2C_PROTO,
+    GRPC,
+    GRPC_STREAM,
+    GRPC_BIDI,
+    TCP_PROTO,
+    GRPC_V1,
+];
+
+/// Whether `name` is one of [`ALL`] (exactly: names are case-sensitive).
+pub fn is_known(name: &str) -> bool {
+    position(name).is_some()
+}
+
+/// The position of `name` in [`ALL`], if it is one.
+pub fn position(name: &str) -> Option<usize> {
+    ALL.iter().position(|n| *n == name)
+}
+
+/// Every name, in order, with `sep` between them: `joined(", ")` for a help
+/// text or an error message, `joined("|")` for an alternation.
+pub fn joined(sep: &str) -> String {
+    ALL.join(sep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique() {
+        for (i, a) in ALL.iter().enumerate() {
+            for b in &ALL[i + 1..] {
+                assert_ne!(a, b, "{a} is listed twice");
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_kebab_case() {
+        for name in ALL {
+            assert!(!name.is_empty());
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{name:?} is not lowercase letters, digits and hyphens"
+            );
+            assert!(
+                name.starts_with(|c: char| c.is_ascii_lowercase()),
+                "{name:?} does not start with a letter"
+            );
+            assert!(
+                !name.ends_with('-') && !name.contains("--"),
+                "{name:?} has an empty word"
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_in_the_design_order() {
+        assert_eq!(
+            ALL,
+            [
+                "h1-json",
+                "h1-json-close",
+                "h2c-json",
+                "h1-proto",
+                "h2c-proto",
+                "grpc",
+                "grpc-stream",
+                "grpc-bidi",
+                "tcp-proto",
+                "grpc-v1",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_baselines_are_known() {
+        assert!(is_known(H1_JSON));
+        assert!(is_known(TCP_PROTO));
+        assert_eq!(position(H1_JSON), Some(0));
+    }
+
+    #[test]
+    fn every_name_is_known_at_its_position() {
+        for (i, name) in ALL.iter().enumerate() {
+            assert!(is_known(name));
+            assert_eq!(position(name), Some(i));
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_not_known() {
+        for name in [
+            "",
+            "carrier-pigeon",
+            "H1-JSON",
+            "h1-json ",
+            " grpc",
+            "grpc-",
+            "h1",
+        ] {
+            assert!(!is_known(name), "{name:?}");
+            assert_eq!(position(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn joined_lists_every_name_in_order() {
+        assert_eq!(
+            joined(", "),
+            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, grpc, grpc-stream, grpc-bidi, tcp-proto, grpc-v1"
+        );
+        assert_eq!(joined("|").split('|').collect::<Vec<_>>(), ALL);
+    }
+}
