@@ -8,7 +8,8 @@ use std::sync::atomic::AtomicBool;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use crate::experiments::{Experiment, Plan};
+use crate::experiment::Knobs;
+use crate::experiments;
 use crate::session::{self, RunOptions};
 
 /// The transport lab: runs whole experiments on user-service and
@@ -50,12 +51,15 @@ pub enum Cmd {
         /// A results directory, e.g. results/20260101T120000Z-all.
         dir: PathBuf,
     },
-    /// Compare two runs of the same experiment: how many of B's ratios lie
-    /// inside the spreads A's report states, and which lie furthest out.
+    /// Compare two runs of the same experiment from their report.json: how
+    /// many of B's ratios lie inside the rerun intervals A's report states,
+    /// and which lie furthest out. Warns when the runs come from different
+    /// machines, commits or plans.
     Compare {
-        /// The first results directory (its spreads are the yardstick).
+        /// The first run (its intervals are the yardstick): a results
+        /// directory or its report.json.
         a: PathBuf,
-        /// The second results directory.
+        /// The second run: a results directory or its report.json.
         b: PathBuf,
         /// How many of the furthest-out ratios to list.
         #[arg(long, default_value_t = 15, value_name = "N")]
@@ -72,11 +76,9 @@ pub enum Cmd {
 /// `lab run`'s options.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The experiment: payload, factorial, pool, rtt, wire-size, schema,
-    /// streaming, naive, floor, pitfall, codec, or all (`lab list` says what
-    /// each measures).
-    #[arg(value_enum)]
-    pub experiment: Experiment,
+    /// The experiment, or `all` (`lab list` says what each measures).
+    #[arg(value_parser = experiment_names())]
+    pub experiment: String,
     /// A short version: fewer sizes and rates, 2 rounds of 2 s after 1 s of
     /// warm-up (`lab run all --quick` takes a few minutes on 2 cores).
     #[arg(long)]
@@ -115,6 +117,19 @@ pub struct RunArgs {
     /// experiment that has sizes.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub sizes: Option<Vec<u32>>,
+}
+
+/// The experiments' names with their one-line descriptions, and `all`.
+fn experiment_names() -> clap::builder::PossibleValuesParser {
+    let mut values: Vec<clap::builder::PossibleValue> = experiments::all()
+        .into_iter()
+        .map(|e| clap::builder::PossibleValue::new(e.name()).help(e.about()))
+        .collect();
+    values.push(
+        clap::builder::PossibleValue::new(experiments::ALL)
+            .help("All of the above; a cell two experiments share is measured once"),
+    );
+    clap::builder::PossibleValuesParser::new(values)
 }
 
 /// The workspace root: `--root`, else the nearest ancestor of the current
@@ -174,8 +189,9 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
         }
         Cmd::Report { dir } => {
             session::rerender(&dir)?;
-            println!("{}", dir.join("report.md").display());
-            println!("{}", dir.join("report.html").display());
+            for f in ["report.md", "report.html", "report.json"] {
+                println!("{}", dir.join(f).display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Compare { a, b, worst } => {
@@ -183,49 +199,48 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::List { quick } => {
-            print!("{}", list(quick));
+            print!("{}", list(quick)?);
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-/// What `lab list` prints.
-pub fn list(quick: bool) -> String {
-    use clap::ValueEnum as _;
-    let p = Plan::new(quick, None, None);
+/// What `lab list` prints: every experiment with its description, what
+/// its schedule holds and its plan's particulars.
+pub fn list(quick: bool) -> anyhow::Result<String> {
+    let knobs = Knobs {
+        quick,
+        ..Knobs::default()
+    };
     let mut out = String::new();
-    for e in Experiment::value_variants() {
-        let help = e
-            .to_possible_value()
-            .and_then(|v| v.get_help().map(ToString::to_string))
-            .unwrap_or_default();
-        let cells = e.cells(&p).len();
-        out.push_str(&format!("{:<10} {help}", e.name()));
-        if cells > 0 {
-            out.push_str(&format!(" [{cells} cells]"));
-        }
-        out.push('\n');
+    for e in experiments::all() {
+        let plan = e.plan(&knobs)?;
+        let schedule = e.schedule(&plan)?;
+        let detail = e.describe(&plan)?;
+        out.push_str(&format!(
+            "{:<10} {}
+{:<10} [{}{}]
+",
+            e.name(),
+            e.about(),
+            "",
+            schedule.describe(),
+            if detail.is_empty() {
+                String::new()
+            } else {
+                format!("; {detail}")
+            }
+        ));
     }
     out.push_str(&format!(
-        "\n{} plan: payload sizes {:?}; pool rates {:?}; streaming N = {}; naive {} VUs; \
-         codec: criterion at sizes {:?}, {} s warm-up + {} s per benchmark, once per round\n",
+        "{:<10} All of the above, a cell two experiments share measured once ({} plan; \
+         `lab list{}` shows the {} one)\n",
+        experiments::ALL,
         if quick { "quick" } else { "full" },
-        p.sizes,
-        p.pool_rates,
-        p.streaming_n,
-        p.naive_vus,
-        p.sizes,
-        crate::codec::timing(quick).0,
-        crate::codec::timing(quick).1,
+        if quick { "" } else { " --quick" },
+        if quick { "full" } else { "quick" },
     ));
-    out.push_str(&format!(
-        "rtt: RTT {:?} ms through the delay proxy, {} at pool {:?}, {} VUs\n",
-        p.rtt.rtts_ms,
-        p.rtt.vias.join(", "),
-        p.rtt.pools,
-        p.rtt.vus
-    ));
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -238,7 +253,7 @@ mod tests {
         let Cmd::Run(a) = c.command else {
             panic!("not run")
         };
-        assert_eq!(a.experiment, Experiment::All);
+        assert_eq!(a.experiment, "all");
         assert!(a.quick);
         let c = Cli::try_parse_from([
             "lab",
@@ -262,7 +277,7 @@ mod tests {
         let Cmd::Run(a) = c.command else {
             panic!("not run")
         };
-        assert_eq!(a.experiment, Experiment::WireSize);
+        assert_eq!(a.experiment, "wire-size");
         assert_eq!(a.rounds, Some(5));
         assert_eq!(a.transports.expect("set").len(), 2);
         assert_eq!(a.sizes, Some(vec![1, 100]));
@@ -276,22 +291,20 @@ mod tests {
     }
 
     #[test]
-    fn the_list_names_every_experiment() {
-        let l = list(true);
-        for n in [
-            "payload",
-            "factorial",
-            "pool",
-            "wire-size",
-            "schema",
-            "streaming",
-            "naive",
-            "floor",
-            "rtt",
-            "all",
-        ] {
-            assert!(l.contains(n), "{n}");
+    fn the_list_and_the_help_name_every_experiment() {
+        let l = list(true).expect("a list");
+        let help = Cli::try_parse_from(["lab", "run", "--help"])
+            .unwrap_err()
+            .to_string();
+        for e in experiments::all() {
+            assert!(
+                l.contains(&format!("{:<10} {}", e.name(), e.about())),
+                "{l}"
+            );
+            assert!(help.contains(e.name()), "{help}");
         }
+        assert!(l.contains("all "), "{l}");
+        assert!(help.contains("all"), "{help}");
     }
 
     #[test]

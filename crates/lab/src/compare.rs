@@ -1,23 +1,30 @@
 //! `lab compare A B`: does a second run agree with the first within the
-//! spreads the first one's report states?
+//! intervals the first one's report states?
 //!
-//! Both results directories are rendered again from their raw JSON, and
-//! every ratio cell (`×1.52 (1.48–1.55)`) of every table is paired by
-//! section, caption, row and column. For each pair it checks whether B's
+//! Both runs are read from their `report.json`, where every table cell is a
+//! typed value, and every ratio (a median with its 95% rerun interval) of
+//! every table is paired by section, caption, row, column and its place in
+//! the cell. Before the numbers it says where the two runs differ in what
+//! should not differ: the machine, the commit, the plans, the timing. For each pair it checks whether B's
 //! median lies inside A's stated range, whether A's lies inside B's, and
 //! whether the two ranges overlap. The summary is the honest answer to "is
 //! this reproducible?"; the list of the pairs that disagree most says where
-//! it is not. The intervals are 95% ones ([`crate::stats::rerun_interval`]):
+//! it is not. The intervals are 95% ones ([`crate::analysis::stats::rerun_interval`]):
 //! a calibrated report has about 95% of B's medians inside A's intervals,
 //! and the misses spread over sections rather than piling up in one.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use anyhow::bail;
+use serde::Deserialize as _;
+
+use crate::report::value::Value;
 use crate::report::{Block, Report};
+use crate::session::RunInfo;
 
-/// A ratio as a report cell states it.
+/// A ratio as a report states it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stated {
     pub median: f64,
@@ -25,16 +32,18 @@ pub struct Stated {
     pub max: f64,
 }
 
+/// Two decimals, as every ratio is printed: a value this close to an edge
+/// reads as on it.
+const PRINTED: f64 = 0.005;
+
 impl Stated {
     fn contains(&self, v: f64) -> bool {
-        // The cells print two decimals: a value that rounds onto the edge
-        // is inside.
-        v >= self.min - 0.005 && v <= self.max + 0.005
+        v >= self.min - PRINTED && v <= self.max + PRINTED
     }
 
     /// How far `v` is from the median, in half-widths of the interval on
     /// the side it lies (log scale, as the intervals are made): 1 is the
-    /// edge. `None` for a cell with no interval.
+    /// edge. `None` for a ratio with no interval.
     fn reach(&self, v: f64) -> Option<f64> {
         if self.min <= 0.0 || v <= 0.0 || self.median <= 0.0 {
             return None;
@@ -48,30 +57,8 @@ impl Stated {
     }
 
     fn overlaps(&self, o: &Stated) -> bool {
-        self.min <= o.max + 0.005 && o.min <= self.max + 0.005
+        self.min <= o.max + PRINTED && o.min <= self.max + PRINTED
     }
-}
-
-/// Every ratio in a cell's text: `×m` or `×m (lo–hi)`.
-pub fn ratios_in(cell: &str) -> Vec<Stated> {
-    let mut out = Vec::new();
-    for part in cell.split('×').skip(1) {
-        let num_end = part
-            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
-            .unwrap_or(part.len());
-        let Ok(median) = part[..num_end].parse::<f64>() else {
-            continue;
-        };
-        let rest = &part[num_end..];
-        let range = rest
-            .strip_prefix(" (")
-            .and_then(|r| r.split_once(')'))
-            .and_then(|(inner, _)| inner.split_once('–'))
-            .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
-        let (min, max) = range.unwrap_or((median, median));
-        out.push(Stated { median, min, max });
-    }
-    out
 }
 
 /// Where a ratio sits: section / caption / row / column (and its index
@@ -84,19 +71,92 @@ fn ratios(report: &Report) -> BTreeMap<Key, Stated> {
         for b in &s.blocks {
             let Block::Table(t) = b else { continue };
             for row in &t.rows {
-                let name = row.first().cloned().unwrap_or_default();
+                let name = row.first().map_or("", Value::label).to_owned();
                 for (i, cell) in row.iter().enumerate().skip(1) {
-                    for (k, r) in ratios_in(cell).into_iter().enumerate() {
-                        // A baseline's ×1 agrees with itself by definition.
-                        if r.min == r.max && (r.median - 1.0).abs() < 1e-9 {
+                    for (k, (median, min, max)) in cell.ratios().into_iter().enumerate() {
+                        // A ratio of a cell to itself agrees by definition.
+                        if min == max && (median - 1.0).abs() < 1e-9 {
                             continue;
                         }
                         let col = t.headers.get(i).cloned().unwrap_or_else(|| i.to_string());
-                        out.insert((s.id.clone(), t.caption.clone(), name.clone(), col, k), r);
+                        out.insert(
+                            (s.id.clone(), t.caption.clone(), name.clone(), col, k),
+                            Stated { median, min, max },
+                        );
                     }
                 }
             }
         }
+    }
+    out
+}
+
+/// Where two runs differ in what a comparison assumes is the same.
+pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    let (Ok(a), Ok(b)) = (RunInfo::deserialize(a), RunInfo::deserialize(b)) else {
+        return vec![
+            "a report.json lacks its run's description: machines, commits and plans unchecked"
+                .into(),
+        ];
+    };
+    let mut out = Vec::new();
+    let (ma, mb) = (&a.machine, &b.machine);
+    let machine = |m: &crate::measure::machine::Machine| {
+        format!(
+            "{} cores, {}, {:.1} GiB, Linux {}",
+            m.cores, m.cpu_model, m.memory_gib, m.kernel
+        )
+    };
+    if machine(ma) != machine(mb) {
+        out.push(format!(
+            "different machines: A {}; B {}",
+            machine(ma),
+            machine(mb)
+        ));
+    }
+    if (&ma.rustc, &ma.k6) != (&mb.rustc, &mb.k6) {
+        out.push(format!(
+            "different versions: A {}, {}; B {}, {}",
+            ma.rustc, ma.k6, mb.rustc, mb.k6
+        ));
+    }
+    if ma.git_commit != mb.git_commit {
+        out.push(format!(
+            "different commits: A {}, B {}",
+            ma.git_commit, mb.git_commit
+        ));
+    }
+    for (name, m) in [("A", ma), ("B", mb)] {
+        if m.git_dirty {
+            out.push(format!("{name} ran with uncommitted changes"));
+        }
+    }
+    if a.timing != b.timing {
+        out.push(format!(
+            "different timing: A {} rounds × {} s after {} s, B {} rounds × {} s after {} s",
+            a.timing.rounds,
+            a.timing.duration_s,
+            a.timing.warmup_s,
+            b.timing.rounds,
+            b.timing.duration_s,
+            b.timing.warmup_s
+        ));
+    }
+    if a.store != b.store {
+        out.push(format!("different stores: A {}, B {}", a.store, b.store));
+    }
+    if a.pinning != b.pinning {
+        out.push("different CPU pinning".to_owned());
+    }
+    for (name, plan) in &a.plans {
+        match b.plans.get(name) {
+            Some(other) if other != plan => out.push(format!("different plans for {name}")),
+            Some(_) => {}
+            None => out.push(format!("{name} is in A only")),
+        }
+    }
+    for name in b.plans.keys().filter(|n| !a.plans.contains_key(*n)) {
+        out.push(format!("{name} is in B only"));
     }
     out
 }
@@ -161,6 +221,14 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
         }
     };
     let mut out = String::new();
+    let diffs = differences(&a.run, &b.run);
+    if diffs.is_empty() {
+        let _ = writeln!(out, "same machine, commit, timing and plans");
+    } else {
+        for d in &diffs {
+            let _ = writeln!(out, "warning: {d}");
+        }
+    }
     let _ = writeln!(
         out,
         "{paired} ratios in both reports ({} only in A, {} only in B)",
@@ -186,7 +254,7 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
         "the two spreads overlap:            {overlap} ({:.0}%)",
         pct(overlap)
     );
-    if let Some(r) = crate::stats::Spread::of(&reach) {
+    if let Some(r) = crate::analysis::stats::Spread::of(&reach) {
         // For a normal error and a calibrated 95% interval, the median
         // distance is 0.674σ against an edge at 1.96σ.
         let _ = writeln!(
@@ -196,7 +264,7 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
             r.median, r.n
         );
     }
-    if let Some(w) = crate::stats::Spread::of(&widths) {
+    if let Some(w) = crate::analysis::stats::Spread::of(&widths) {
         let _ = writeln!(
             out,
             "A's intervals are ±{:.0}% wide in the median ratio (a quarter of them ±{:.0}% or less, \
@@ -226,17 +294,31 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
     out
 }
 
-/// `lab compare`: both directories rendered again and compared.
+/// A run's `report.json`: the file itself, or the one in a results
+/// directory.
+fn report_json(p: &Path) -> anyhow::Result<PathBuf> {
+    if p.is_dir() {
+        let f = p.join("report.json");
+        if !f.is_file() {
+            bail!(
+                "{} has no report.json; `lab report {}` writes it from the run's rounds",
+                p.display(),
+                p.display()
+            );
+        }
+        return Ok(f);
+    }
+    Ok(p.to_path_buf())
+}
+
+/// `lab compare`: both runs' `report.json` read and compared.
 pub fn run(a: &Path, b: &Path, worst: usize) -> anyhow::Result<String> {
-    let report = |d: &Path| -> anyhow::Result<Report> {
-        let (info, results) = crate::session::load(d)?;
-        Ok(crate::session::build_report(&info, &results))
-    };
-    let (ra, rb) = (report(a)?, report(b)?);
+    let (pa, pb) = (report_json(a)?, report_json(b)?);
+    let (ra, rb) = (Report::read_json(&pa)?, Report::read_json(&pb)?);
     Ok(format!(
         "A: {}\nB: {}\n{}",
-        a.display(),
-        b.display(),
+        pa.display(),
+        pb.display(),
         compare(&ra, &rb, worst)
     ))
 }
@@ -246,29 +328,11 @@ mod tests {
     use super::*;
     use crate::report::{Section, Table};
 
-    #[test]
-    fn ratios_are_read_from_the_cells_the_report_writes() {
-        assert_eq!(
-            ratios_in("5,102 (4,611–5,594) · ×1.04 (0.95–1.13)"),
-            vec![Stated {
-                median: 1.04,
-                min: 0.95,
-                max: 1.13
-            }]
-        );
-        assert_eq!(
-            ratios_in("×0.47"),
-            vec![Stated {
-                median: 0.47,
-                min: 0.47,
-                max: 0.47
-            }]
-        );
-        assert!(ratios_in("1,234 ±3%").is_empty());
-        assert_eq!(ratios_in("×2.00 (1.90–2.10) and ×3.00").len(), 2);
+    fn ratio(median: f64, low: f64, high: f64) -> Value {
+        Value::Ratio { median, low, high }
     }
 
-    fn report(cells: &[&str]) -> Report {
+    fn report(cells: &[Value]) -> Report {
         let mut s = Section::new("payload", "Payload");
         s.table(Table {
             caption: "Throughput".into(),
@@ -276,7 +340,12 @@ mod tests {
             rows: cells
                 .iter()
                 .enumerate()
-                .map(|(i, c)| vec![format!("t{i}"), (*c).to_owned()])
+                .map(|(i, c)| {
+                    vec![
+                        Value::text(format!("t{i}")),
+                        Value::parts(vec![Value::single(100.0, "req/s"), c.clone()]),
+                    ]
+                })
                 .collect(),
             reading: String::new(),
         });
@@ -288,11 +357,19 @@ mod tests {
 
     #[test]
     fn agreement_is_counted_and_the_worst_miss_named() {
-        let a = report(&["×1", "×1.50 (1.40–1.60)", "×0.50 (0.45–0.55)"]);
-        let b = report(&["×1", "×1.55 (1.50–1.70)", "×0.80 (0.75–0.85)"]);
+        let a = report(&[
+            Value::Baseline,
+            ratio(1.5, 1.4, 1.6),
+            ratio(0.5, 0.45, 0.55),
+        ]);
+        let b = report(&[
+            Value::Baseline,
+            ratio(1.55, 1.5, 1.7),
+            ratio(0.8, 0.75, 0.85),
+        ]);
         let text = compare(&a, &b, 5);
         // The baselines are left out: two ratios paired.
-        assert!(text.starts_with("2 ratios in both reports"), "{text}");
+        assert!(text.contains("\n2 ratios in both reports"), "{text}");
         assert!(text.contains("inside A's stated spread: 1 (50%)"), "{text}");
         assert!(text.contains("overlap:            1 (50%)"), "{text}");
         assert!(
@@ -308,5 +385,35 @@ mod tests {
         );
         // Half-widths ±6.9% and ±10.6%.
         assert!(text.contains("intervals are ±9% wide"), "{text}");
+        // Neither report says which run it was.
+        assert!(text.contains("warning: a report.json lacks"), "{text}");
+    }
+
+    #[test]
+    fn runs_from_other_machines_commits_or_plans_are_named() {
+        let (a, _) = crate::synthetic::run(&["payload", "naive"], true, 2);
+        let mut b = a.clone();
+        assert!(differences(&to(&a), &to(&b)).is_empty());
+        b.machine.cores = 4;
+        b.machine.git_commit = "0123456789ab".into();
+        b.knobs.quick = false;
+        b.plans.insert(
+            "payload".into(),
+            serde_json::json!({"transports": ["grpc"], "sizes": [1]}),
+        );
+        b.plans.remove("naive");
+        let d = differences(&to(&a), &to(&b)).join("\n");
+        for needle in [
+            "different machines",
+            "different commits",
+            "different plans for payload",
+            "naive is in A only",
+        ] {
+            assert!(d.contains(needle), "{needle}: {d}");
+        }
+    }
+
+    fn to(info: &RunInfo) -> serde_json::Value {
+        serde_json::to_value(info).expect("serialises")
     }
 }

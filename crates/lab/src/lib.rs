@@ -6,47 +6,34 @@
 //! scripts in `k6/`), reads user-service's `/metrics` and every process's
 //! `/proc` before and after, repeats each cell R times with rounds
 //! interleaved, and writes `results/<timestamp>-<experiment>/` with the raw
-//! JSON of every round, `report.md`, a self-contained `report.html` and SVG
-//! charts. Each experiment reproduces one seed post's table and answers
-//! the question it left open (see `experiments`).
+//! JSON of every round, `report.json` (every table as typed values),
+//! `report.md`, a self-contained `report.html` and SVG charts.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`run`, `report`, `list`).
-//! - [`session`]: one whole run: plan, measure, results directory, report.
-//! - [`experiments`]: which cells each experiment measures, and the report
-//!   section each writes (tables, readings, charts).
-//! - [`rtt`]: the rtt experiment: its plan, cells and report section.
-//! - [`runner`]: one round of one cell: services, warm-up, k6, readings.
-//! - [`cell`]: a cell, the raw record of a round, the measures derived from
-//!   it and the [`cell::Metric`]s tables read.
-//! - [`services`]: building, starting, readiness and stopping of the services.
-//! - [`compare`]: two runs' ratios against each other's stated spreads.
-//! - [`tls_exp`]: the tls experiment: cleartext against TLS per transport.
-//! - [`codec`]: the criterion serialization benchmark, run and tabled.
-//! - [`wire`]: bytes per call, through user-service and a direct gRPC-web client.
-//! - [`k6`]: finding or installing k6; parsing its summary JSON.
-//! - [`prom`]: Prometheus text parsing; user-service's upstream counters.
-//! - [`procfs`]: CPU, peak RSS, TCP states and machine facts from `/proc`.
-//! - [`http`]: a tiny blocking HTTP/1.1 client that counts bytes on the socket.
-//! - [`stats`]: medians, spreads and round-by-round ratios.
-//! - [`report`]: the report model, its Markdown and HTML renderings, SVG charts.
-//! - [`machine`]: the machine, versions and commit every report records.
+//! - [`cli`]: the command line (`run`, `report`, `compare`, `list`).
+//! - [`session`]: one whole run: plans, schedules run by kind (grids,
+//!   ladders, probes, benchmarks), the results directory, the report. It
+//!   names no experiment.
+//! - [`experiment`]: the trait every experiment implements, the run's knobs
+//!   and the context a section is built from.
+//! - [`experiments`]: one file per experiment and the registry that lists
+//!   them; `experiments::tables` holds what several sections share.
+//! - [`measure`]: services, the delay proxy and TLS of a cell's
+//!   environment, k6, `/proc`, `/metrics`, the machine, the raw records and
+//!   schedules: the measurement layer, which knows no experiment.
+//! - [`analysis`]: medians, spreads, rerun intervals, and a run's rounds by
+//!   cell.
+//! - [`report`]: the report model with typed cell values, rendered as JSON,
+//!   Markdown and HTML, and SVG charts.
+//! - [`compare`]: two runs' `report.json` compared, number against interval.
+//! - [`synthetic`]: plausible rounds for tests, made without services.
 
-pub mod cell;
+pub mod analysis;
 pub mod cli;
-pub mod codec;
 pub mod compare;
+pub mod experiment;
 pub mod experiments;
-pub mod http;
-pub mod k6;
-pub mod machine;
-pub mod procfs;
-pub mod prom;
+pub mod measure;
 pub mod report;
-pub mod rtt;
-pub mod runner;
-pub mod services;
 pub mod session;
-pub mod stats;
-pub mod tls_exp;
-pub mod wire;
+pub mod synthetic;

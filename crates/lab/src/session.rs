@@ -2,18 +2,25 @@
 //!
 //! ```text
 //! results/<timestamp>-<experiment>/
-//!   run.json          what was asked, on what machine, and how it ended
-//!   rounds/*.json     the raw record of every round, written as it finishes
+//!   run.json          what was asked, the knobs and every experiment's plan,
+//!                     on what machine, and how it ended
+//!   rounds/*.json     the raw record of every load round, written as it finishes
+//!   probes/*.json     the rounds of probes; bench/*.json benchmark results
 //!   failures.json     rounds that produced no numbers, and why
-//!   logs/             the services' and k6's output
+//!   logs/             the services' and k6's output; certs/ for TLS cells
+//!   report.json       every table as typed values, and run.json inside
 //!   report.md, report.html, *.svg
 //! ```
 //!
-//! Everything the report says is rebuilt from `run.json` and `rounds/`, so
-//! `lab report DIR` can render an interrupted run again, or a run made by an
-//! older lab.
+//! The session runs schedules by their shape, never by the experiment they
+//! came from: every grid's cells first (a cell two experiments share is
+//! measured once, rounds interleaved across all of them), then ladders,
+//! then probes, then benchmarks on a machine the services have left.
+//! Everything the report says is rebuilt from `run.json` and the raw
+//! records, so `lab report DIR` can render an interrupted run again, or
+//! render a run with newer analysis code.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -22,20 +29,29 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cell::{Cell, K6_SATURATED_CORES, Load, RoundRecord};
-use crate::experiments::{self, Context, Data, Experiment, Plan, TRANSPORTS};
-use crate::k6;
-use crate::machine::{self, Machine};
+use crate::analysis::data::Data;
+use crate::experiment::{Context, Entry, Knobs};
+use crate::experiments;
+use crate::experiments::tables::everything;
+use crate::measure::cell::{
+    BUSY_NEIGHBOUR_CORES, Cell, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, Measures,
+};
+use crate::measure::k6;
+use crate::measure::machine::{self, Machine};
+use crate::measure::results::Results;
+use crate::measure::runner::Lab;
+use crate::measure::schedule::{Needs, Schedule};
+use crate::measure::services::{self, Binaries, Databases, ServiceConfig};
+use crate::measure::{Timing, human_duration, is_interrupted, write_json};
 use crate::report::format as f;
+use crate::report::value::Value;
 use crate::report::{Report, Section, Table};
-use crate::runner::{self, Failure, Lab, Results, Timing, is_interrupted, write_json};
-use crate::services::{self, Binaries, Databases, ServiceConfig};
-use crate::wire::WireRecord;
 
 /// What `lab run` was asked.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    pub experiment: Option<Experiment>,
+    /// An experiment's name, or `all` (the default).
+    pub experiment: Option<String>,
     pub quick: bool,
     pub rounds: Option<u32>,
     pub duration_s: Option<f64>,
@@ -54,10 +70,14 @@ pub struct RunOptions {
 /// `run.json`: the run's description.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunInfo {
-    pub experiment: Experiment,
-    pub experiments: Vec<Experiment>,
+    /// What `lab run` was asked for: an experiment's name or `all`.
+    pub experiment: String,
+    /// The experiments it stood for, in report order.
+    pub experiments: Vec<String>,
     pub command: String,
-    pub plan: Plan,
+    pub knobs: Knobs,
+    /// Each experiment's plan, as it made it from the knobs.
+    pub plans: BTreeMap<String, serde_json::Value>,
     pub timing: Timing,
     /// "in memory" or the Postgres host (no password).
     pub store: String,
@@ -67,6 +87,16 @@ pub struct RunInfo {
     pub elapsed_s: Option<f64>,
     /// "complete", or how far an interrupted run got.
     pub outcome: String,
+}
+
+impl RunInfo {
+    /// The experiments of the run with their plans, in report order.
+    pub fn entries(&self) -> Vec<(String, Option<&'static dyn Entry>)> {
+        self.experiments
+            .iter()
+            .map(|n| (n.clone(), experiments::find(n)))
+            .collect()
+    }
 }
 
 /// How a run ended.
@@ -97,10 +127,10 @@ pub fn default_timing(quick: bool) -> Timing {
 fn validate(opts: &RunOptions) -> anyhow::Result<()> {
     if let Some(ts) = &opts.transports {
         for t in ts {
-            if !TRANSPORTS.contains(&t.as_str()) {
+            if !transports::is_known(t) {
                 bail!(
                     "unknown transport {t:?}; valid transports are: {}",
-                    TRANSPORTS.join(", ")
+                    transports::ALL.join(", ")
                 );
             }
         }
@@ -140,17 +170,40 @@ fn store_label(url: Option<&str>) -> String {
     }
 }
 
+/// The plans and schedules of some experiments.
+pub struct Planned {
+    pub plans: BTreeMap<String, serde_json::Value>,
+    /// Each experiment's name and schedule, in report order.
+    pub schedules: Vec<(String, Schedule)>,
+}
+
+/// Plans every experiment from the knobs.
+pub fn plan(entries: &[&'static dyn Entry], knobs: &Knobs) -> anyhow::Result<Planned> {
+    let mut plans = BTreeMap::new();
+    let mut schedules = Vec::new();
+    for e in entries {
+        let plan = e.plan(knobs)?;
+        schedules.push((e.name().to_owned(), e.schedule(&plan)?));
+        plans.insert(e.name().to_owned(), plan);
+    }
+    Ok(Planned { plans, schedules })
+}
+
 /// Runs an experiment end to end and writes its report.
 pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<Outcome> {
-    crate::procfs::require_procfs()?;
+    crate::measure::procfs::require_procfs()?;
     validate(&opts)?;
-    let experiment = opts.experiment.unwrap_or(Experiment::All);
-    let experiments = experiment.expand();
-    let plan = Plan::new(
-        opts.quick,
-        opts.transports.as_deref(),
-        opts.sizes.as_deref(),
-    );
+    let experiment = opts
+        .experiment
+        .clone()
+        .unwrap_or_else(|| experiments::ALL.to_owned());
+    let entries = experiments::expand(&experiment)?;
+    let knobs = Knobs {
+        quick: opts.quick,
+        transports: opts.transports.clone(),
+        sizes: opts.sizes.clone(),
+    };
+    let Planned { plans, schedules } = plan(&entries, &knobs)?;
     let d = default_timing(opts.quick);
     let timing = Timing {
         rounds: opts.rounds.unwrap_or(d.rounds),
@@ -166,9 +219,8 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     let started_at = chrono::Utc::now();
     let results_root = opts.out.clone().unwrap_or_else(|| root.join("results"));
     let dir = results_root.join(format!(
-        "{}-{}",
+        "{}-{experiment}",
         started_at.format("%Y%m%dT%H%M%SZ"),
-        experiment.name()
     ));
     std::fs::create_dir_all(dir.join("logs"))
         .with_context(|| format!("creating {}", dir.display()))?;
@@ -195,17 +247,20 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         .as_deref()
         .map(Databases::from_server_url)
         .transpose()?;
+    let needs = schedules
+        .iter()
+        .fold(Needs::default(), |n, (_, s)| n.and(s.needs()));
     let svc = ServiceConfig {
         bins,
         databases,
         pin: opts.pin,
         log_dir: dir.join("logs"),
-        certs: if experiments.contains(&Experiment::Tls) {
-            let certs = tls::generate::write_lab_certs(&dir.join("tls"))
+        certs: if needs.certs {
+            let certs = tls::generate::write_lab_certs(&dir.join("certs"))
                 .context("making the run's throwaway TLS certificates")?;
             println!(
                 "tls: a throwaway CA and certificates in {}",
-                dir.join("tls").display()
+                dir.join("certs").display()
             );
             Some(certs)
         } else {
@@ -221,10 +276,11 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         bail!("--pin needs taskset (util-linux)");
     }
     let mut info = RunInfo {
-        experiment,
-        experiments: experiments.clone(),
+        experiment: experiment.clone(),
+        experiments: entries.iter().map(|e| e.name().to_owned()).collect(),
         command: opts.command.clone(),
-        plan: plan.clone(),
+        knobs,
+        plans,
         timing,
         store: store_label(opts.database_url.as_deref()),
         pinning: svc.pinning(),
@@ -236,37 +292,41 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     write_json(&dir.join("run.json"), &info)?;
     services::seed(&svc)?;
 
-    // The static cells of every experiment, each measured once.
+    // Every grid's cells, each measured once, under the first experiment
+    // that asked for it; then ladders, probes, and benchmarks last, on a
+    // machine the services have left.
     let mut seen = BTreeSet::new();
     let mut cells: Vec<(String, Cell)> = Vec::new();
-    for e in &experiments {
-        for c in e.cells(&plan) {
-            if seen.insert(c.clone()) {
-                cells.push((e.name().to_owned(), c));
+    let (mut ladders, mut probes, mut benches) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, schedule) in schedules {
+        match schedule {
+            Schedule::Grid(grid) => {
+                for c in grid {
+                    if seen.insert(c.clone()) {
+                        cells.push((name.clone(), c));
+                    }
+                }
             }
+            Schedule::Ladder(l) => ladders.push((name, l)),
+            Schedule::Probe(p) => probes.push((name, p)),
+            Schedule::Bench(b) => benches.push((name, b)),
         }
     }
-    let pool_combos: Vec<(String, u16)> = if experiments.contains(&Experiment::Pool) {
-        plan.pool_vias
-            .iter()
-            .flat_map(|v| plan.pool_sizes.iter().map(move |p| (v.clone(), *p)))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let wire = experiments.contains(&Experiment::WireSize);
     let r = timing.rounds;
     let planned = cells.len() as u32 * r
-        + (pool_combos.len() * plan.pool_rates.len()) as u32 * r
-        + if wire { r } else { 0 };
+        + ladders
+            .iter()
+            .map(|(_, l)| Schedule::Ladder(l.clone()).planned(r))
+            .sum::<u32>()
+        + probes.len() as u32 * r;
     let per = timing.duration_s + timing.warmup_s + 1.5;
     println!(
-        "plan: {} cells + {} pool ladders + {} wire-size probes, {} rounds each: up to {planned} measurements, about {}",
+        "plan: {} cells + {} ladders + {} probes + {} benchmarks, {r} rounds each: up to {planned} measurements, about {} before the benchmarks",
         cells.len(),
-        pool_combos.len(),
-        if wire { 1 } else { 0 },
-        r,
-        runner::human_duration(f64::from(planned) * per)
+        ladders.len(),
+        probes.len(),
+        benches.len(),
+        human_duration(f64::from(planned) * per)
     );
     let t0 = Instant::now();
     let mut lab = Lab::new(root.to_path_buf(), k6_bin, svc, timing, dir.clone(), stop);
@@ -274,23 +334,14 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
 
     let result = (|| -> anyhow::Result<()> {
         lab.run_cells(&cells)?;
-        run_pool_ladder(&mut lab, &plan, pool_combos)?;
-        if wire {
-            lab.run_wire(&plan.wire_sizes, &plan.wire_transports())?;
+        for (name, ladder) in &ladders {
+            lab.run_ladder(name, ladder)?;
         }
-        if experiments.contains(&Experiment::Codec) {
-            // Last, on a machine the services have left: criterion times one
-            // thread and wants nothing else running.
-            let codec = crate::codec::run(
-                root,
-                &dir,
-                &plan.sizes,
-                plan.quick,
-                timing.rounds,
-                &lab.stop,
-            )?;
-            write_json(&dir.join("codec.json"), &codec)?;
-            lab.results.codec = Some(codec);
+        for (name, probe) in &probes {
+            lab.run_probe(name, probe)?;
+        }
+        for (name, bench) in benches {
+            lab.run_bench(&name, bench)?;
         }
         Ok(())
     })();
@@ -314,10 +365,11 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     println!(
         "{} in {}: {}",
         if interrupted { "stopped" } else { "done" },
-        runner::human_duration(t0.elapsed().as_secs_f64()),
+        human_duration(t0.elapsed().as_secs_f64()),
         dir.join("report.md").display()
     );
     println!("          {}", dir.join("report.html").display());
+    println!("          {}", dir.join("report.json").display());
     Ok(Outcome {
         dir,
         interrupted,
@@ -325,90 +377,18 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     })
 }
 
-/// The pool experiment: every (transport, pool) climbs the rates until it
-/// drops, rounds interleaved at each rate.
-fn run_pool_ladder(
-    lab: &mut Lab,
-    plan: &Plan,
-    mut climbing: Vec<(String, u16)>,
-) -> anyhow::Result<()> {
-    let rounds = lab.timing.rounds;
-    for (i, &rate) in plan.pool_rates.iter().enumerate() {
-        if climbing.is_empty() {
-            break;
-        }
-        let cells = experiments::pool_cells(plan, rate, &climbing);
-        let named: Vec<(String, Cell)> = cells
-            .iter()
-            .map(|c| ("pool".to_owned(), c.clone()))
-            .collect();
-        lab.run_cells(&named)?;
-        let data = Data::new(&lab.results);
-        let before = climbing.len();
-        let dropped: Vec<bool> = cells
-            .iter()
-            .map(|c| experiments::dropped(plan, &data, c))
-            .collect();
-        let mut it = dropped.iter();
-        climbing.retain(|_| !it.next().copied().unwrap_or(false));
-        let stopped = (before - climbing.len()) as u32;
-        let rates_left = (plan.pool_rates.len() - i - 1) as u32;
-        lab.plan_less(stopped * rates_left * rounds);
-    }
-    if !climbing.is_empty() {
-        println!(
-            "pool: no drops up to {}/s for {}",
-            plan.pool_rates.last().copied().unwrap_or(0),
-            climbing
-                .iter()
-                .map(|(v, p)| format!("{v} pool {p}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    Ok(())
-}
-
 /// Reads a results directory back.
 pub fn load(dir: &Path) -> anyhow::Result<(RunInfo, Results)> {
-    let read = |p: PathBuf| -> anyhow::Result<String> {
-        std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))
-    };
-    let info: RunInfo = serde_json::from_str(&read(dir.join("run.json"))?)
-        .with_context(|| format!("{} is not a lab run.json", dir.join("run.json").display()))?;
-    let mut results = Results::default();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("rounds"))
-        .with_context(|| format!("listing {}", dir.join("rounds").display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    for p in files {
-        let text = read(p.clone())?;
-        let is_wire = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("wire-size"));
-        if is_wire {
-            let w: WireRecord =
-                serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
-            results.wire.push(w);
-        } else {
-            let r: RoundRecord =
-                serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
-            results.records.push(r);
-        }
-    }
-    if let Ok(text) = std::fs::read_to_string(dir.join("codec.json")) {
-        results.codec = Some(
-            serde_json::from_str(&text)
-                .with_context(|| format!("parsing {}", dir.join("codec.json").display()))?,
-        );
-    }
-    if let Ok(text) = std::fs::read_to_string(dir.join("failures.json")) {
-        results.failures = serde_json::from_str::<Vec<Failure>>(&text).unwrap_or_default();
-    }
-    Ok((info, results))
+    let path = dir.join("run.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let info: RunInfo = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a run.json this lab reads (runs made before experiments had plans of their own cannot be re-rendered)",
+            path.display()
+        )
+    })?;
+    Ok((info, Results::load(dir)?))
 }
 
 /// Renders a results directory's report again.
@@ -421,15 +401,14 @@ pub fn rerender(dir: &Path) -> anyhow::Result<()> {
 pub fn build_report(info: &RunInfo, results: &Results) -> Report {
     let data = Data::new(results);
     let cx = Context {
-        plan: &info.plan,
         timing: &info.timing,
         data: &data,
-        codec: results.codec.as_ref(),
+        results,
     };
     let m = &info.machine;
     let t = &info.timing;
     let mut report = Report {
-        title: format!("Transport lab: {}", info.experiment.name()),
+        title: format!("Transport lab: {}", info.experiment),
         intro: vec![
             "user-service fetches a user's orders from order-service over the transport each \
              table names; k6 drives user-service's `GET /v1/users/{id}/orders` on the same machine. \
@@ -452,7 +431,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                  On a machine this small the three processes share {} cores: absolute rates are this \
                  machine's, the ratios are what travels.",
                 t.rounds,
-                crate::cell::BUSY_NEIGHBOUR_CORES,
+                BUSY_NEIGHBOUR_CORES,
                 m.cores
             ),
         ],
@@ -488,9 +467,9 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                     t.rounds,
                     f::num(t.duration_s),
                     f::num(t.warmup_s),
-                    info.plan.vus,
-                    info.plan.pool,
-                    if info.plan.quick {
+                    Knobs::VUS,
+                    Knobs::POOL,
+                    if info.knobs.quick {
                         "quick plan"
                     } else {
                         "full plan"
@@ -507,31 +486,45 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                     info.started_at,
                     info.elapsed_s.map_or(String::new(), |s| format!(
                         ", took {}",
-                        runner::human_duration(s)
+                        human_duration(s)
                     ))
                 ),
             ),
         ],
         sections: Vec::new(),
+        run: serde_json::to_value(info).unwrap_or_default(),
+        ..Report::default()
     };
     let others: Vec<f64> = results
         .records
         .iter()
-        .map(|r| crate::cell::Measures::of(r).other_cores)
+        .map(|r| Measures::of(r).other_cores)
         .collect();
-    if let Some(o) = crate::stats::Spread::of(&others) {
+    if let Some(o) = crate::analysis::stats::Spread::of(&others) {
         report.meta.push((
             "other load".into(),
             format!(
                 "processes other than the two services and k6 used {:.2} cores in the median round (at most {:.2}); rounds at {} cores or more are flagged",
                 o.median,
                 o.max,
-                crate::cell::BUSY_NEIGHBOUR_CORES
+                BUSY_NEIGHBOUR_CORES
             ),
         ));
     }
-    for e in &info.experiments {
-        report.sections.push(experiments::section(*e, &cx));
+    for (name, entry) in info.entries() {
+        let section = match entry {
+            None => Err(anyhow::anyhow!("this lab has no experiment named {name:?}")),
+            Some(e) => info
+                .plans
+                .get(&name)
+                .with_context(|| format!("run.json has no plan for {name}"))
+                .and_then(|plan| e.section(plan, &cx)),
+        };
+        report.sections.push(section.unwrap_or_else(|e| {
+            let mut s = Section::new(&name, &name);
+            s.para(format!("This section could not be built: {e:#}."));
+            s
+        }));
     }
     report.sections.push(flags_section(&data, results));
     report.sections.push(appendix(&cx));
@@ -540,10 +533,13 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
 
 fn flags_section(data: &Data, results: &Results) -> Section {
     let mut s = Section::new("flags", "Flagged rounds and failures");
-    let rows: Vec<Vec<String>> = data
+    let rows: Vec<Vec<Value>> = data
         .flags
         .iter()
-        .flat_map(|(c, fl)| fl.iter().map(move |x| vec![c.label(), x.clone()]))
+        .flat_map(|(c, fl)| {
+            fl.iter()
+                .map(move |x| vec![Value::text(c.label()), Value::Flag { reason: x.clone() }])
+        })
         .collect();
     if rows.is_empty() {
         s.para("No round was flagged: k6 stayed under the saturation threshold and every answer was a 200 over the transport asked for.");
@@ -574,10 +570,12 @@ fn flags_section(data: &Data, results: &Results) -> Section {
                 .iter()
                 .map(|f| {
                     vec![
-                        f.experiment.clone(),
-                        f.what.clone(),
-                        f.round.to_string(),
-                        f.error.clone(),
+                        Value::text(f.experiment.clone()),
+                        Value::text(f.what.clone()),
+                        Value::text(f.round.to_string()),
+                        Value::Flag {
+                            reason: f.error.clone(),
+                        },
                     ]
                 })
                 .collect(),
@@ -594,7 +592,7 @@ fn appendix(cx: &Context) -> Section {
     let mut open = Vec::new();
     for c in cx.data.cells.keys() {
         // k6's direct gRPC cells have no user-service figures to show here.
-        if c.via == crate::cell::K6_GRPC_DIRECT {
+        if c.via == K6_GRPC_DIRECT {
             continue;
         }
         match c.load {
@@ -603,19 +601,15 @@ fn appendix(cx: &Context) -> Section {
         }
     }
     if !closed.is_empty() {
-        s.table(experiments_everything(cx, "Closed-loop cells", &closed));
+        s.table(everything(cx, "Closed-loop cells", &closed));
     }
     if !open.is_empty() {
-        s.table(experiments_everything(cx, "Open-loop cells", &open));
+        s.table(everything(cx, "Open-loop cells", &open));
     }
     if closed.is_empty() && open.is_empty() {
         s.para("No load cell was measured in this run.");
     }
     s
-}
-
-fn experiments_everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Table {
-    experiments::everything(cx, caption, cells)
 }
 
 #[cfg(test)]

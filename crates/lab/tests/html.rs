@@ -8,13 +8,12 @@ mod common;
 
 use std::process::Command;
 
-use lab::experiments::Experiment;
 use lab::session::build_report;
 
 #[test]
 fn chromium_renders_the_report_with_its_charts_and_tables() {
     let chromium = common::require_chromium();
-    let (info, results) = common::synthetic(Experiment::All, true, 2);
+    let (info, results) = common::synthetic(&["all"], true, 2);
     let report = build_report(&info, &results);
     let dir = common::temp_dir("html");
     report.write(&dir).unwrap();

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lab::experiments::Experiment;
 use lab::session::{self, RunOptions, load};
 
 #[test]
@@ -19,7 +18,7 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
     let out = common::temp_dir("interrupt");
     let stop = Arc::new(AtomicBool::new(false));
     let opts = RunOptions {
-        experiment: Some(Experiment::Payload),
+        experiment: Some("payload".into()),
         quick: true,
         rounds: Some(3),
         duration_s: Some(2.0),

@@ -9,13 +9,13 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use lab::cell::Measures;
-use lab::experiments::Experiment;
+use lab::experiments::wire_size::WireRecord;
+use lab::measure::cell::Measures;
 use lab::session::{self, RunOptions, build_report, load};
 
-fn tiny(experiment: Experiment, out: &std::path::Path, bins: &std::path::Path) -> RunOptions {
+fn tiny(experiment: &str, out: &std::path::Path, bins: &std::path::Path) -> RunOptions {
     RunOptions {
-        experiment: Some(experiment),
+        experiment: Some(experiment.to_owned()),
         quick: true,
         rounds: Some(2),
         duration_s: Some(1.0),
@@ -24,7 +24,7 @@ fn tiny(experiment: Experiment, out: &std::path::Path, bins: &std::path::Path) -
         bin_dir: Some(bins.to_path_buf()),
         transports: Some(vec!["h1-json".into(), "grpc".into(), "tcp-proto".into()]),
         sizes: Some(vec![10]),
-        command: format!("lab run {} (smoke test)", experiment.name()),
+        command: format!("lab run {experiment} (smoke test)"),
         ..Default::default()
     }
 }
@@ -37,7 +37,7 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
     let root = common::root();
 
     let run = session::run(
-        tiny(Experiment::Payload, &out, &bins),
+        tiny("payload", &out, &bins),
         &root,
         Arc::new(AtomicBool::new(false)),
     )
@@ -86,21 +86,31 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
     let report = build_report(&info, &results);
     let empty = report.empty_cells();
     assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
+    // report.json is written with the run, and a run compared with itself
+    // agrees everywhere, with nothing to warn of but uncommitted changes.
+    let same = lab::compare::run(&run.dir, &run.dir, 5).unwrap();
+    assert!(!same.contains("different"), "{same}");
+    assert!(
+        same.contains("inside A's stated spread:") && same.contains("(100%)"),
+        "{same}"
+    );
     let md = std::fs::read_to_string(run.dir.join("report.md")).unwrap();
     assert!(md.contains("| tcp-proto |"));
     assert!(run.dir.join("report.html").is_file());
     assert!(run.dir.join("logs").join("k6.log").is_file());
 
     let wire = session::run(
-        tiny(Experiment::WireSize, &out, &bins),
+        tiny("wire-size", &out, &bins),
         &root,
         Arc::new(AtomicBool::new(false)),
     )
     .expect("the wire-size run");
     assert_eq!(wire.failures, 0, "see {}", wire.dir.display());
     let (info, results) = load(&wire.dir).unwrap();
-    assert_eq!(results.wire.len(), 2);
-    let rows = &results.wire[0].rows;
+    let probes = results.probes_of("wire-size");
+    assert_eq!(probes.len(), 2, "a probe record per round");
+    let first: WireRecord = serde_json::from_value(probes[0].data.clone()).unwrap();
+    let rows = &first.rows;
     let get = |t: &str| rows.iter().find(|r| r.transport == t).expect(t);
     // The lab's client and user-service count REST JSON bytes the same way:
     // the answers are the same bytes (user-service's request headers differ

@@ -19,9 +19,70 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::stats::{Noise, Spread, paired_ratios, rerun_interval};
+use crate::experiment::{Context, Experiment, Knobs};
+use crate::measure::is_interrupted;
+use crate::measure::schedule::{Bench, Schedule};
+use crate::measure::{Interrupted, human_duration};
 use crate::report::format::{self as f, MISSING};
+use crate::report::value::{Form, Value};
 use crate::report::{Section, Table};
-use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
+
+pub struct Codec;
+
+/// Which sizes, and how long criterion runs each benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CodecPlan {
+    /// Orders per page: the payload experiment's sizes.
+    pub sizes: Vec<u32>,
+    pub quick: bool,
+}
+
+impl Experiment for Codec {
+    type Plan = CodecPlan;
+    const NAME: &'static str = "codec";
+    const ABOUT: &'static str =
+        "Serialization alone, no network: the criterion benchmark (seeds 003, 004)";
+
+    fn plan(knobs: &Knobs) -> CodecPlan {
+        CodecPlan {
+            sizes: crate::experiments::payload::plan(knobs).sizes,
+            quick: knobs.quick,
+        }
+    }
+
+    fn schedule(p: &CodecPlan) -> Schedule {
+        let p = p.clone();
+        Schedule::Bench(Bench {
+            run: Box::new(move |b| {
+                let run = run(&b.root, &b.out, &p.sizes, p.quick, b.rounds, &b.stop)?;
+                Ok(serde_json::to_value(run)?)
+            }),
+        })
+    }
+
+    fn describe(p: &CodecPlan) -> String {
+        let (w, m) = timing(p.quick);
+        format!(
+            "criterion at sizes {:?}, {} s warm-up + {} s per benchmark, once per round (about {} a round)",
+            p.sizes,
+            f::num(w),
+            f::num(m),
+            human_duration((w + m) * 12.0 * p.sizes.len() as f64)
+        )
+    }
+
+    fn section(p: &CodecPlan, cx: &Context) -> Section {
+        match cx.bench::<CodecRun>(Codec::NAME) {
+            Ok(run) => section(run.as_ref(), &p.sizes),
+            Err(e) => {
+                let mut s = section(None, &p.sizes);
+                s.para(format!("The benchmark's result could not be read: {e:#}."));
+                s
+            }
+        }
+    }
+}
 
 /// The encodings the benchmark compares, in table order, with their labels.
 pub const FORMATS: [(&str, &str); 3] = [
@@ -119,7 +180,7 @@ impl CodecRun {
     /// A round trip over JSON's, round by round, with its 95% rerun
     /// interval: the noise of round trips is pooled over every format and
     /// size of the run, as the end-to-end ratios pool theirs over an
-    /// experiment's cells ([`crate::stats::rerun_interval`]).
+    /// experiment's cells ([`crate::analysis::stats::rerun_interval`]).
     fn round_trip_ratio(&self, format: &str, base: &str, orders: u32) -> Option<Spread> {
         let sizes: BTreeSet<u32> = self.records.iter().map(|r| r.orders).collect();
         let rows: Vec<Vec<Option<f64>>> = sizes
@@ -153,8 +214,8 @@ pub fn size_filter(sizes: &[u32]) -> String {
 /// Runs the benchmark `rounds` times (at least once) with `cargo bench`,
 /// criterion writing under `out/criterion/r1`, `r2`..., and reads its
 /// estimates. A failure is recorded in the returned run (and reported), not
-/// raised: the end-to-end cells of the same run stay usable. Ctrl-C (`stop`) is the exception: it is returned
-/// as [`crate::runner::Interrupted`].
+/// raised: the end-to-end cells of the same run stay usable. Ctrl-C
+/// (`stop`) is the exception: it is returned as [`Interrupted`].
 pub fn run(
     root: &Path,
     out: &Path,
@@ -202,7 +263,7 @@ pub fn run(
                 }
                 Ok(r)
             }),
-            Err(e) if crate::runner::is_interrupted(&e) => return Err(e),
+            Err(e) if is_interrupted(&e) => return Err(e),
             Err(e) => Err(e),
         };
         match read {
@@ -264,7 +325,7 @@ fn bench(
             let _ = child.kill();
             let _ = child.wait();
             let _ = echo.join();
-            bail!(crate::runner::Interrupted);
+            bail!(Interrupted);
         }
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -360,30 +421,39 @@ pub fn read_estimates(home: &Path) -> anyhow::Result<Vec<CodecRecord>> {
     Ok(out)
 }
 
-/// A duration in the unit that suits it.
-fn time(ns: Option<f64>) -> String {
-    match ns {
-        None => MISSING.to_owned(),
-        Some(ns) if ns >= 1e6 => format!("{} ms", f::num(ns / 1e6)),
-        Some(ns) if ns >= 1e3 => format!("{} µs", f::num(ns / 1e3)),
-        Some(ns) => format!("{} ns", f::num(ns)),
-    }
+/// A benchmark's median over rounds with the rounds' range; with one
+/// round, with criterion's 95% confidence interval of its median.
+fn cell(run: &CodecRun, op: &str, format: &str, stage: &str, n: u32) -> Value {
+    let Some(s) = Spread::of_rounds(&run.series(op, format, stage, n)) else {
+        return Value::missing("the benchmark left no estimate for this size");
+    };
+    let s = match (s.n, run.get(op, format, stage, n, 1)) {
+        (1, Some(r)) => Spread {
+            min: r.lower_ns,
+            max: r.upper_ns,
+            ..s
+        },
+        _ => s,
+    };
+    Value::figure(Some(s), "ns", Form::Time)
 }
 
-/// A benchmark's median over rounds, ± half the rounds' range; with one
-/// round, ± half criterion's 95% confidence interval of its median.
-fn cell(run: &CodecRun, op: &str, format: &str, stage: &str, n: u32) -> String {
-    let Some(s) = Spread::of_rounds(&run.series(op, format, stage, n)) else {
-        return MISSING.to_owned();
-    };
-    let half = match (s.n, run.get(op, format, stage, n, 1)) {
-        (1, Some(r)) => (r.upper_ns - r.lower_ns) / 2.0 / r.median_ns * 100.0,
-        _ => s.relative_half_range() * 100.0,
-    };
-    if half.is_finite() && half >= 0.5 {
-        format!("{} ±{:.0}%", time(Some(s.median)), half)
-    } else {
-        time(Some(s.median))
+/// A time in nanoseconds with no spread.
+fn time(ns: Option<f64>) -> Value {
+    match ns {
+        None => Value::missing("the benchmark left no estimate for this size"),
+        Some(v) => Value::figure(
+            Some(Spread {
+                median: v,
+                min: v,
+                max: v,
+                q1: v,
+                q3: v,
+                n: 1,
+            }),
+            "ns",
+            Form::Time,
+        ),
     }
 }
 
@@ -395,7 +465,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 }
 
 /// The report section: one table per size.
-pub fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
+fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
     let mut s = Section::new("codec", "Serialization alone (criterion)");
     s.para(
         "The encoding without any network: serde_json against prost for the same orders, typed \
@@ -447,12 +517,11 @@ pub fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
         for (format, label) in FORMATS {
             let rt = run.round_trip(format, n);
             let rt_cell = match (format, run.round_trip_ratio(format, "json", n)) {
-                ("json", _) => format!("{} · ×1", time(rt)),
-                (_, Some(r)) => format!("{} · {}", time(rt), f::ratio(Some(r))),
-                (_, None) => time(rt),
+                ("json", _) => Value::parts(vec![time(rt), Value::Baseline]),
+                (_, r) => Value::parts(vec![time(rt), Value::ratio(r)]),
             };
             t.rows.push(vec![
-                label.to_owned(),
+                label.into(),
                 cell(run, "encode", format, "wire", n),
                 cell(run, "encode", format, "domain", n),
                 cell(run, "decode", format, "wire", n),
@@ -558,9 +627,9 @@ mod tests {
         let s = section(Some(&run), &[1000]);
         let t = first_table(&s);
         assert_eq!(t.rows.len(), 3);
-        assert_eq!(t.rows[0][1], "1.00 µs ±2%");
+        assert_eq!(t.rows[0][1].to_string(), "1.00 µs ±2%");
         // One round: criterion's interval as ±, and no rerun interval.
-        assert_eq!(t.rows[1][5], "12.0 µs · ×2.00");
+        assert_eq!(t.rows[1][5].to_string(), "12.0 µs · ×2.00");
         assert!(t.reading.contains("×2.00 of JSON's"), "{}", t.reading);
         let report = crate::report::Report {
             sections: vec![s.clone()],
@@ -588,12 +657,12 @@ mod tests {
         let s = section(Some(&two), &[1000]);
         let t = first_table(&s);
         // encode, domain for v2: 4,000 and 4,400 ns.
-        assert_eq!(t.rows[1][2], "4.20 µs ±5%");
-        let ratio = crate::compare::ratios_in(&t.rows[1][5]);
+        assert_eq!(t.rows[1][2].to_string(), "4.20 µs ±5%");
+        let ratio = t.rows[1][5].ratios();
         assert_eq!(ratio.len(), 1, "{}", t.rows[1][5]);
         // Round 1: 12,000 / 6,000; round 2: 12,400 / 6,000.
-        assert!((ratio[0].median - 2.03).abs() < 0.006, "{ratio:?}");
-        assert!(ratio[0].min < 2.0 && ratio[0].max > 2.07, "{ratio:?}");
+        assert!((ratio[0].0 - 2.03).abs() < 0.006, "{ratio:?}");
+        assert!(ratio[0].1 < 2.0 && ratio[0].2 > 2.07, "{ratio:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -605,7 +674,7 @@ mod tests {
         };
         let s = section(Some(&run), &[1]);
         let t = first_table(&s);
-        assert!(t.rows.iter().all(|r| r[1] == MISSING));
+        assert!(t.rows.iter().all(|r| r[1].is_empty()));
         assert!(t.reading.contains(MISSING));
     }
 

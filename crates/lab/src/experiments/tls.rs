@@ -13,10 +13,43 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cell::{Cell, Metric};
-use crate::experiments::{Context, TRANSPORTS, method};
+use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiments::tables::method;
+use crate::measure::cell::{Cell, Env, Metric};
+use crate::measure::schedule::Schedule;
 use crate::report::format::{self as f, MISSING};
+use crate::report::value::Value;
 use crate::report::{Section, Table};
+
+pub struct Tls;
+
+impl Experiment for Tls {
+    type Plan = TlsPlan;
+    const NAME: &'static str = "tls";
+    const ABOUT: &'static str =
+        "Every transport with and without TLS: cost, bytes, handshakes (seed 000's open question)";
+
+    fn plan(knobs: &Knobs) -> TlsPlan {
+        TlsPlan {
+            vias: knobs.transports(),
+            orders: knobs.sizes(&[1], &[1, 1000]),
+            vus: Knobs::VUS,
+            pool: Knobs::POOL,
+        }
+    }
+
+    fn schedule(p: &TlsPlan) -> Schedule {
+        Schedule::Grid(cells(p))
+    }
+
+    fn describe(p: &TlsPlan) -> String {
+        format!("sizes {:?}, cleartext and TLS", p.orders)
+    }
+
+    fn section(p: &TlsPlan, cx: &Context) -> Section {
+        section(p, cx)
+    }
+}
 
 /// What the tls experiment measures.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -28,25 +61,8 @@ pub struct TlsPlan {
 }
 
 impl TlsPlan {
-    /// Every transport (or `--transports`); 1 order per call (quick) or 1
-    /// and 1,000; the closed loop and pool of the payload experiment, so
-    /// that `all` measures the cleartext cells once for both.
-    pub fn new(quick: bool, transports: Option<&[String]>, vus: u32, pool: u16) -> TlsPlan {
-        TlsPlan {
-            vias: transports.map_or_else(
-                || TRANSPORTS.iter().map(|s| (*s).to_owned()).collect(),
-                <[String]>::to_vec,
-            ),
-            orders: if quick { vec![1] } else { vec![1, 1000] },
-            vus,
-            pool,
-        }
-    }
-
     pub fn cell(&self, via: &str, orders: u32, tls: bool) -> Cell {
-        let mut c = Cell::closed(via, orders, self.vus, self.pool);
-        c.tls = tls;
-        c
+        Cell::closed(via, orders, self.vus, self.pool).with_env(Env { rtt_ms: None, tls })
     }
 }
 
@@ -64,15 +80,13 @@ pub fn cells(p: &TlsPlan) -> Vec<Cell> {
 }
 
 /// The tls section of the report.
-pub fn section(cx: &Context) -> Section {
-    let p = &cx.plan.tls;
-    let d = cx.data;
+fn section(p: &TlsPlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "tls",
         "TLS between the services: what it costs each transport",
     );
     s.para(method(
-        cx,
+        cx.timing,
         &format!(
             "Closed loop, {} VUs, pool {}; in a TLS cell every listener of order-service serves \
              TLS 1.3 (rustls, a throwaway CA made for the run) and user-service dials it over \
@@ -103,29 +117,21 @@ pub fn section(cx: &Context) -> Section {
         };
         for via in &p.vias {
             let (plain, tls) = (p.cell(via, orders, false), p.cell(via, orders, true));
-            let with = |m: Metric| {
-                format!(
-                    "{} · {}",
-                    f::range(d.spread(&tls, m)),
-                    f::ratio(d.ratio(&tls, &plain, m))
-                )
-            };
             t.rows.push(vec![
-                via.clone(),
-                f::range(d.spread(&plain, Metric::Rate)),
-                with(Metric::Rate),
-                f::range(d.spread(&plain, Metric::UpP50)),
-                with(Metric::UpP50),
-                f::range(d.spread(&plain, Metric::BytesTotal)),
-                with(Metric::BytesTotal),
-                format!(
-                    "{} / {}",
-                    f::range(d.spread(&tls, Metric::TlsFullPer1k)),
-                    f::range(d.spread(&tls, Metric::TlsResumedPer1k))
-                ),
+                via.clone().into(),
+                cx.fig(&plain, Metric::Rate),
+                cx.fig_vs(&tls, &plain, Metric::Rate),
+                cx.fig(&plain, Metric::UpP50),
+                cx.fig_vs(&tls, &plain, Metric::UpP50),
+                cx.fig(&plain, Metric::BytesTotal),
+                cx.fig_vs(&tls, &plain, Metric::BytesTotal),
+                Value::parts(vec![
+                    cx.fig(&tls, Metric::TlsFullPer1k),
+                    cx.fig(&tls, Metric::TlsResumedPer1k),
+                ]),
             ]);
         }
-        t.reading = reading(cx, orders);
+        t.reading = reading(p, cx, orders);
         s.table(t);
     }
     s
@@ -133,8 +139,7 @@ pub fn section(cx: &Context) -> Section {
 
 /// The table's line: which transport TLS costs most and least, and who
 /// pays handshakes during the run.
-fn reading(cx: &Context, orders: u32) -> String {
-    let p = &cx.plan.tls;
+fn reading(p: &TlsPlan, cx: &Context, orders: u32) -> String {
     let d = cx.data;
     let mut costs: Vec<(String, f64)> = p
         .vias
@@ -188,16 +193,19 @@ mod tests {
 
     #[test]
     fn every_transport_is_measured_in_cleartext_and_over_tls() {
-        let p = TlsPlan::new(true, None, 8, 8);
+        let all = transports::ALL.len();
+        let p = Tls::plan(&Knobs {
+            quick: true,
+            ..Knobs::default()
+        });
         let c = cells(&p);
-        assert_eq!(c.len(), TRANSPORTS.len() * 2);
-        assert_eq!(c.iter().filter(|c| c.tls).count(), TRANSPORTS.len());
+        assert_eq!(c.len(), all * 2);
+        assert_eq!(c.iter().filter(|c| c.env.tls).count(), all);
         // The cleartext cells are the payload experiment's own.
-        assert!(c.contains(&Cell::closed("grpc", 1, 8, 8)));
-        assert!(c.iter().any(|c| c.tls && c.id().ends_with("-tls")));
-        assert_eq!(
-            cells(&TlsPlan::new(false, None, 8, 8)).len(),
-            TRANSPORTS.len() * 4
-        );
+        assert!(c.contains(&Knobs::closed("grpc", 1)));
+        assert!(c.iter().any(|c| c.env.tls && c.id().ends_with("-tls")));
+        assert!(Tls::schedule(&p).needs().certs);
+        let full = Tls::plan(&Knobs::default());
+        assert_eq!(cells(&full).len(), all * 4);
     }
 }

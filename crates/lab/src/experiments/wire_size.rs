@@ -1,4 +1,4 @@
-//! Bytes per call on the wire, each way (seed 001 §6).
+//! `wire-size`: bytes per call on the wire, each way (seed 001 §6).
 //!
 //! Byte counts do not depend on load, so this experiment sends a few calls
 //! one at a time instead of running k6:
@@ -21,10 +21,71 @@ use anyhow::{Context as _, bail};
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 
-use crate::http::Conn;
-use crate::prom;
-use crate::runner::Interrupted;
-use crate::services::Running;
+use crate::analysis::stats::{Spread, paired_ratios, rerun_interval};
+use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiments::tables::BASELINE;
+use crate::measure::Interrupted;
+use crate::measure::cell::Env;
+use crate::measure::http::Conn;
+use crate::measure::prom;
+use crate::measure::schedule::{Probe, Schedule};
+use crate::measure::services::Running;
+use crate::report::format::{self as f, MISSING};
+use crate::report::value::Value;
+use crate::report::{Section, Table};
+
+pub struct WireSize;
+
+/// Which transports at which sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WirePlan {
+    pub transports: Vec<String>,
+    pub sizes: Vec<u32>,
+}
+
+impl Experiment for WireSize {
+    type Plan = WirePlan;
+    const NAME: &'static str = "wire-size";
+    const ABOUT: &'static str =
+        "Bytes per call: REST JSON, REST protobuf, gRPC, gRPC-web (seed 001 §6)";
+
+    fn plan(knobs: &Knobs) -> WirePlan {
+        WirePlan {
+            transports: knobs.transports(),
+            sizes: knobs.sizes(&[1, 100, 1000], &[1, 100, 1000]),
+        }
+    }
+
+    fn schedule(p: &WirePlan) -> Schedule {
+        let p = p.clone();
+        Schedule::Probe(Probe {
+            // One call at a time: one connection is enough.
+            pool: 1,
+            env: Env::default(),
+            run: Box::new(move |running, round, stop| {
+                let transports: Vec<&str> = p.transports.iter().map(String::as_str).collect();
+                Ok(serde_json::to_value(probe(
+                    running,
+                    &p.sizes,
+                    &transports,
+                    round,
+                    stop,
+                )?)?)
+            }),
+        })
+    }
+
+    fn describe(p: &WirePlan) -> String {
+        format!(
+            "sizes {:?}, {COUNTED_CALLS} calls one at a time per transport",
+            p.sizes
+        )
+    }
+
+    fn section(p: &WirePlan, cx: &Context) -> Section {
+        section(p, cx)
+    }
+}
 
 /// Calls counted per transport and size.
 pub const COUNTED_CALLS: u32 = 10;
@@ -287,6 +348,149 @@ pub fn grpc_web_orders(body: &[u8]) -> anyhow::Result<usize> {
         Some(s) => bail!("gRPC-web answered grpc-status {s}"),
         None => bail!("the gRPC-web answer has no trailer frame"),
     }
+}
+
+fn section(p: &WirePlan, cx: &Context) -> Section {
+    let mut s = Section::new(
+        "wire-size",
+        "Wire size: bytes per call, each way (seed 001 §6)",
+    );
+    s.para(format!(
+        "Not a load test: after {} uncounted calls, {} calls one at a time per transport and size, \
+         {} rounds. user-service rows are its own socket counters on the call to order-service \
+         (headers and framing included, steady state of a reused connection). user-service has no \
+         gRPC-web adapter, so the **grpc-web** row is the lab's own HTTP/1.1 client calling \
+         order-service's `ListOrders` with `application/grpc-web+proto`, counted on its socket the \
+         same way; the lab client's REST JSON and REST protobuf rows are the cross-check that the \
+         two ways of counting agree. `×` is relative to h1-json's total (request + response).",
+        WARM_CALLS,
+        COUNTED_CALLS,
+        cx.timing.rounds
+    ));
+    let records: Vec<WireRecord> = match cx.probes::<WireRecord>(WireSize::NAME) {
+        Ok(r) => r.into_iter().map(|(_, r)| r).collect(),
+        Err(e) => {
+            s.para(format!("The probe's records could not be read ({e:#}): {MISSING}."));
+            Vec::new()
+        }
+    };
+    let rounds = cx.results.rounds();
+    let mut rows_spec: Vec<(String, Source, String)> = p
+        .transports
+        .iter()
+        .map(|t| (t.clone(), Source::UserService, t.clone()))
+        .collect();
+    for (t, label) in [
+        ("grpc-web", "grpc-web (lab client → order-service)"),
+        ("rest-json", "REST JSON (lab client → order-service)"),
+        ("rest-proto", "REST protobuf (lab client → order-service)"),
+    ] {
+        rows_spec.push((label.to_owned(), Source::LabClient, t.to_owned()));
+    }
+    let values = |src: Source, t: &str, o: u32, out: bool| -> Vec<Option<f64>> {
+        (1..=rounds)
+            .map(|r| {
+                records
+                    .iter()
+                    .filter(|w| w.round == r)
+                    .flat_map(|w| w.rows.iter())
+                    .find(|row| row.source == src && row.transport == t && row.orders == o)
+                    .map(|row| {
+                        if out {
+                            row.out_per_call
+                        } else {
+                            row.in_per_call
+                        }
+                    })
+            })
+            .collect()
+    };
+    let total = |src: Source, t: &str, o: u32| -> Vec<Option<f64>> {
+        values(src, t, o, true)
+            .into_iter()
+            .zip(values(src, t, o, false))
+            .map(|(a, b)| Some(a? + b?))
+            .collect()
+    };
+    let spread = |v: Vec<Option<f64>>| Spread::of_rounds(&v);
+    let mut headers = vec!["transport".to_owned()];
+    for &o in &p.sizes {
+        headers.push(format!("{}: request B", f::orders(o)));
+        headers.push(format!("{}: response B", f::orders(o)));
+        headers.push(format!("{}: × h1-json", f::orders(o)));
+    }
+    let rows = rows_spec
+        .iter()
+        .map(|(label, src, t)| {
+            let mut r = vec![Value::text(label.clone())];
+            for &o in &p.sizes {
+                r.push(Value::range(spread(values(*src, t, o, true)), "B"));
+                r.push(Value::range(spread(values(*src, t, o, false)), "B"));
+                r.push(Value::ratio(rerun_interval(
+                    &paired_ratios(&total(*src, t, o), &total(Source::UserService, BASELINE, o)),
+                    None,
+                )));
+            }
+            r
+        })
+        .collect();
+    let mid = p
+        .sizes
+        .iter()
+        .copied()
+        .find(|&o| o == 100)
+        .or_else(|| p.sizes.last().copied())
+        .unwrap_or(100);
+    let med = |src: Source, t: &str| spread(total(src, t, mid)).map(|s| s.median);
+    let base_total = med(Source::UserService, BASELINE);
+    let ratio = |src: Source, t: &str| match (med(src, t), base_total) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let mut parts = Vec::new();
+    for (src, t, name) in [
+        (
+            Source::UserService,
+            "h2c-json",
+            "REST JSON on HTTP/2 (h2c-json)",
+        ),
+        (Source::UserService, "h1-proto", "REST protobuf (h1-proto)"),
+        (Source::UserService, "grpc", "gRPC"),
+        (Source::LabClient, "grpc-web", "gRPC-web"),
+    ] {
+        if let Some(r) = ratio(src, t) {
+            parts.push(format!("{name} ×{r:.2}"));
+        }
+    }
+    let verdict = match (
+        ratio(Source::UserService, "h2c-json"),
+        ratio(Source::UserService, "h1-proto"),
+    ) {
+        (Some(h2), Some(pb)) if pb < h2 => {
+            " The saving follows the encoding (protobuf), not HTTP/2.".to_owned()
+        }
+        (Some(_), Some(_)) => " HTTP/2 saves more than protobuf here.".to_owned(),
+        _ => String::new(),
+    };
+    let reading = match base_total {
+        Some(b) => format!(
+            "At {}, per call: REST JSON (h1-json) {} B; {}.{verdict}",
+            f::orders(mid),
+            f::num(b),
+            parts.join("; ")
+        ),
+        None => format!(
+            "h1-json was not measured: no baseline at {}.",
+            f::orders(mid)
+        ),
+    };
+    s.table(Table {
+        caption: "Bytes per call on the wire".into(),
+        headers,
+        rows,
+        reading,
+    });
+    s
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::k6;
-use crate::procfs::TcpStates;
-use crate::prom::Upstream;
+use crate::measure::k6;
+use crate::measure::procfs::TcpStates;
+use crate::measure::prom::Upstream;
 
 /// The `via` of cells where k6's own gRPC client calls order-service
 /// directly (`k6/grpc-direct.js`): seed 001's load-tool pitfall. No
@@ -40,15 +40,49 @@ pub struct Cell {
     pub pool: u16,
     /// Lookups per k6 iteration, sent at once (the streaming experiment).
     pub lookups: u32,
+    /// What surrounds the two services in this cell: the launcher gets it
+    /// whole. Flattened, so a cell's JSON keeps its fields at the top.
+    #[serde(flatten)]
+    pub env: Env,
+}
+
+/// The environment of a cell: everything between and around the services
+/// that is not the transport, handed to the launcher as one value. The
+/// default is two services talking directly, in cleartext.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct Env {
     /// Round-trip time emulated between user-service and order-service by
     /// the delay proxy (half each way), in ms; `None`: no proxy, the services
-    /// talk directly (every experiment but `rtt`).
+    /// talk directly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_ms: Option<u32>,
     /// Every listener of order-service serves TLS and user-service dials it
-    /// over TLS (the `tls` experiment); cleartext otherwise.
+    /// over TLS with the run's certificates; cleartext otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls: bool,
+}
+
+impl Env {
+    /// The part of a cell id that says the environment ("" when direct).
+    fn id(&self) -> String {
+        let rtt = self.rtt_ms.map_or(String::new(), |r| format!("-rtt{r}"));
+        let tls = if self.tls { "-tls" } else { "" };
+        format!("{rtt}{tls}")
+    }
+
+    /// The part of a progress label that says the environment.
+    fn label(&self) -> String {
+        let mut s = String::new();
+        if let Some(r) = self.rtt_ms {
+            s.push_str(&format!(", RTT {r} ms"));
+        }
+        if self.tls {
+            s.push_str(", TLS");
+        }
+        s
+    }
 }
 
 impl Cell {
@@ -61,9 +95,14 @@ impl Cell {
             load: Load::Closed { vus },
             pool,
             lookups: 1,
-            rtt_ms: None,
-            tls: false,
+            env: Env::default(),
         }
+    }
+
+    /// The same cell in another environment.
+    pub fn with_env(mut self, env: Env) -> Cell {
+        self.env = env;
+        self
     }
 
     /// A file-name-safe identifier, unique per cell.
@@ -82,21 +121,23 @@ impl Cell {
         } else {
             String::new()
         };
-        let rtt = self.rtt_ms.map_or(String::new(), |r| format!("-rtt{r}"));
-        let tls = if self.tls { "-tls" } else { "" };
         format!(
-            "{}-o{}-{fields}-{load}-p{}{lookups}{rtt}{tls}",
-            self.via, self.orders, self.pool
+            "{}-o{}-{fields}-{load}-p{}{lookups}{}",
+            self.via,
+            self.orders,
+            self.pool,
+            self.env.id()
         )
     }
 
     /// A short human description for progress lines.
     pub fn label(&self) -> String {
-        let mut s = format!(
-            "{} {}",
-            self.via,
-            crate::report::format::orders(self.orders)
-        );
+        let orders = match self.orders {
+            1 => "1 order".to_owned(),
+            n if n >= 1000 => format!("{},{:03} orders", n / 1000, n % 1000),
+            n => format!("{n} orders"),
+        };
+        let mut s = format!("{} {orders}", self.via);
         if self.fields.is_some() {
             s.push_str(" (6 fields)");
         }
@@ -108,12 +149,7 @@ impl Cell {
             Load::Open { rate, .. } => s.push_str(&format!(", open loop {rate}/s")),
         }
         s.push_str(&format!(", pool {}", self.pool));
-        if let Some(r) = self.rtt_ms {
-            s.push_str(&format!(", RTT {r} ms"));
-        }
-        if self.tls {
-            s.push_str(", TLS");
-        }
+        s.push_str(&self.env.label());
         s
     }
 }
@@ -519,9 +555,15 @@ mod tests {
         };
         let mut d = a.clone();
         d.lookups = 20;
-        let mut e = a.clone();
-        e.rtt_ms = Some(5);
-        let ids = [a.id(), b.id(), c.id(), d.id(), e.id()];
+        let e = a.clone().with_env(Env {
+            rtt_ms: Some(5),
+            tls: false,
+        });
+        let f = a.clone().with_env(Env {
+            rtt_ms: None,
+            tls: true,
+        });
+        let ids = [a.id(), b.id(), c.id(), d.id(), e.id(), f.id()];
         for (i, x) in ids.iter().enumerate() {
             assert!(
                 x.chars()
@@ -536,5 +578,28 @@ mod tests {
         assert!(d.label().contains("x20 lookups"));
         assert_eq!(e.id(), "grpc-o1000-all-vu8-p8-rtt5");
         assert!(e.label().ends_with("RTT 5 ms"));
+        assert!(f.label().ends_with(", TLS"));
+        assert!(a.label().starts_with("grpc 1,000 orders"));
+    }
+
+    #[test]
+    fn a_cell_environment_keeps_the_round_files_shape() {
+        // Round files written before the environment was one value have
+        // `rtt_ms` and `tls` at the top of the cell: they still read.
+        let old = r#"{"via":"grpc","orders":1,"fields":null,"load":{"mode":"closed","vus":16},
+            "pool":4,"lookups":1,"rtt_ms":20}"#;
+        let c: Cell = serde_json::from_str(old).expect("an older cell");
+        assert_eq!(c.env.rtt_ms, Some(20));
+        assert!(!c.env.tls);
+        let text = serde_json::to_string(&c).expect("serialises");
+        assert!(
+            text.contains(r#""rtt_ms":20"#) && !text.contains("env"),
+            "{text}"
+        );
+        let direct = serde_json::to_string(&Cell::closed("grpc", 1, 8, 8)).expect("serialises");
+        assert!(
+            !direct.contains("rtt_ms") && !direct.contains("tls"),
+            "{direct}"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use crate::procfs;
+use crate::measure::procfs;
 
 /// Where and with what a run was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

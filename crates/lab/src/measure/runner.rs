@@ -1,8 +1,10 @@
 //! Running rounds: fresh services, warm-up, the measured k6 run, and every
-//! reading taken before and after it.
+//! reading taken before and after it; and the schedules made of rounds
+//! (grids, ladders, probes, benchmarks).
 //!
 //! One round of one cell goes:
-//! 1. start order-service and user-service on fresh ports, wait for `/readyz`;
+//! 1. start order-service and user-service on fresh ports in the cell's
+//!    environment (delay proxy, TLS), wait for `/readyz`;
 //! 2. warm up with k6 (closed loop, same transport and payload), discarded;
 //! 3. read `/metrics` of user-service, `/proc` of both services, TIME_WAIT
 //!    sockets on order-service's REST port, and the lab's own children CPU;
@@ -20,64 +22,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use serde::{Deserialize, Serialize};
 
-use crate::cell::{
+use crate::analysis::stats::Spread;
+use crate::measure::cell::{
     BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, Measures,
     ProxyRecord, RoundRecord, Rss,
 };
-use crate::k6;
-use crate::procfs;
-use crate::prom;
-use crate::services::{self, ChildGuard, Running, ServiceConfig};
-use crate::wire::{self, WireRecord};
-
-/// The error a run stops with when Ctrl-C (or SIGTERM) arrived.
-#[derive(Debug, Clone, Copy)]
-pub struct Interrupted;
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("interrupted")
-    }
-}
-
-impl std::error::Error for Interrupted {}
-
-/// Whether an error is (or wraps) an interruption.
-pub fn is_interrupted(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.is::<Interrupted>())
-}
-
-/// Timing of every round.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Timing {
-    pub rounds: u32,
-    /// The measured part of a round, in seconds.
-    pub duration_s: f64,
-    /// The discarded warm-up before it, in seconds.
-    pub warmup_s: f64,
-}
-
-/// A round that did not produce numbers, and why.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Failure {
-    pub experiment: String,
-    pub what: String,
-    pub round: u32,
-    pub error: String,
-}
-
-/// Everything a run has measured so far.
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
-pub struct Results {
-    pub records: Vec<RoundRecord>,
-    pub wire: Vec<WireRecord>,
-    pub failures: Vec<Failure>,
-    /// The `codec` experiment's criterion estimates (`codec.json`).
-    #[serde(default)]
-    pub codec: Option<crate::codec::CodecRun>,
-}
+use crate::measure::k6;
+use crate::measure::procfs;
+use crate::measure::prom;
+use crate::measure::results::{BenchRecord, Failure, ProbeRecord, Results};
+use crate::measure::schedule::{Bench, BenchContext, Ladder, Probe};
+use crate::measure::services::{self, ChildGuard, Running, ServiceConfig};
+use crate::measure::{Interrupted, Timing, human_duration, is_interrupted, write_json};
 
 /// The lab in the middle of a run.
 #[derive(Debug)]
@@ -183,44 +140,120 @@ impl Lab {
         Ok(())
     }
 
-    /// Measures byte counts per call on every transport, R times.
-    pub fn run_wire(&mut self, sizes: &[u32], transports: &[&str]) -> anyhow::Result<()> {
+    /// Runs a probe once per round on freshly started services.
+    pub fn run_probe(&mut self, experiment: &str, probe: &Probe) -> anyhow::Result<()> {
         for round in 1..=self.timing.rounds {
             self.check_stop()?;
             let started = Instant::now();
-            let header = format!("wire-size round {round}");
-            let result = (|| -> anyhow::Result<WireRecord> {
-                let running = services::start(&self.services, Some(1), &header, &self.stop)?;
-                let rec = wire::probe(&running, sizes, transports, round, &self.stop);
+            let header = format!("{experiment} probe round {round}");
+            let result = (|| -> anyhow::Result<serde_json::Value> {
+                let running = services::start(
+                    &self.services,
+                    Some(probe.pool),
+                    &probe.env,
+                    &header,
+                    &self.stop,
+                )?;
+                let rec = (probe.run)(&running, round, &self.stop);
                 running.stop();
                 rec
             })();
             self.progress.done += 1;
             match result {
-                Ok(rec) => {
-                    let path = self.rounds_dir().join(format!("wire-size-r{round}.json"));
-                    write_json(&path, &rec)?;
+                Ok(data) => {
+                    let rec = ProbeRecord {
+                        experiment: experiment.to_owned(),
+                        round,
+                        data,
+                    };
+                    write_json(&Results::probe_path(&self.out, experiment, round), &rec)?;
                     println!(
-                        "[{}/{}] wire-size round {round}/{}: {} rows in {:.1} s{}",
+                        "[{}/{}] {experiment}: probe round {round}/{} in {:.1} s{}",
                         self.progress.done,
                         self.progress.planned,
                         self.timing.rounds,
-                        rec.rows.len(),
                         started.elapsed().as_secs_f64(),
                         self.eta()
                     );
-                    self.results.wire.push(rec);
+                    self.results.probes.push(rec);
                 }
                 Err(e) if is_interrupted(&e) => return Err(e),
                 Err(e) => {
-                    println!("  !! wire-size round {round} failed: {e:#}");
+                    println!("  !! {experiment} probe round {round} failed: {e:#}");
                     self.results.failures.push(Failure {
-                        experiment: "wire-size".into(),
-                        what: "bytes per call".into(),
+                        experiment: experiment.to_owned(),
+                        what: "probe".into(),
                         round,
                         error: format!("{e:#}"),
                     });
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Climbs a ladder: rung by rung, every line still climbing measured
+    /// for all its rounds, and a line left behind after the first rung
+    /// whose median meets the stop rule.
+    pub fn run_ladder(&mut self, experiment: &str, ladder: &Ladder) -> anyhow::Result<()> {
+        let rounds = self.timing.rounds;
+        let mut climbing: Vec<usize> = (0..ladder.lines.len()).collect();
+        let top = ladder.lines.iter().map(Vec::len).max().unwrap_or(0);
+        for rung in 0..top {
+            climbing.retain(|&l| ladder.lines[l].len() > rung);
+            if climbing.is_empty() {
+                break;
+            }
+            let cells: Vec<(String, Cell)> = climbing
+                .iter()
+                .map(|&l| (experiment.to_owned(), ladder.lines[l][rung].clone()))
+                .collect();
+            self.run_cells(&cells)?;
+            let stopped = stopping(ladder, rung, &climbing, &self.results.records);
+            for &l in &stopped {
+                let left = ladder.lines[l].len().saturating_sub(rung + 1) as u32;
+                self.plan_less(left * rounds);
+            }
+            climbing.retain(|l| !stopped.contains(l));
+        }
+        if !climbing.is_empty() {
+            println!(
+                "{experiment}: {} of {} ladders reached their top rung without meeting the stop rule",
+                climbing.len(),
+                ladder.lines.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs a benchmark; a failure is recorded, not raised (the load cells
+    /// of the run stay usable), except an interruption.
+    pub fn run_bench(&mut self, experiment: &str, bench: Bench) -> anyhow::Result<()> {
+        self.check_stop()?;
+        let cx = BenchContext {
+            root: self.root.clone(),
+            out: self.out.clone(),
+            rounds: self.timing.rounds,
+            stop: self.stop.clone(),
+        };
+        match (bench.run)(&cx) {
+            Ok(data) => {
+                let rec = BenchRecord {
+                    experiment: experiment.to_owned(),
+                    data,
+                };
+                write_json(&Results::bench_path(&self.out, experiment), &rec)?;
+                self.results.benches.push(rec);
+            }
+            Err(e) if is_interrupted(&e) => return Err(e),
+            Err(e) => {
+                println!("  !! {experiment} benchmark failed: {e:#}");
+                self.results.failures.push(Failure {
+                    experiment: experiment.to_owned(),
+                    what: "benchmark".into(),
+                    round: 0,
+                    error: format!("{e:#}"),
+                });
             }
         }
         Ok(())
@@ -289,15 +322,10 @@ impl Lab {
         header: &str,
         started_at: String,
     ) -> anyhow::Result<RoundRecord> {
-        // An emulated round trip is split evenly between the two directions.
-        let one_way = cell
-            .rtt_ms
-            .map(|r| Duration::from_micros(u64::from(r) * 500));
-        let running = services::start_delayed(
+        let running = services::start(
             &self.services,
             Some(cell.pool),
-            one_way,
-            cell.tls,
+            &cell.env,
             header,
             &self.stop,
         )?;
@@ -369,7 +397,7 @@ impl Lab {
         let user_addr = running.ports.user_rest_addr();
         let order_port = running.ports.order_rest;
         let scrape = |what: &str| -> anyhow::Result<prom::Upstream> {
-            let r = crate::http::get(user_addr, "/metrics", Duration::from_secs(5))
+            let r = crate::measure::http::get(user_addr, "/metrics", Duration::from_secs(5))
                 .with_context(|| format!("scraping user-service /metrics {what}"))?;
             if r.status != 200 {
                 bail!("user-service /metrics answered {}", r.status);
@@ -544,6 +572,31 @@ struct K6Run {
     peak_rss_kb: u64,
 }
 
+/// The lines of `climbing` whose rung `rung` meets the ladder's stop rule
+/// (the median over the rounds recorded so far).
+pub fn stopping(
+    ladder: &Ladder,
+    rung: usize,
+    climbing: &[usize],
+    records: &[RoundRecord],
+) -> Vec<usize> {
+    climbing
+        .iter()
+        .copied()
+        .filter(|&l| {
+            let Some(cell) = ladder.lines.get(l).and_then(|line| line.get(rung)) else {
+                return false;
+            };
+            let values: Vec<f64> = records
+                .iter()
+                .filter(|r| &r.cell == cell)
+                .filter_map(|r| ladder.stop.metric.of(&Measures::of(r)))
+                .collect();
+            Spread::of(&values).is_some_and(|s| s.median > ladder.stop.above)
+        })
+        .collect()
+}
+
 /// The closed-loop script of a cell.
 fn script_of(cell: &Cell) -> &'static str {
     if cell.via == K6_GRPC_DIRECT {
@@ -586,41 +639,47 @@ pub fn secs_arg(s: f64) -> String {
     format!("{}ms", (s * 1000.0).round() as u64)
 }
 
-/// "2 min 05 s" style.
-pub fn human_duration(secs: f64) -> String {
-    let s = secs.round() as u64;
-    if s >= 60 {
-        format!("{} min {:02} s", s / 60, s % 60)
-    } else {
-        format!("{s} s")
-    }
-}
-
-/// Writes pretty JSON, creating the folder.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let text = serde_json::to_string_pretty(value)?;
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn durations_are_given_to_k6_in_milliseconds() {
-        assert_eq!(secs_arg(2.0), "2000ms");
-        assert_eq!(secs_arg(0.5), "500ms");
-        assert_eq!(human_duration(125.0), "2 min 05 s");
-        assert_eq!(human_duration(9.4), "9 s");
+    fn a_ladder_line_stops_at_the_first_rung_whose_median_meets_the_rule() {
+        use crate::measure::cell::Metric;
+        use crate::measure::schedule::StopRule;
+        let open = |via: &str, rate: u32| Cell {
+            load: Load::Open { rate, max_vus: 100 },
+            ..Cell::closed(via, 100, 8, 1)
+        };
+        let ladder = Ladder {
+            lines: vec![
+                vec![open("h1-json", 500), open("h1-json", 1000)],
+                vec![open("grpc", 500), open("grpc", 1000)],
+            ],
+            stop: StopRule {
+                metric: Metric::DroppedShare,
+                above: 1.0,
+            },
+        };
+        // Rung 0: h1-json drops 5% in two rounds of three (median 5%), grpc
+        // 5% in one (median 0%).
+        let mut records = Vec::new();
+        for (via, drops) in [("h1-json", [5.0, 5.0, 0.0]), ("grpc", [5.0, 0.0, 0.0])] {
+            for (round, d) in drops.iter().enumerate() {
+                let mut r = crate::synthetic::record("pool", &open(via, 500), round as u32 + 1);
+                r.k6.iterations = 100.0 - d;
+                r.k6.dropped = *d;
+                records.push(r);
+            }
+        }
+        assert_eq!(stopping(&ladder, 0, &[0, 1], &records), vec![0]);
+        // A rung not measured yet stops nothing.
+        assert!(stopping(&ladder, 1, &[0, 1], &records).is_empty());
     }
 
     #[test]
-    fn interruptions_are_recognised_through_context() {
-        let e = anyhow::Error::new(Interrupted).context("measuring");
-        assert!(is_interrupted(&e));
-        assert!(!is_interrupted(&anyhow::anyhow!("other")));
+    fn durations_are_given_to_k6_in_milliseconds() {
+        assert_eq!(secs_arg(2.0), "2000ms");
+        assert_eq!(secs_arg(0.5), "500ms");
     }
 }

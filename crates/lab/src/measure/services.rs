@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use crate::http;
+use crate::measure::Interrupted;
+use crate::measure::cell::Env;
+use crate::measure::http;
 
 /// The release binaries of both services.
 #[derive(Debug, Clone)]
@@ -266,30 +268,27 @@ fn command(cfg: &ServiceConfig, bin: &Path, cpu: u32, log: &File) -> anyhow::Res
 }
 
 /// Starts order-service, and user-service pointed at it unless
-/// `user_pool` is `None`, then waits until both answer `/readyz`.
+/// `user_pool` is `None`, in the environment `env`, then waits until both
+/// answer `/readyz`.
+///
+/// With an RTT, user-service dials order-service's three ports through one
+/// in-process [`delay_proxy::Proxy`] (three routes) that holds every byte
+/// RTT/2 in each direction; RTT 0 still goes through the proxy, so that a
+/// baseline at 0 pays the proxy's own cost too. With TLS, every listener of
+/// order-service serves TLS with the run's certificates and user-service
+/// dials it over TLS trusting the run's CA.
 pub fn start(
     cfg: &ServiceConfig,
     user_pool: Option<u16>,
+    env: &Env,
     header: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Running> {
-    start_delayed(cfg, user_pool, None, false, header, stop)
-}
-
-/// As [`start`], with user-service dialling order-service's three ports
-/// through one in-process [`delay_proxy::Proxy`] (three routes) that adds
-/// `one_way` to each direction, when given. Zero still goes through the
-/// proxy: the `rtt` experiment's baseline pays the proxy's own cost too.
-/// With `tls`, every listener of order-service serves TLS with the run's
-/// certificates and user-service dials it over TLS trusting the run's CA.
-pub fn start_delayed(
-    cfg: &ServiceConfig,
-    user_pool: Option<u16>,
-    one_way: Option<Duration>,
-    tls: bool,
-    header: &str,
-    stop: &Arc<AtomicBool>,
-) -> anyhow::Result<Running> {
+    // An emulated round trip is split evenly between the two directions.
+    let one_way = env
+        .rtt_ms
+        .map(|r| Duration::from_micros(u64::from(r) * 500));
+    let tls = env.tls;
     let certs = match (tls, &cfg.certs) {
         (false, _) => None,
         (true, Some(c)) => Some(c),
@@ -396,7 +395,7 @@ fn wait_ready(
     let tls = tls_ca.map(tls_client).transpose()?;
     loop {
         if stop.load(Ordering::SeqCst) {
-            bail!(crate::runner::Interrupted);
+            bail!(Interrupted);
         }
         if let Some(status) = child.try_wait()? {
             bail!(
@@ -554,8 +553,8 @@ mod tests {
         cmd.arg("30");
         let g = ChildGuard::spawn(cmd, "sleep").expect("spawn");
         let pid = g.pid();
-        assert!(crate::procfs::is_running(pid));
+        assert!(crate::measure::procfs::is_running(pid));
         drop(g);
-        assert!(!crate::procfs::is_running(pid));
+        assert!(!crate::measure::procfs::is_running(pid));
     }
 }

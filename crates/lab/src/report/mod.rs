@@ -1,30 +1,44 @@
 //! The report: a small document model ([`Report`], [`Section`], [`Table`],
-//! [`Chart`]) rendered two ways, Markdown (`report.md`, charts as linked
-//! `.svg` files) and one self-contained HTML page (`report.html`, charts
-//! inline), so that both always say the same thing.
+//! [`Chart`]) whose table cells are typed [`value::Value`]s, written three
+//! ways from the same values: `report.json` (every table as numbers with
+//! their units and intervals, and the run's description), Markdown
+//! (`report.md`, charts as linked `.svg` files) and one self-contained HTML
+//! page (`report.html`, charts inline).
 
 pub mod format;
 pub mod svg;
+pub mod value;
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
 
-use self::svg::esc;
+use crate::report::svg::esc;
+use crate::report::value::Value;
+
+/// What `report.json` says it is, so that a reader can refuse a newer one.
+pub const JSON_VERSION: u32 = 1;
 
 /// A whole report.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Report {
+    #[serde(default)]
+    pub version: u32,
     pub title: String,
     pub intro: Vec<String>,
     /// Machine, versions, commit, settings: label and value.
     pub meta: Vec<(String, String)>,
     pub sections: Vec<Section>,
+    /// The run's own description (its `run.json`): what was asked, the
+    /// plans, the machine and the commit. `lab compare` reads it.
+    #[serde(default)]
+    pub run: serde_json::Value,
 }
 
 /// One experiment's part.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Section {
     /// Anchor id.
     pub id: String,
@@ -33,7 +47,8 @@ pub struct Section {
 }
 
 /// What a section is made of, in order.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Block {
     Paragraph(String),
     Table(Table),
@@ -41,21 +56,23 @@ pub enum Block {
 }
 
 /// A table with its one-line reading.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Table {
     pub caption: String,
     pub headers: Vec<String>,
-    pub rows: Vec<Vec<String>>,
+    pub rows: Vec<Vec<Value>>,
     /// What the table says, in one line.
     pub reading: String,
 }
 
 /// A chart and the file it is saved as.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Chart {
     /// File name, e.g. `payload-throughput.svg`.
     pub file: String,
     pub title: String,
+    /// The picture itself: in its own file, not in `report.json`.
+    #[serde(skip)]
     pub svg: String,
 }
 
@@ -104,8 +121,8 @@ impl Report {
             })
     }
 
-    /// Cells with nothing in them (blank or [`format::MISSING`]), as
-    /// "table caption / row / column": what the smoke test and CI refuse.
+    /// Cells with nothing in them (blank or missing), as "table caption /
+    /// row / column: why": what the smoke test and CI refuse.
     pub fn empty_cells(&self) -> Vec<String> {
         let mut out = Vec::new();
         for s in &self.sections {
@@ -116,12 +133,13 @@ impl Report {
                 }
                 for r in &t.rows {
                     for (i, c) in r.iter().enumerate() {
-                        if c.trim().is_empty() || c.contains(format::MISSING) {
+                        if c.is_empty() {
                             out.push(format!(
-                                "{} / {} / {}: {c:?}",
+                                "{} / {} / {}: {c} ({})",
                                 t.caption,
-                                r.first().map_or("", String::as_str),
-                                t.headers.get(i).map_or("", String::as_str)
+                                r.first().map_or("", Value::label),
+                                t.headers.get(i).map_or("", String::as_str),
+                                c.missing_reasons().join("; ")
                             ));
                         }
                     }
@@ -131,9 +149,36 @@ impl Report {
         out
     }
 
-    /// Writes `report.md`, `report.html` and every chart's `.svg` into `dir`.
+    /// The report as `report.json` holds it.
+    pub fn json(&self) -> anyhow::Result<String> {
+        let mut r = self.clone();
+        r.version = JSON_VERSION;
+        Ok(serde_json::to_string_pretty(&r)?)
+    }
+
+    /// Reads a `report.json`.
+    pub fn read_json(path: &Path) -> anyhow::Result<Report> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let r: Report = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a lab report.json", path.display()))?;
+        if r.version > JSON_VERSION {
+            anyhow::bail!(
+                "{} is version {} of report.json; this lab reads up to version {JSON_VERSION}",
+                path.display(),
+                r.version
+            );
+        }
+        Ok(r)
+    }
+
+    /// Writes `report.json`, `report.md`, `report.html` and every chart's
+    /// `.svg` into `dir`.
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)?;
+        let json = dir.join("report.json");
+        std::fs::write(&json, self.json()?)
+            .with_context(|| format!("writing {}", json.display()))?;
         for c in self.charts() {
             let p = dir.join(&c.file);
             std::fs::write(&p, &c.svg).with_context(|| format!("writing {}", p.display()))?;
@@ -193,7 +238,10 @@ impl Report {
                             let _ = writeln!(
                                 out,
                                 "| {} |",
-                                r.iter().map(|c| md_cell(c)).collect::<Vec<_>>().join(" | ")
+                                r.iter()
+                                    .map(|c| md_cell(&c.to_string()))
+                                    .collect::<Vec<_>>()
+                                    .join(" | ")
                             );
                         }
                         if !t.reading.is_empty() {
@@ -269,7 +317,18 @@ impl Report {
                             out.push_str("<tr>");
                             for (i, c) in r.iter().enumerate() {
                                 let tag = if i == 0 { "th" } else { "td" };
-                                let _ = write!(out, "<{tag}>{}</{tag}>", inline_md(c));
+                                let reasons = c.missing_reasons();
+                                if reasons.is_empty() {
+                                    let _ =
+                                        write!(out, "<{tag}>{}</{tag}>", inline_md(&c.to_string()));
+                                } else {
+                                    let _ = write!(
+                                        out,
+                                        "<{tag} title=\"{}\">{}</{tag}>",
+                                        esc(&reasons.join("; ")),
+                                        inline_md(&c.to_string())
+                                    );
+                                }
                             }
                             out.push_str("</tr>");
                         }
@@ -355,7 +414,13 @@ mod tests {
         s.table(Table {
             caption: "Throughput".into(),
             headers: vec!["transport".into(), "1 order".into()],
-            rows: vec![vec!["grpc".into(), "1,234 (1,200–1,250)".into()]],
+            rows: vec![vec![
+                "grpc".into(),
+                Value::range(
+                    crate::analysis::stats::Spread::of(&[1200.0, 1234.0, 1250.0]),
+                    "req/s",
+                ),
+            ]],
             reading: "grpc | fastest".into(),
         });
         s.chart(Chart {
@@ -368,6 +433,7 @@ mod tests {
             intro: vec!["A **real** run.".into()],
             meta: vec![("cores".into(), "2".into())],
             sections: vec![s.clone(), Section::new("floor", "Floor")],
+            ..Report::default()
         }
     }
 
@@ -402,9 +468,12 @@ mod tests {
     fn a_report_is_written_with_its_charts() {
         let dir = std::env::temp_dir().join(format!("lab-report-test-{}", std::process::id()));
         sample().write(&dir).expect("written");
-        for f in ["report.md", "report.html", "payload.svg"] {
+        for f in ["report.md", "report.html", "report.json", "payload.svg"] {
             assert!(dir.join(f).is_file(), "{f}");
         }
+        let back = Report::read_json(&dir.join("report.json")).expect("reads back");
+        assert_eq!(back.version, JSON_VERSION);
+        assert_eq!(back.markdown(), sample().markdown());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

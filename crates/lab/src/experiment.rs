@@ -1,0 +1,203 @@
+//! What an experiment is: the [`Experiment`] trait every file under
+//! `experiments/` implements, the run's [`Knobs`] each derives its plan
+//! from, and the [`Context`] a report section is built from.
+//!
+//! An experiment has a name and a one-line description; a typed plan made
+//! from the knobs (kept in `run.json`, so that a report rebuilt later uses
+//! the plan that was measured); a [`Schedule`] (a grid of cells, a ladder,
+//! a probe or a benchmark) whose cells carry their own environment (RTT,
+//! TLS), from which the run's needs follow; and a report section. The
+//! session sees experiments only through [`Entry`], the trait with the
+//! types erased, so it never names one.
+
+use std::marker::PhantomData;
+
+use anyhow::Context as _;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::data::Data;
+use crate::measure::Timing;
+use crate::measure::cell::{Cell, Metric};
+use crate::measure::results::Results;
+use crate::measure::schedule::Schedule;
+use crate::report::Section;
+use crate::report::value::Value;
+
+/// What `lab run` was asked that shapes every plan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Knobs {
+    /// The quick plan: fewer sizes and rates.
+    pub quick: bool,
+    /// `--transports`, when given.
+    #[serde(default)]
+    pub transports: Option<Vec<String>>,
+    /// `--sizes`, when given.
+    #[serde(default)]
+    pub sizes: Option<Vec<u32>>,
+}
+
+impl Knobs {
+    /// Closed-loop VUs of the cells several experiments share.
+    pub const VUS: u32 = 8;
+    /// user-service's pool for them: as many connections as callers, so
+    /// that no call waits for a slot.
+    pub const POOL: u16 = 8;
+
+    /// Every transport user-service has, or `--transports`.
+    pub fn transports(&self) -> Vec<String> {
+        self.transports
+            .clone()
+            .unwrap_or_else(|| transports::ALL.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    /// `--sizes`, or the quick or full default.
+    pub fn sizes(&self, quick: &[u32], full: &[u32]) -> Vec<u32> {
+        self.sizes.clone().unwrap_or_else(|| {
+            if self.quick {
+                quick.to_vec()
+            } else {
+                full.to_vec()
+            }
+        })
+    }
+
+    /// A closed-loop cell at the shared load.
+    pub fn closed(via: &str, orders: u32) -> Cell {
+        Cell::closed(via, orders, Knobs::VUS, Knobs::POOL)
+    }
+}
+
+/// One experiment: a file under `experiments/` and a line in its registry.
+pub trait Experiment: 'static {
+    /// What it measures, made from the knobs; kept in `run.json`.
+    type Plan: Serialize + DeserializeOwned;
+    /// The name on the command line.
+    const NAME: &'static str;
+    /// One line for `lab list` and `lab run --help`.
+    const ABOUT: &'static str;
+    fn plan(knobs: &Knobs) -> Self::Plan;
+    fn schedule(plan: &Self::Plan) -> Schedule;
+    /// What `lab list` adds after the schedule's size ("RTT 0, 1, 5, 20 ms").
+    fn describe(_plan: &Self::Plan) -> String {
+        String::new()
+    }
+    /// The report section, from the measured data.
+    fn section(plan: &Self::Plan, cx: &Context) -> Section;
+}
+
+/// An experiment with its plan's type erased: what the session and the
+/// command line work with.
+pub trait Entry: Sync {
+    fn name(&self) -> &'static str;
+    fn about(&self) -> &'static str;
+    fn plan(&self, knobs: &Knobs) -> anyhow::Result<serde_json::Value>;
+    fn schedule(&self, plan: &serde_json::Value) -> anyhow::Result<Schedule>;
+    fn describe(&self, plan: &serde_json::Value) -> anyhow::Result<String>;
+    fn section(&self, plan: &serde_json::Value, cx: &Context) -> anyhow::Result<Section>;
+}
+
+impl std::fmt::Debug for dyn Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The [`Entry`] of an [`Experiment`].
+pub struct Registered<E>(PhantomData<fn() -> E>);
+
+/// The registry's entry for `E`.
+pub fn entry<E: Experiment>() -> &'static dyn Entry {
+    // A zero-sized value: leaking it allocates nothing.
+    Box::leak(Box::new(Registered::<E>(PhantomData)))
+}
+
+impl<E: Experiment> Registered<E> {
+    fn typed(plan: &serde_json::Value) -> anyhow::Result<E::Plan> {
+        E::Plan::deserialize(plan).with_context(|| format!("reading the plan of {}", E::NAME))
+    }
+}
+
+impl<E: Experiment> Entry for Registered<E> {
+    fn name(&self) -> &'static str {
+        E::NAME
+    }
+
+    fn about(&self) -> &'static str {
+        E::ABOUT
+    }
+
+    fn plan(&self, knobs: &Knobs) -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::to_value(E::plan(knobs))?)
+    }
+
+    fn schedule(&self, plan: &serde_json::Value) -> anyhow::Result<Schedule> {
+        Ok(E::schedule(&Self::typed(plan)?))
+    }
+
+    fn describe(&self, plan: &serde_json::Value) -> anyhow::Result<String> {
+        Ok(E::describe(&Self::typed(plan)?))
+    }
+
+    fn section(&self, plan: &serde_json::Value, cx: &Context) -> anyhow::Result<Section> {
+        Ok(E::section(&Self::typed(plan)?, cx))
+    }
+}
+
+/// Everything a section is built from.
+#[derive(Debug)]
+pub struct Context<'a> {
+    pub timing: &'a Timing,
+    pub data: &'a Data,
+    pub results: &'a Results,
+}
+
+impl Context<'_> {
+    /// A cell's figure: median (min–max) over rounds, in the metric's unit.
+    pub fn fig(&self, cell: &Cell, m: Metric) -> Value {
+        Value::range(self.data.spread(cell, m), m.unit())
+    }
+
+    /// `a / b` of a metric, round by round, with its rerun interval.
+    pub fn ratio(&self, a: &Cell, b: &Cell, m: Metric) -> Value {
+        Value::ratio(self.data.ratio(a, b, m))
+    }
+
+    /// A cell's figure beside its ratio to `base` (the baseline itself
+    /// gets ×1).
+    pub fn fig_vs(&self, cell: &Cell, base: &Cell, m: Metric) -> Value {
+        let ratio = if cell == base {
+            Value::Baseline
+        } else {
+            self.ratio(cell, base, m)
+        };
+        Value::parts(vec![self.fig(cell, m), ratio])
+    }
+
+    /// An experiment's probe rounds, read back as `T`.
+    pub fn probes<T: DeserializeOwned>(&self, experiment: &str) -> anyhow::Result<Vec<(u32, T)>> {
+        self.results
+            .probes_of(experiment)
+            .into_iter()
+            .map(|p| {
+                Ok((
+                    p.round,
+                    T::deserialize(&p.data).with_context(|| {
+                        format!("reading {experiment}'s probe round {}", p.round)
+                    })?,
+                ))
+            })
+            .collect()
+    }
+
+    /// An experiment's benchmark result, read back as `T`.
+    pub fn bench<T: DeserializeOwned>(&self, experiment: &str) -> anyhow::Result<Option<T>> {
+        self.results
+            .bench_of(experiment)
+            .map(|b| {
+                T::deserialize(&b.data)
+                    .with_context(|| format!("reading {experiment}'s benchmark result"))
+            })
+            .transpose()
+    }
+}

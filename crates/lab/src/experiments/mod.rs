@@ -1,0 +1,107 @@
+//! The experiments, one file each, each an [`Experiment`](crate::experiment::Experiment)
+//! listed once in the `registry!` below: that line declares its module and
+//! puts it in [`all`], in report order. `lab list`, `lab run`'s experiment
+//! names and `all` come from this list.
+//!
+//! Cells are shared: a cell two experiments need is measured once (the
+//! payload grid also feeds the factorial, the floor, the schema and the tls
+//! tables), which is what lets `all --quick` fit in a few minutes.
+//! [`tables`] holds what several sections build their tables with.
+
+use crate::experiment::{Entry, entry};
+
+pub mod tables;
+
+/// Declares each experiment's module and lists it in [`all`].
+macro_rules! registry {
+    ($($module:ident :: $experiment:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every experiment, in report order.
+        pub fn all() -> Vec<&'static dyn Entry> {
+            vec![$(entry::<$module::$experiment>()),*]
+        }
+    };
+}
+
+registry! {
+    payload::Payload,
+    factorial::Factorial,
+    floor::Floor,
+    wire_size::WireSize,
+    schema::Schema,
+    streaming::Streaming,
+    naive::Naive,
+    pool::Pool,
+    pitfall::Pitfall,
+    tls::Tls,
+    codec::Codec,
+}
+
+/// The name that stands for every experiment.
+pub const ALL: &str = "all";
+
+/// The experiment of this name.
+pub fn find(name: &str) -> Option<&'static dyn Entry> {
+    all().into_iter().find(|e| e.name() == name)
+}
+
+/// The experiments a `lab run` name stands for, in report order: one, or
+/// every one for `all`.
+pub fn expand(name: &str) -> anyhow::Result<Vec<&'static dyn Entry>> {
+    if name == ALL {
+        return Ok(all());
+    }
+    find(name).map(|e| vec![e]).ok_or_else(|| {
+        anyhow::anyhow!(
+            "unknown experiment {name:?}; the experiments are: {}, {ALL}",
+            all()
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_experiment_is_listed_once_under_its_own_name() {
+        let names: Vec<&str> = all().iter().map(|e| e.name()).collect();
+        let once: std::collections::BTreeSet<&&str> = names.iter().collect();
+        assert_eq!(once.len(), names.len(), "{names:?}");
+        assert!(!names.contains(&ALL));
+        for e in all() {
+            assert!(!e.about().is_empty(), "{}", e.name());
+            assert_eq!(find(e.name()).map(|f| f.name()), Some(e.name()));
+        }
+        assert_eq!(expand(ALL).expect("all").len(), names.len());
+        let err = expand("vibes").unwrap_err().to_string();
+        assert!(err.contains("payload") && err.contains(ALL), "{err}");
+    }
+
+    #[test]
+    fn every_plan_reads_back_and_schedules() {
+        use crate::experiment::Knobs;
+        for quick in [true, false] {
+            let knobs = Knobs {
+                quick,
+                ..Knobs::default()
+            };
+            for e in all() {
+                let plan = e.plan(&knobs).expect("a plan");
+                let text = serde_json::to_string(&plan).expect("serialises");
+                let back: serde_json::Value = serde_json::from_str(&text).expect("parses");
+                let s = e.schedule(&back).expect("a schedule");
+                assert!(
+                    !s.describe().is_empty() && e.describe(&back).is_ok(),
+                    "{}",
+                    e.name()
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! `payload`: every transport × orders per call (seed 001 §4, seed 000's
+//! very large data), closed loop at the shared load.
+
+use serde::{Deserialize, Serialize};
+
+use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiments::tables::{
+    baseline, capitalise, everything, latency_chart, method, rank_reading,
+};
+use crate::measure::cell::{Cell, Metric};
+use crate::measure::schedule::Schedule;
+use crate::report::format as f;
+use crate::report::svg::{self, LineChart, Series};
+use crate::report::value::Value;
+use crate::report::{Chart, Section, Table};
+
+pub struct Payload;
+
+/// Which transports at which sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PayloadPlan {
+    pub transports: Vec<String>,
+    /// Orders per call.
+    pub sizes: Vec<u32>,
+}
+
+/// The payload grid (also the factorial's, the floor's and the tls
+/// experiment's cleartext cells): every transport at every size.
+pub fn plan(knobs: &Knobs) -> PayloadPlan {
+    PayloadPlan {
+        transports: knobs.transports(),
+        sizes: knobs.sizes(&[1, 1000], &[1, 10, 100, 1000, 10000]),
+    }
+}
+
+impl PayloadPlan {
+    pub fn cells(&self) -> Vec<Cell> {
+        let mut v = Vec::new();
+        for &orders in &self.sizes {
+            for via in &self.transports {
+                v.push(Knobs::closed(via, orders));
+            }
+        }
+        v
+    }
+}
+
+impl Experiment for Payload {
+    type Plan = PayloadPlan;
+    const NAME: &'static str = "payload";
+    const ABOUT: &'static str =
+        "Every transport × 1/10/100/1,000/10,000 orders per call (seed 001 §4, seed 000)";
+
+    fn plan(knobs: &Knobs) -> PayloadPlan {
+        plan(knobs)
+    }
+
+    fn schedule(p: &PayloadPlan) -> Schedule {
+        Schedule::Grid(p.cells())
+    }
+
+    fn describe(p: &PayloadPlan) -> String {
+        format!("sizes {:?}", p.sizes)
+    }
+
+    fn section(p: &PayloadPlan, cx: &Context) -> Section {
+        section(p, cx)
+    }
+}
+
+fn section(p: &PayloadPlan, cx: &Context) -> Section {
+    let mut s = Section::new(
+        "payload",
+        "Payload: every transport × orders per call (seed 001 §4, seed 000's large data)",
+    );
+    let base = baseline(&p.transports);
+    s.para(method(
+        cx.timing,
+        &format!(
+            "Closed loop, {} VUs; user-service's pool is {} connections per transport, so no call \
+             waits for a slot (the pool experiment studies the budget); in-memory store. \
+             Baseline: **{base}** (REST: HTTP/1.1 + JSON)",
+            Knobs::VUS,
+            Knobs::POOL
+        ),
+    ));
+    let cell = Knobs::closed;
+    for (m, caption) in [
+        (Metric::Rate, "Throughput, req/s (higher is better)"),
+        (
+            Metric::UpP95,
+            "Upstream p95, µs: user-service's round trip to order-service",
+        ),
+        (Metric::E2eMax, "End-to-end max, ms (seed 001's tail)"),
+        (
+            Metric::CpuServices,
+            "CPU per request, µs: user-service + order-service",
+        ),
+    ] {
+        let mut headers = vec!["transport".to_owned()];
+        headers.extend(p.sizes.iter().map(|&o| f::orders(o)));
+        let rows = p
+            .transports
+            .iter()
+            .map(|via| {
+                let mut r = vec![Value::text(via.clone())];
+                for &o in &p.sizes {
+                    r.push(cx.fig_vs(&cell(via, o), &cell(base, o), m));
+                }
+                r
+            })
+            .collect();
+        let mut reading = Vec::new();
+        for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
+            let cells: Vec<(String, Cell)> = p
+                .transports
+                .iter()
+                .map(|v| (v.clone(), cell(v, o)))
+                .collect();
+            reading.push(format!(
+                "at {}: {}",
+                f::orders(o),
+                rank_reading(cx, &cells, m, &cell(base, o))
+            ));
+            if p.sizes.len() == 1 {
+                break;
+            }
+        }
+        s.table(Table {
+            caption: caption.to_owned(),
+            headers,
+            rows,
+            reading: capitalise(&reading.join("; ")) + ".",
+        });
+    }
+    for &o in &p.sizes {
+        let cells: Vec<(String, Cell)> = p
+            .transports
+            .iter()
+            .map(|v| (v.clone(), cell(v, o)))
+            .collect();
+        s.table(everything(
+            cx,
+            &format!(
+                "Everything at {} (median ±half the min–max range)",
+                f::orders(o)
+            ),
+            &cells,
+        ));
+    }
+    // Throughput against payload.
+    if p.sizes.len() > 1 {
+        let series = p
+            .transports
+            .iter()
+            .map(|via| Series {
+                name: via.clone(),
+                points: p
+                    .sizes
+                    .iter()
+                    .filter_map(|&o| {
+                        cx.data
+                            .median(&cell(via, o), Metric::Rate)
+                            .map(|v| (f64::from(o), v))
+                    })
+                    .collect(),
+            })
+            .collect();
+        s.chart(Chart {
+            file: "payload-throughput.svg".into(),
+            title: "Throughput against payload (closed loop)".into(),
+            svg: svg::line_chart(&LineChart {
+                title: "Throughput against payload".into(),
+                x_label: "orders per call (log)".into(),
+                y_label: "req/s (log)".into(),
+                x_log: true,
+                y_log: true,
+                series,
+            }),
+        });
+    }
+    for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
+        let cells: Vec<(String, Cell)> = p
+            .transports
+            .iter()
+            .map(|v| (v.clone(), cell(v, o)))
+            .collect();
+        s.chart(latency_chart(
+            cx,
+            &format!("payload-latency-{o}.svg"),
+            &format!(
+                "End-to-end latency percentiles per transport, {}",
+                f::orders(o)
+            ),
+            &cells,
+        ));
+        if p.sizes.len() == 1 {
+            break;
+        }
+    }
+    s
+}

@@ -1,0 +1,280 @@
+//! `pool`: a connection budget of 1 or 4 per transport, open loop at
+//! rising rates until k6 drops iterations (seed 001 §5): a ladder per
+//! transport and pool that stops at its first rate with drops.
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::data::Data;
+use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiments::tables::method;
+use crate::measure::cell::{Cell, Env, Load, Metric};
+use crate::measure::schedule::{Ladder, Schedule, StopRule};
+use crate::report::format as f;
+use crate::report::svg::{self, LineChart, Series};
+use crate::report::value::Value;
+use crate::report::{Chart, Section, Table};
+
+pub struct Pool;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolPlan {
+    /// Orders per call.
+    pub orders: u32,
+    /// user-service's connections per transport.
+    pub pools: Vec<u16>,
+    pub vias: Vec<String>,
+    /// The rates each transport and pool climbs, iterations per second.
+    pub rates: Vec<u32>,
+    pub max_vus: u32,
+    /// A rate "drops" when more than this share of its iterations was dropped.
+    pub drop_threshold_pct: f64,
+}
+
+impl PoolPlan {
+    /// The open-loop cell of one transport and pool at one rate.
+    pub fn cell(&self, via: &str, pool: u16, rate: u32) -> Cell {
+        Cell {
+            via: via.to_owned(),
+            orders: self.orders,
+            fields: None,
+            load: Load::Open {
+                rate,
+                max_vus: self.max_vus,
+            },
+            pool,
+            lookups: 1,
+            env: Env::default(),
+        }
+    }
+}
+
+/// Whether a pool cell dropped more than the threshold (median of rounds).
+fn dropped(p: &PoolPlan, data: &Data, cell: &Cell) -> bool {
+    data.median(cell, Metric::DroppedShare)
+        .is_some_and(|v| v > p.drop_threshold_pct)
+}
+
+impl Experiment for Pool {
+    type Plan = PoolPlan;
+    const NAME: &'static str = "pool";
+    const ABOUT: &'static str =
+        "Pool 1 and 4, open loop at rising rates until drops appear (seed 001 §5)";
+
+    fn plan(knobs: &Knobs) -> PoolPlan {
+        let transports = knobs.transports();
+        PoolPlan {
+            orders: 100,
+            pools: vec![1, 4],
+            vias: [transports::H1_JSON, transports::H2C_JSON, transports::GRPC]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .filter(|v| transports.contains(v))
+                .collect(),
+            rates: if knobs.quick {
+                vec![500, 1000, 2000]
+            } else {
+                vec![250, 500, 1000, 2000, 4000, 8000, 16000]
+            },
+            max_vus: if knobs.quick { 200 } else { 300 },
+            drop_threshold_pct: 1.0,
+        }
+    }
+
+    fn schedule(p: &PoolPlan) -> Schedule {
+        let mut lines = Vec::new();
+        for via in &p.vias {
+            for &pool in &p.pools {
+                lines.push(p.rates.iter().map(|&r| p.cell(via, pool, r)).collect());
+            }
+        }
+        Schedule::Ladder(Ladder {
+            lines,
+            stop: StopRule {
+                metric: Metric::DroppedShare,
+                above: p.drop_threshold_pct,
+            },
+        })
+    }
+
+    fn describe(p: &PoolPlan) -> String {
+        format!("rates {:?}, pools {:?}", p.rates, p.pools)
+    }
+
+    fn section(p: &PoolPlan, cx: &Context) -> Section {
+        section(p, cx)
+    }
+}
+
+fn section(p: &PoolPlan, cx: &Context) -> Section {
+    let d = cx.data;
+    let mut s = Section::new(
+        "pool",
+        "Pool: connection budget 1 vs 4, open loop at rising rates (seed 001 §5)",
+    );
+    s.para(method(
+        cx.timing,
+        &format!(
+            "Open loop (k6 `constant-arrival-rate`, at most {} VUs), {} orders per call, \
+             user-service pool of 1 or 4 TCP connections per transport. Each transport and pool \
+             climbs the rates {} and stops at the first rate whose median drops more than {}% of \
+             its iterations (dropped iterations: k6 had no free VU because answers came too slowly)",
+            p.max_vus,
+            p.orders,
+            p.rates
+                .iter()
+                .map(|r| format!("{r}/s"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            p.drop_threshold_pct
+        ),
+    ));
+    let measured: Vec<&Cell> = d
+        .cells
+        .keys()
+        .filter(|c| matches!(c.load, Load::Open { .. }) && c.orders == p.orders)
+        .collect();
+    let rate_of = |c: &Cell| match c.load {
+        Load::Open { rate, .. } => rate,
+        Load::Closed { .. } => 0,
+    };
+    let mut combos: Vec<(String, u16)> = Vec::new();
+    for via in &p.vias {
+        for &pool in &p.pools {
+            combos.push((via.clone(), pool));
+        }
+    }
+    let mut rows = Vec::new();
+    let mut summary_rows = Vec::new();
+    let mut series_drop = Vec::new();
+    let mut series_p95 = Vec::new();
+    for (via, pool) in &combos {
+        let mut cells: Vec<&Cell> = measured
+            .iter()
+            .copied()
+            .filter(|c| &c.via == via && c.pool == *pool)
+            .collect();
+        cells.sort_by_key(|c| rate_of(c));
+        let mut clean = None;
+        let mut first_drop = None;
+        for c in &cells {
+            let r = rate_of(c);
+            rows.push(vec![
+                format!("{via} · pool {pool} · {r}/s").into(),
+                cx.fig(c, Metric::Rate),
+                cx.fig(c, Metric::DroppedShare),
+                cx.fig(c, Metric::E2eP50),
+                cx.fig(c, Metric::E2eP90),
+                cx.fig(c, Metric::E2eP95),
+                cx.fig(c, Metric::E2eP99),
+                cx.fig(c, Metric::UpP95),
+                cx.fig(c, Metric::ConnectionsHeld),
+                cx.fig(c, Metric::K6Cores),
+            ]);
+            if dropped(p, d, c) {
+                if first_drop.is_none() {
+                    first_drop = Some(*c);
+                }
+            } else if first_drop.is_none() {
+                clean = Some(*c);
+            }
+        }
+        summary_rows.push(vec![
+            format!("{via} · pool {pool}"),
+            clean.map_or("none".to_owned(), |c: &Cell| {
+                format!(
+                    "{}/s (p95 {} ms)",
+                    rate_of(c),
+                    f::num(d.median(c, Metric::E2eP95).unwrap_or(f64::NAN))
+                )
+            }),
+            first_drop.map_or(
+                format!("none up to {}/s", cells.last().map_or(0, |c| rate_of(c))),
+                |c: &Cell| {
+                    format!(
+                        "{}/s: {} req/s achieved, {}% dropped, p95 {} ms",
+                        rate_of(c),
+                        f::num(d.median(c, Metric::Rate).unwrap_or(f64::NAN)),
+                        f::num(d.median(c, Metric::DroppedShare).unwrap_or(f64::NAN)),
+                        f::num(d.median(c, Metric::E2eP95).unwrap_or(f64::NAN))
+                    )
+                },
+            ),
+        ]);
+        let pts = |m: Metric| -> Vec<(f64, f64)> {
+            cells
+                .iter()
+                .filter_map(|c| d.median(c, m).map(|v| (f64::from(rate_of(c)), v)))
+                .collect()
+        };
+        series_drop.push(Series {
+            name: format!("{via} pool {pool}"),
+            points: pts(Metric::DroppedShare),
+        });
+        series_p95.push(Series {
+            name: format!("{via} pool {pool}"),
+            points: pts(Metric::E2eP95),
+        });
+    }
+    let best = summary_rows
+        .iter()
+        .map(|r| r[0].clone() + ": " + &r[2])
+        .collect::<Vec<_>>()
+        .join("; ");
+    let summary_rows: Vec<Vec<Value>> = summary_rows
+        .into_iter()
+        .map(|r| r.into_iter().map(Value::text).collect())
+        .collect();
+    s.table(Table {
+        caption: "Where drops begin".into(),
+        headers: vec![
+            "transport · pool".into(),
+            "highest rate without drops".into(),
+            "first rate with drops".into(),
+        ],
+        rows: summary_rows,
+        reading: format!("First drops — {best}."),
+    });
+    s.table(Table {
+        caption: "Every rate".into(),
+        headers: vec![
+            "transport · pool · asked".into(),
+            "achieved req/s".into(),
+            "dropped %".into(),
+            "p50 ms".into(),
+            "p90 ms".into(),
+            "p95 ms".into(),
+            "p99 ms".into(),
+            "upstream p95 µs".into(),
+            "connections held".into(),
+            "k6 cores".into(),
+        ],
+        rows,
+        reading: "Tail latency (p95, p99) climbs at rates where the median still looks fine: saturation shows in the tail first, as seed 001 found.".into(),
+    });
+    s.chart(Chart {
+        file: "pool-drops.svg".into(),
+        title: "Dropped iterations against the asked rate".into(),
+        svg: svg::line_chart(&LineChart {
+            title: "Dropped iterations against the asked rate".into(),
+            x_label: "asked rate, iterations/s (log)".into(),
+            y_label: "dropped, % of asked".into(),
+            x_log: true,
+            y_log: false,
+            series: series_drop,
+        }),
+    });
+    s.chart(Chart {
+        file: "pool-p95.svg".into(),
+        title: "End-to-end p95 against the asked rate".into(),
+        svg: svg::line_chart(&LineChart {
+            title: "End-to-end p95 against the asked rate".into(),
+            x_label: "asked rate, iterations/s (log)".into(),
+            y_label: "p95, ms (log)".into(),
+            x_log: true,
+            y_log: true,
+            series: series_p95,
+        }),
+    });
+    s
+}
+

@@ -1,0 +1,183 @@
+//! What several sections build their tables with: the method line, the
+//! baseline, a one-line ranking, latency bars and the everything-table.
+
+use crate::analysis::stats::Spread;
+use crate::experiment::Context;
+use crate::measure::Timing;
+use crate::measure::cell::{Cell, K6_SATURATED_CORES, Metric};
+use crate::report::format::{self as f, MISSING};
+use crate::report::svg::{self, BarChart};
+use crate::report::value::Value;
+use crate::report::{Chart, Table};
+
+/// The REST baseline every "×" of the payload tables is relative to.
+pub const BASELINE: &str = transports::H1_JSON;
+
+/// A section's method line: its load, then the rounds and what a cell and
+/// a ratio mean.
+pub fn method(timing: &Timing, load: &str) -> String {
+    format!(
+        "{load}; {} rounds of {} s after a {} s warm-up, both services restarted every round. \
+         Cells: median (min–max) over the rounds; `×` is a ratio computed round by round, with \
+         its 95% rerun interval.",
+        timing.rounds,
+        f::num(timing.duration_s),
+        f::num(timing.warmup_s)
+    )
+}
+
+/// [`BASELINE`] when it was measured, else the first transport.
+pub fn baseline(transports: &[String]) -> &str {
+    if transports.iter().any(|t| t == BASELINE) {
+        BASELINE
+    } else {
+        transports.first().map_or(BASELINE, String::as_str)
+    }
+}
+
+/// A spread multiplied by `k` (a unit change).
+pub fn scaled(s: Option<Spread>, k: f64) -> Option<Spread> {
+    s.map(|s| Spread {
+        median: s.median * k,
+        min: s.min * k,
+        max: s.max * k,
+        q1: s.q1 * k,
+        q3: s.q3 * k,
+        n: s.n,
+    })
+}
+
+pub fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+/// "best X (×r vs base), worst Y" for one column of cells.
+pub fn rank_reading(cx: &Context, cells: &[(String, Cell)], m: Metric, base: &Cell) -> String {
+    let mut vals: Vec<(&str, &Cell, f64)> = cells
+        .iter()
+        .filter_map(|(n, c)| cx.data.median(c, m).map(|v| (n.as_str(), c, v)))
+        .collect();
+    if vals.len() < 2 {
+        return "too few cells measured to compare".to_owned();
+    }
+    vals.sort_by(|a, b| a.2.total_cmp(&b.2));
+    if m.higher_is_better() {
+        vals.reverse();
+    }
+    let (best, bc, bv) = vals[0];
+    let (worst, wc, wv) = vals[vals.len() - 1];
+    let vs = |c: &Cell| {
+        cx.data
+            .ratio(c, base, m)
+            .map(|r| format!(" (×{:.2} {})", r.median, base.via))
+            .unwrap_or_default()
+    };
+    format!(
+        "best **{best}** {} {}{}, worst **{worst}** {} {}{}",
+        f::num(bv),
+        m.unit(),
+        if bc == base { String::new() } else { vs(bc) },
+        f::num(wv),
+        m.unit(),
+        if wc == base { String::new() } else { vs(wc) },
+    )
+}
+
+/// Grouped bars of p50/p90/p95/p99 per cell.
+pub fn latency_chart(cx: &Context, file: &str, title: &str, cells: &[(String, Cell)]) -> Chart {
+    let ms = [
+        Metric::E2eP50,
+        Metric::E2eP90,
+        Metric::E2eP95,
+        Metric::E2eP99,
+    ];
+    Chart {
+        file: file.to_owned(),
+        title: title.to_owned(),
+        svg: svg::bar_chart(&BarChart {
+            title: title.to_owned(),
+            y_label: "ms".into(),
+            y_log: false,
+            groups: cells.iter().map(|(n, _)| n.clone()).collect(),
+            series: vec!["p50".into(), "p90".into(), "p95".into(), "p99".into()],
+            values: cells
+                .iter()
+                .map(|(_, c)| ms.iter().map(|m| cx.data.median(c, *m)).collect())
+                .collect(),
+        }),
+    }
+}
+
+/// Every measured figure of some cells, compactly.
+pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Table {
+    use Metric::*;
+    let cols: [(Metric, &str); 23] = [
+        (Rate, "req/s"),
+        (Dropped, "dropped"),
+        (E2eP50, "p50 ms"),
+        (E2eP90, "p90 ms"),
+        (E2eP95, "p95 ms"),
+        (E2eP99, "p99 ms"),
+        (E2eMax, "max ms"),
+        (UpP50, "up p50 µs"),
+        (UpP95, "up p95 µs"),
+        (UpP99, "up p99 µs"),
+        (UpMax, "up max µs"),
+        (ConnectionsOpened, "conns opened"),
+        (ConnectionsHeld, "conns held"),
+        (BytesOut, "B out/call"),
+        (BytesIn, "B in/call"),
+        (CpuUser, "CPU user µs/req"),
+        (CpuOrder, "CPU order µs/req"),
+        (CpuK6, "CPU k6 µs/req"),
+        (RssUser, "RSS user MiB"),
+        (RssOrder, "RSS order MiB"),
+        (RssK6, "RSS k6 MiB"),
+        (K6Cores, "k6 cores"),
+        (OtherCores, "others' cores"),
+    ];
+    let mut headers = vec!["cell".to_owned()];
+    headers.extend(cols.iter().map(|(_, h)| (*h).to_owned()));
+    let rows = cells
+        .iter()
+        .map(|(n, c)| {
+            let mut r = vec![Value::text(n.clone())];
+            r.extend(
+                cols.iter()
+                    .map(|(m, _)| Value::pm(cx.data.spread(c, *m), m.unit())),
+            );
+            r
+        })
+        .collect();
+    let k6_max = cells
+        .iter()
+        .filter_map(|(_, c)| cx.data.spread(c, K6Cores).map(|s| s.max))
+        .fold(0.0, f64::max);
+    let rss = cells
+        .iter()
+        .filter_map(|(n, c)| cx.data.median(c, RssOrder).map(|v| (n, v)))
+        .fold(None, |acc: Option<(&String, f64)>, x| match acc {
+            Some(a) if a.1 >= x.1 => Some(a),
+            _ => Some(x),
+        });
+    Table {
+        caption: caption.to_owned(),
+        headers,
+        rows,
+        reading: format!(
+            "k6 used at most {:.2} cores in any round{}; order-service's peak RSS was largest under {} ({} MiB, the in-memory data set included).",
+            k6_max,
+            if k6_max >= K6_SATURATED_CORES {
+                " — flagged rounds measure k6 as much as the services"
+            } else {
+                ", so the load generator was not the bottleneck"
+            },
+            rss.map_or(MISSING.to_owned(), |r| r.0.clone()),
+            rss.map_or(MISSING.to_owned(), |r| f::num(r.1)),
+        ),
+    }
+}

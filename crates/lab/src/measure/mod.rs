@@ -1,0 +1,97 @@
+//! The measurement layer: starting the services (and the delay proxy between
+//! them), driving k6, reading `/proc` and `/metrics`, describing the machine,
+//! and keeping the raw record of every round. It knows cells, rounds and
+//! schedules; it knows no experiment by name.
+//!
+//! # Layout
+//! - [`cell`]: a cell and its [`cell::Env`], the raw [`cell::RoundRecord`]
+//!   of one round, the [`cell::Measures`] derived from it and the
+//!   [`cell::Metric`]s tables read.
+//! - [`services`]: building, starting (with a cell's environment: delay
+//!   proxy, TLS), readiness and stopping of the services.
+//! - [`schedule`]: what an experiment asks to run: a grid, a ladder, a probe
+//!   or a benchmark, and what the run must prepare for it.
+//! - [`runner`]: runs schedules round by round.
+//! - [`results`]: everything a run has measured, and the results directory's
+//!   files.
+//! - [`k6`], [`prom`], [`procfs`], [`http`], [`machine`]: the instruments.
+
+pub mod cell;
+pub mod http;
+pub mod k6;
+pub mod machine;
+pub mod procfs;
+pub mod prom;
+pub mod results;
+pub mod runner;
+pub mod schedule;
+pub mod services;
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+/// The error a run stops with when Ctrl-C (or SIGTERM) arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Whether an error is (or wraps) an interruption.
+pub fn is_interrupted(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<Interrupted>())
+}
+
+/// Timing of every round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub rounds: u32,
+    /// The measured part of a round, in seconds.
+    pub duration_s: f64,
+    /// The discarded warm-up before it, in seconds.
+    pub warmup_s: f64,
+}
+
+/// Writes pretty JSON, creating the folder.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// "2 min 05 s" style.
+pub fn human_duration(secs: f64) -> String {
+    let s = secs.round() as u64;
+    if s >= 60 {
+        format!("{} min {:02} s", s / 60, s % 60)
+    } else {
+        format!("{s} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_minutes_and_seconds() {
+        assert_eq!(human_duration(125.0), "2 min 05 s");
+        assert_eq!(human_duration(9.4), "9 s");
+    }
+
+    #[test]
+    fn interruptions_are_recognised_through_context() {
+        let e = anyhow::Error::new(Interrupted).context("measuring");
+        assert!(is_interrupted(&e));
+        assert!(!is_interrupted(&anyhow::anyhow!("other")));
+    }
+}

@@ -1,0 +1,145 @@
+//! What an experiment asks the lab to run, in four shapes the runner knows:
+//! a [`Schedule::Grid`] of load cells, a rising [`Ladder`] with a stop rule,
+//! a [`Probe`] (services started, then the experiment's own calls, not a
+//! load test) and a [`Bench`] (a benchmark run on a machine the services
+//! have left). The runner runs each shape the same way whatever experiment
+//! it came from.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use crate::measure::cell::{Cell, Env, Metric};
+use crate::measure::services::Running;
+
+/// One experiment's schedule.
+pub enum Schedule {
+    /// Load cells, each measured once per round, rounds interleaved with
+    /// every other grid's cells of the run (a cell two experiments share is
+    /// measured once).
+    Grid(Vec<Cell>),
+    /// Lines of cells climbing a load, rung by rung.
+    Ladder(Ladder),
+    /// The experiment's own calls against freshly started services, once
+    /// per round.
+    Probe(Probe),
+    /// A benchmark, after every load cell of the run.
+    Bench(Bench),
+}
+
+impl std::fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Schedule::Grid(c) => write!(f, "Grid({} cells)", c.len()),
+            Schedule::Ladder(l) => write!(f, "Ladder({} lines)", l.lines.len()),
+            Schedule::Probe(p) => write!(f, "Probe(pool {}, {:?})", p.pool, p.env),
+            Schedule::Bench(_) => f.write_str("Bench"),
+        }
+    }
+}
+
+impl Schedule {
+    /// Every load cell the schedule may measure (a ladder's every rung).
+    pub fn cells(&self) -> Vec<Cell> {
+        match self {
+            Schedule::Grid(c) => c.clone(),
+            Schedule::Ladder(l) => l.lines.iter().flatten().cloned().collect(),
+            Schedule::Probe(_) | Schedule::Bench(_) => Vec::new(),
+        }
+    }
+
+    /// What the run must prepare for this schedule.
+    pub fn needs(&self) -> Needs {
+        let mut envs: Vec<Env> = self.cells().iter().map(|c| c.env).collect();
+        if let Schedule::Probe(p) = self {
+            envs.push(p.env);
+        }
+        Needs {
+            certs: envs.iter().any(|e| e.tls),
+        }
+    }
+
+    /// Measurements the schedule plans at most, over `rounds` rounds.
+    pub fn planned(&self, rounds: u32) -> u32 {
+        match self {
+            Schedule::Grid(c) => c.len() as u32 * rounds,
+            Schedule::Ladder(l) => l.lines.iter().map(Vec::len).sum::<usize>() as u32 * rounds,
+            Schedule::Probe(_) => rounds,
+            Schedule::Bench(_) => 0,
+        }
+    }
+
+    /// A short phrase for the plan line: "12 cells", "6 ladders", "a probe".
+    pub fn describe(&self) -> String {
+        match self {
+            Schedule::Grid(c) => format!("{} cells", c.len()),
+            Schedule::Ladder(l) => format!(
+                "{} ladders of up to {} rungs",
+                l.lines.len(),
+                l.lines.iter().map(Vec::len).max().unwrap_or(0)
+            ),
+            Schedule::Probe(_) => "a probe per round".to_owned(),
+            Schedule::Bench(_) => "a benchmark".to_owned(),
+        }
+    }
+}
+
+/// What a run prepares before its first round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// A throwaway CA and server certificate (cells with TLS).
+    pub certs: bool,
+}
+
+impl Needs {
+    /// What two schedules need together.
+    pub fn and(self, o: Needs) -> Needs {
+        Needs {
+            certs: self.certs || o.certs,
+        }
+    }
+}
+
+/// Lines that climb: rung `i` of every line still climbing is measured
+/// (all its rounds, interleaved) before rung `i + 1`, and a line stops
+/// after the first rung where [`StopRule`] holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ladder {
+    pub lines: Vec<Vec<Cell>>,
+    pub stop: StopRule,
+}
+
+/// A line stops climbing after a rung whose median over rounds of `metric`
+/// is above `above`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StopRule {
+    pub metric: Metric,
+    pub above: f64,
+}
+
+/// The experiment's own calls against running services.
+pub struct Probe {
+    /// user-service's connection budget per transport.
+    pub pool: u16,
+    pub env: Env,
+    /// One round: the services are running; return the round's record.
+    #[allow(clippy::type_complexity)]
+    pub run: Box<dyn Fn(&Running, u32, &Arc<AtomicBool>) -> anyhow::Result<serde_json::Value>>,
+}
+
+/// A benchmark, run once with everything it needs.
+pub struct Bench {
+    #[allow(clippy::type_complexity)]
+    pub run: Box<dyn FnOnce(&BenchContext) -> anyhow::Result<serde_json::Value>>,
+}
+
+/// What a benchmark gets from the run.
+#[derive(Debug, Clone)]
+pub struct BenchContext {
+    /// The workspace root (for `cargo bench`).
+    pub root: PathBuf,
+    /// The results directory; its `logs/` exists.
+    pub out: PathBuf,
+    pub rounds: u32,
+    pub stop: Arc<AtomicBool>,
+}

@@ -1,0 +1,212 @@
+//! Synthetic runs: plausible rounds for every load cell of some
+//! experiments, made without services or k6. The lab's tests render whole
+//! reports from them (every table filled, no n/a), and an experiment's own
+//! unit tests build its section from them. Probes and benchmarks are the
+//! experiments' own records: a test that wants them adds them.
+
+use std::collections::BTreeSet;
+
+use crate::experiment::Knobs;
+use crate::measure::Timing;
+use crate::measure::cell::{Cell, Cpu, Load, ProxyRecord, RoundRecord, Rss};
+use crate::measure::k6::{Percentiles, Summary};
+use crate::measure::machine::Machine;
+use crate::measure::procfs::TcpStates;
+use crate::measure::prom::Upstream;
+use crate::measure::results::Results;
+use crate::session::{self, RunInfo};
+
+fn pct(p50: f64) -> Percentiles {
+    Percentiles {
+        count: 1000.0,
+        avg: p50 * 1.1,
+        p50,
+        p90: p50 * 1.5,
+        p95: p50 * 1.8,
+        p99: p50 * 2.5,
+        max: p50 * 6.0,
+    }
+}
+
+/// A plausible record for one round of one cell: costs grow with the
+/// payload, vary by transport, and move a little from round to round.
+pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
+    let factor = match cell.via.as_str() {
+        "tcp-proto" => 0.6,
+        "grpc" | "grpc-bidi" => 0.8,
+        "grpc-stream" => 0.9,
+        "h2c-proto" => 0.85,
+        "h1-proto" => 0.9,
+        "h2c-json" => 1.05,
+        "h1-json" => 1.1,
+        "h1-json-close" => 1.6,
+        "grpc-v1" => 1.3,
+        _ => 1.0,
+    };
+    let six = if cell.fields.is_some() { 0.7 } else { 1.0 };
+    let jitter = 1.0 + 0.03 * f64::from(round);
+    let mut up_us = (80.0 + 2.0 * f64::from(cell.orders)) * factor * six * jitter;
+    // Behind the delay proxy every call pays the round trip; HTTP/1.1 calls
+    // also queue for one of `pool` connections.
+    if let (Some(rtt), Load::Closed { vus }) = (cell.env.rtt_ms, cell.load) {
+        let queue = if cell.via.starts_with("h1-") {
+            f64::from(vus) / f64::from(cell.pool)
+        } else {
+            1.0
+        };
+        up_us += f64::from(rtt) * 1000.0 * queue;
+    }
+    let secs = 2.0;
+    let (rate, dropped) = match cell.load {
+        Load::Closed { .. } => (1e6 / (up_us * 3.0), 0.0),
+        Load::Open { rate, .. } => {
+            let cap = 3000.0 / factor * f64::from(cell.pool).sqrt();
+            let got = f64::from(rate).min(cap);
+            (got, (f64::from(rate) - got) * secs)
+        }
+    };
+    let requests = rate * secs;
+    let lookups = f64::from(cell.lookups);
+    let calls = requests;
+    let bytes_in = (60.0 + 180.0 * f64::from(cell.orders)) * factor * six;
+    let before = Upstream {
+        calls: 50.0,
+        errors: 0.0,
+        connections_opened: 8.0,
+        connections_open: 8.0,
+        bytes_read: 5000.0,
+        bytes_written: 500.0,
+        tls_full: 0.0,
+        tls_resumed: 0.0,
+    };
+    let close = cell.via == "h1-json-close";
+    let after = Upstream {
+        calls: before.calls + calls,
+        errors: 0.0,
+        connections_opened: before.connections_opened + if close { calls } else { 0.0 },
+        connections_open: if close { 0.0 } else { f64::from(cell.pool) },
+        bytes_read: before.bytes_read + bytes_in * calls,
+        bytes_written: before.bytes_written + 150.0 * calls,
+        // Over TLS a new connection per call resumes its session every time.
+        tls_full: if cell.env.tls { 1.0 } else { 0.0 },
+        tls_resumed: if cell.env.tls && close { calls } else { 0.0 },
+    };
+    RoundRecord {
+        experiment: experiment.to_owned(),
+        cell: cell.clone(),
+        round,
+        started_at: "2026-01-01T00:00:00Z".into(),
+        duration_s: secs,
+        k6: Summary {
+            run_seconds: secs,
+            requests,
+            request_rate: rate,
+            iterations: requests / lookups,
+            iteration_rate: rate / lookups,
+            dropped,
+            bad_answers: 0.0,
+            duration_ms: pct(up_us / 1000.0 * 3.0),
+            iteration_ms: pct(up_us / 1000.0 * 3.0 * lookups.sqrt()),
+            upstream_us: Some(pct(up_us)),
+            vus_max: 8.0,
+        },
+        upstream_before: before,
+        upstream_after: after,
+        cpu: Cpu {
+            order_us: requests * up_us * 0.4,
+            user_us: requests * up_us * 0.5,
+            k6_us: requests * 60.0,
+        },
+        rss: Rss {
+            order_kb: 150_000.0,
+            user_kb: 20_000.0,
+            k6_kb: 60_000.0,
+        },
+        tcp_before: TcpStates {
+            established: 8,
+            time_wait: 0,
+        },
+        tcp_after: TcpStates {
+            established: 8,
+            time_wait: if close { calls as u32 } else { 0 },
+        },
+        cores: 2,
+        other_cpu_us: 10_000.0,
+        pinning: None,
+        flags: Vec::new(),
+        proxy: cell.env.rtt_ms.map(|rtt| ProxyRecord {
+            one_way_us: f64::from(rtt) * 500.0,
+            chunks: calls * 4.0,
+            connections: f64::from(cell.pool),
+            late_mean_us: 40.0 + f64::from(round),
+            late_max_us: 900.0,
+            cpu_us: requests * 20.0,
+        }),
+        k6_summary: serde_json::Value::Null,
+    }
+}
+
+/// A complete run of the named experiments (`["all"]` for all), every
+/// grid cell and every ladder rung measured in every round.
+///
+/// # Panics
+/// On a name the registry does not have: a test's mistake.
+pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
+    let mut entries = Vec::new();
+    for n in names {
+        entries.extend(crate::experiments::expand(n).unwrap_or_else(|e| panic!("{e}")));
+    }
+    let knobs = Knobs {
+        quick,
+        ..Knobs::default()
+    };
+    let planned = session::plan(&entries, &knobs).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut seen = BTreeSet::new();
+    let mut cells: Vec<(String, Cell)> = Vec::new();
+    for (name, schedule) in &planned.schedules {
+        for c in schedule.cells() {
+            if seen.insert(c.clone()) {
+                cells.push((name.clone(), c));
+            }
+        }
+    }
+    let mut results = Results::default();
+    for r in 1..=rounds {
+        for (e, c) in &cells {
+            results.records.push(record(e, c, r));
+        }
+    }
+    let experiment = if names.len() == 1 {
+        names[0].to_owned()
+    } else {
+        names.join("+")
+    };
+    let info = RunInfo {
+        command: format!("lab run {experiment} --quick"),
+        experiment,
+        experiments: entries.iter().map(|e| e.name().to_owned()).collect(),
+        knobs,
+        plans: planned.plans,
+        timing: Timing {
+            rounds,
+            duration_s: 2.0,
+            warmup_s: 1.0,
+        },
+        store: "in memory".into(),
+        pinning: None,
+        machine: Machine {
+            cores: 2,
+            cpu_model: "Test CPU".into(),
+            memory_gib: 24.0,
+            kernel: "6.1".into(),
+            rustc: "rustc 1.95.0".into(),
+            k6: "k6 v1.1.0".into(),
+            git_commit: "abcdef123456".into(),
+            git_dirty: false,
+        },
+        started_at: "2026-01-01T00:00:00Z".into(),
+        elapsed_s: Some(200.0),
+        outcome: "complete: synthetic".into(),
+    };
+    (info, results)
+}
