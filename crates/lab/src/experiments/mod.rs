@@ -33,6 +33,7 @@ registry! {
     streaming::Streaming,
     naive::Naive,
     pool::Pool,
+    rtt::Rtt,
     pitfall::Pitfall,
     tls::Tls,
     codec::Codec,

@@ -1,0 +1,462 @@
+//! The `rtt` experiment: the same calls with 0, 1, 5 and 20 ms of round-trip
+//! time between user-service and order-service, at a fixed pool.
+//!
+//! Every seed post measured on one host, where a round trip is nearly free,
+//! and seed 001 noted that this favours HTTP/1.1. Here user-service dials
+//! order-service through the lab's in-process [`delay_proxy`], which holds
+//! every byte RTT/2 in each direction. With more callers than connections,
+//! HTTP/1.1 has at most `pool` calls in flight, so its rate is capped near
+//! `pool / RTT`, while HTTP/2, gRPC and raw TCP multiplex every caller over
+//! the same connections. RTT 0 goes through the proxy too (with no delay),
+//! so every column pays the proxy's own cost and the ratios compare like
+//! with like.
+//!
+//! [`RttPlan`] says which cells; [`cells`] lists them; [`section`] writes
+//! the report's tables, readings and chart.
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::stats::Spread;
+use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiments::tables::{method, scaled};
+use crate::measure::cell::{Cell, Env, Metric};
+use crate::measure::schedule::Schedule;
+use crate::report::format::{self as f};
+use crate::report::svg::{self, LineChart, Series};
+use crate::report::value::Value;
+use crate::report::{Chart, Section, Table};
+
+/// The transport every `×` of the rtt tables is relative to, at the same
+/// RTT.
+pub const BASELINE: &str = transports::H1_JSON;
+
+pub struct Rtt;
+
+impl Experiment for Rtt {
+    type Plan = RttPlan;
+    const NAME: &'static str = "rtt";
+    const ABOUT: &'static str =
+        "Round-trip time 0, 1, 5, 20 ms between the services, through a delay proxy";
+
+    fn plan(knobs: &Knobs) -> RttPlan {
+        let mut p = RttPlan::new(knobs.quick, knobs.transports.as_deref());
+        if let Some(s) = &knobs.sizes {
+            p.orders.clone_from(s);
+        }
+        p
+    }
+
+    fn schedule(p: &RttPlan) -> Schedule {
+        Schedule::Grid(cells(p))
+    }
+
+    fn describe(p: &RttPlan) -> String {
+        format!(
+            "RTT {:?} ms, {} at pool {:?}, {} VUs",
+            p.rtts_ms,
+            p.vias.join(", "),
+            p.pools,
+            p.vus
+        )
+    }
+
+    fn section(p: &RttPlan, cx: &Context) -> Section {
+        section(p, cx)
+    }
+}
+
+/// What the rtt experiment measures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RttPlan {
+    /// Emulated round-trip times, ms (half on each direction).
+    pub rtts_ms: Vec<u32>,
+    pub vias: Vec<String>,
+    /// user-service's connections per transport.
+    pub pools: Vec<u16>,
+    /// Closed-loop callers: more than the pool, so that HTTP/1.1 queues.
+    pub vus: u32,
+    /// Orders per call: small, so that the round trip, not the payload,
+    /// is what is measured.
+    pub orders: Vec<u32>,
+}
+
+impl RttPlan {
+    /// The quick or full plan; `transports` (`--transports`) replaces the
+    /// transports when given: every transport works through the proxy.
+    pub fn new(quick: bool, transports: Option<&[String]>) -> RttPlan {
+        use transports::{GRPC, H1_JSON, H2C_JSON, TCP_PROTO};
+        let defaults: &[&str] = if quick {
+            &[H1_JSON, H2C_JSON, GRPC]
+        } else {
+            &[H1_JSON, H2C_JSON, GRPC, TCP_PROTO]
+        };
+        RttPlan {
+            rtts_ms: vec![0, 1, 5, 20],
+            vias: transports.map_or_else(
+                || defaults.iter().map(|s| (*s).to_owned()).collect(),
+                <[String]>::to_vec,
+            ),
+            pools: if quick { vec![4] } else { vec![1, 4] },
+            vus: 16,
+            orders: vec![1],
+        }
+    }
+
+    /// The cell of one transport, pool, payload and RTT.
+    pub fn cell(&self, via: &str, pool: u16, orders: u32, rtt_ms: u32) -> Cell {
+        Cell::closed(via, orders, self.vus, pool).with_env(Env {
+            rtt_ms: Some(rtt_ms),
+            tls: false,
+        })
+    }
+}
+
+/// Every cell of the experiment.
+pub fn cells(r: &RttPlan) -> Vec<Cell> {
+    let mut v = Vec::new();
+    for &pool in &r.pools {
+        for &orders in &r.orders {
+            for &rtt in &r.rtts_ms {
+                for via in &r.vias {
+                    v.push(r.cell(via, pool, orders, rtt));
+                }
+            }
+        }
+    }
+    v
+}
+
+fn base(r: &RttPlan) -> &str {
+    if r.vias.iter().any(|v| v == BASELINE) {
+        BASELINE
+    } else {
+        r.vias.first().map_or(BASELINE, String::as_str)
+    }
+}
+
+/// The rtt section of the report.
+fn section(r: &RttPlan, cx: &Context) -> Section {
+    let d = cx.data;
+    let mut s = Section::new(
+        "rtt",
+        "Round-trip time: 0 to 20 ms between the services, at a fixed pool",
+    );
+    let base = base(r);
+    s.para(method(
+        cx.timing,
+        &format!(
+            "Closed loop, {} VUs; user-service dials order-service through the lab's delay \
+             proxy, which holds every byte RTT/2 in each direction (RTT 0 passes through it \
+             too, so every column pays the proxy's own cost). A pool of {} connection(s) per \
+             transport: HTTP/1.1 carries at most that many calls at once and the other callers \
+             wait for one (the wait counts as upstream time); HTTP/2, gRPC and raw TCP \
+             multiplex all {} callers over the same connections. Baseline: **{base}** at the \
+             same RTT",
+            r.vus,
+            r.pools
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" or "),
+            r.vus
+        ),
+    ));
+    let mut series = Vec::new();
+    for &pool in &r.pools {
+        for &orders in &r.orders {
+            let cell = |via: &str, rtt: u32| r.cell(via, pool, orders, rtt);
+            let what = format!("pool {pool}, {}", f::orders(orders));
+            let mut headers = vec!["transport".to_owned()];
+            headers.extend(r.rtts_ms.iter().map(|ms| format!("RTT {ms} ms")));
+            // Upstream time in ms: at 20 ms of RTT µs would only add digits.
+            for (m, k, caption) in [
+                (
+                    Metric::Rate,
+                    1.0,
+                    format!("Throughput against RTT, req/s (higher is better), {what}"),
+                ),
+                (
+                    Metric::UpP50,
+                    1e-3,
+                    format!("Upstream p50 against RTT, ms: user-service's call, {what}"),
+                ),
+                (
+                    Metric::UpP95,
+                    1e-3,
+                    format!("Upstream p95 against RTT, ms, {what}"),
+                ),
+            ] {
+                let rows = r
+                    .vias
+                    .iter()
+                    .map(|via| {
+                        let mut row = vec![Value::text(via.clone())];
+                        for &ms in &r.rtts_ms {
+                            let c = cell(via, ms);
+                            let unit = if k == 1.0 { m.unit() } else { "ms" };
+                            let v = Value::range(scaled(d.spread(&c, m), k), unit);
+                            row.push(Value::parts(vec![
+                                v,
+                                if via == base {
+                                    Value::Baseline
+                                } else {
+                                    Value::ratio(d.ratio(&c, &cell(base, ms), m))
+                                },
+                            ]));
+                        }
+                        row
+                    })
+                    .collect();
+                let reading = if m == Metric::Rate {
+                    rate_reading(r, cx, pool, orders, base)
+                } else {
+                    latency_reading(r, cx, pool, orders, m)
+                };
+                s.table(Table {
+                    caption,
+                    headers: headers.clone(),
+                    rows,
+                    reading,
+                });
+            }
+            for via in &r.vias {
+                series.push(Series {
+                    name: format!("{via} pool {pool}"),
+                    points: r
+                        .rtts_ms
+                        .iter()
+                        .filter_map(|&ms| {
+                            d.median(&cell(via, ms), Metric::Rate)
+                                .map(|v| (f64::from(ms), v))
+                        })
+                        .collect(),
+                });
+            }
+        }
+    }
+    s.table(proxy_table(r, cx));
+    s.chart(Chart {
+        file: "rtt-throughput.svg".into(),
+        title: "Throughput against round-trip time".into(),
+        svg: svg::line_chart(&LineChart {
+            title: "Throughput against round-trip time".into(),
+            x_label: "RTT between the services, ms".into(),
+            y_label: "req/s (log)".into(),
+            x_log: false,
+            y_log: true,
+            series,
+        }),
+    });
+    s
+}
+
+/// How the rates diverge: each transport's ratio to the baseline at the
+/// lowest and highest RTT, and HTTP/1.1 against its `pool / RTT` ceiling.
+fn rate_reading(r: &RttPlan, cx: &Context, pool: u16, orders: u32, base: &str) -> String {
+    let d = cx.data;
+    let (Some(&lo), Some(&hi)) = (r.rtts_ms.first(), r.rtts_ms.last()) else {
+        return "No RTT was planned.".to_owned();
+    };
+    let cell = |via: &str, rtt: u32| r.cell(via, pool, orders, rtt);
+    let others: Vec<String> = r
+        .vias
+        .iter()
+        .filter(|v| *v != base)
+        .map(|v| {
+            format!(
+                "{v} {} → {}",
+                f::ratio(d.ratio(&cell(v, lo), &cell(base, lo), Metric::Rate)),
+                f::ratio(d.ratio(&cell(v, hi), &cell(base, hi), Metric::Rate))
+            )
+        })
+        .collect();
+    let mut out = format!(
+        "Against {base}'s rate, from RTT {lo} ms to {hi} ms: {}",
+        if others.is_empty() {
+            "no other transport measured".to_owned()
+        } else {
+            others.join(", ")
+        }
+    );
+    let fall = d.ratio(&cell(base, hi), &cell(base, lo), Metric::Rate);
+    out.push_str(&format!(
+        ". {base} at {hi} ms kept {} of its rate at {lo} ms",
+        f::ratio(fall)
+    ));
+    if hi > 0 && base.starts_with("h1-") {
+        let ceiling = f64::from(pool) * 1000.0 / f64::from(hi);
+        out.push_str(&format!(
+            "; with {pool} connection(s) and one call per connection, HTTP/1.1 cannot pass {} req/s at {hi} ms, and measured {}",
+            f::num(ceiling),
+            d.median(&cell(base, hi), Metric::Rate)
+                .map_or_else(|| f::MISSING.to_owned(), f::num)
+        ));
+    }
+    out + "."
+}
+
+/// Upstream time in round trips at the highest RTT: about 1 when calls are
+/// multiplexed, about callers / pool when they queue for a connection.
+fn latency_reading(r: &RttPlan, cx: &Context, pool: u16, orders: u32, m: Metric) -> String {
+    let d = cx.data;
+    let Some(&hi) = r.rtts_ms.iter().filter(|&&ms| ms > 0).max() else {
+        return "Only RTT 0 was measured: no round trips to count.".to_owned();
+    };
+    let in_rtts: Vec<String> = r
+        .vias
+        .iter()
+        .map(|v| {
+            let c = r.cell(v, pool, orders, hi);
+            let x = d.median(&c, m).map(|us| us / 1000.0 / f64::from(hi));
+            format!("{v} {}", x.map_or_else(|| f::MISSING.to_owned(), f::num))
+        })
+        .collect();
+    format!(
+        "At {hi} ms, in round trips: {} ({} callers on {pool} connection(s): a call that queues behind others on HTTP/1.1 waits up to {} round trips; multiplexed, about 1).",
+        in_rtts.join(", "),
+        r.vus,
+        f::num(f64::from(r.vus) / f64::from(pool))
+    )
+}
+
+/// What the proxy did at each RTT: how late it released bytes (the
+/// emulation's own error) and the CPU it took.
+fn proxy_table(r: &RttPlan, cx: &Context) -> Table {
+    let d = cx.data;
+    let at = |ms: u32, m: Metric| -> Option<Spread> {
+        let mut v = Vec::new();
+        for &pool in &r.pools {
+            for &orders in &r.orders {
+                for via in &r.vias {
+                    v.extend(
+                        d.values(&r.cell(via, pool, orders, ms), m)
+                            .into_iter()
+                            .flatten(),
+                    );
+                }
+            }
+        }
+        Spread::of(&v)
+    };
+    let rows: Vec<Vec<Value>> = r
+        .rtts_ms
+        .iter()
+        .map(|&ms| {
+            vec![
+                format!("RTT {ms} ms").into(),
+                Value::single(f64::from(ms) / 2.0, "ms"),
+                Value::range(at(ms, Metric::ProxyLate), Metric::ProxyLate.unit()),
+                Value::range(at(ms, Metric::ProxyCores), Metric::ProxyCores.unit()),
+            ]
+        })
+        .collect();
+    let worst = r
+        .rtts_ms
+        .iter()
+        .filter_map(|&ms| at(ms, Metric::ProxyLate).map(|s| (ms, s.max)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    Table {
+        caption: "The delay proxy: how late it released bytes, and its CPU".into(),
+        headers: vec![
+            "RTT".into(),
+            "one-way delay asked, ms".into(),
+            "mean lateness per chunk, µs (cells × rounds)".into(),
+            "proxy CPU, cores".into(),
+        ],
+        rows,
+        reading: match worst {
+            Some((ms, late)) => format!(
+                "The emulated round trip is the asked one plus up to twice the lateness: the worst cell's mean was {} µs (at RTT {ms} ms); on a busy 2-core machine the proxy's threads wait for a core like everything else.",
+                f::num(late)
+            ),
+            None => format!("The proxy's lateness was not recorded ({}).", f::MISSING),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quick_plan_has_every_rtt_for_each_transport() {
+        let r = RttPlan::new(true, None);
+        let c = cells(&r);
+        assert_eq!(c.len(), 4 * 3);
+        assert!(c.iter().all(|c| c.env.rtt_ms.is_some() && c.pool == 4));
+        assert!(
+            c.iter()
+                .any(|c| c.env.rtt_ms == Some(20) && c.via == "h2c-json")
+        );
+        let full = RttPlan::new(false, None);
+        assert_eq!(cells(&full).len(), 4 * 4 * 2);
+    }
+
+    #[test]
+    fn named_transports_replace_the_defaults() {
+        let t = vec!["tcp-proto".to_owned()];
+        let r = RttPlan::new(true, Some(&t));
+        assert_eq!(r.vias, t);
+        assert_eq!(base(&r), "tcp-proto");
+    }
+
+    #[test]
+    fn the_section_has_every_transport_at_every_round_trip_time() {
+        use crate::report::Block;
+        let (info, results) = crate::synthetic::run(&[Rtt::NAME], true, 2);
+        let report = crate::session::build_report(&info, &results);
+        let empty = report.empty_cells();
+        assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
+        let rtt = report
+            .sections
+            .iter()
+            .find(|s| s.id == "rtt")
+            .expect("an rtt section");
+        let plan = Rtt::plan(&info.knobs);
+        let tables: Vec<&Table> = rtt
+            .blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Table(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        let rate = tables
+            .iter()
+            .find(|t| t.caption.starts_with("Throughput against RTT"))
+            .expect("a throughput table");
+        assert_eq!(rate.headers.len(), 1 + plan.rtts_ms.len());
+        assert!(rate.headers.contains(&"RTT 20 ms".to_owned()));
+        assert_eq!(rate.rows.len(), plan.vias.len());
+        for row in &rate.rows {
+            let base = row[0].label() == BASELINE;
+            for c in &row[1..] {
+                assert!(base || c.ratios().len() == 1, "{row:?}");
+            }
+        }
+        assert!(rate.reading.contains("h2c-json"), "{}", rate.reading);
+        // Behind 20 ms, HTTP/1.1 with 4 connections for 16 callers queues:
+        // the synthetic h1-json waits 4 round trips, the others 1.
+        let up = tables
+            .iter()
+            .find(|t| t.caption.starts_with("Upstream p50 against RTT"))
+            .expect("an upstream table");
+        assert!(up.reading.contains("h1-json 4.0"), "{}", up.reading);
+        assert!(
+            tables
+                .iter()
+                .any(|t| t.caption.starts_with("The delay proxy")),
+            "no proxy table"
+        );
+        assert!(
+            rtt.blocks
+                .iter()
+                .any(|b| matches!(b, Block::Chart(c) if c.file == "rtt-throughput.svg"))
+        );
+        // Every cell has its round trip in its environment: the run needs
+        // no certificates, and the launcher gets a delay proxy per cell.
+        let schedule = Rtt::schedule(&plan);
+        assert!(!schedule.needs().certs);
+        assert!(schedule.cells().iter().all(|c| c.env.rtt_ms.is_some()));
+    }
+}
