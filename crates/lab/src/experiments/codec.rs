@@ -4,7 +4,7 @@
 //! against prost, typed v2 and all-strings v1, from and to the wire type and
 //! the domain type) with its output directory inside the run's results
 //! (`criterion/`), reads criterion's own estimates back, and keeps them in
-//! `codec.json`. The report's tables then sit beside the end-to-end ones, so
+//! `bench/codec.json`. The report's tables then sit beside the end-to-end ones, so
 //! a reader can see how much of a transport's difference the encoding alone
 //! explains.
 
@@ -480,7 +480,7 @@ fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
     );
     let Some(run) = run else {
         s.para(
-            "Not measured in this run: the results directory has no codec.json (the run \
+            "Not measured in this run: the results directory has no bench/codec.json (the run \
              stopped before the benchmark, or predates it).",
         );
         return s;

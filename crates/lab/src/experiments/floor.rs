@@ -73,13 +73,15 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
             .transports
             .iter()
             .map(|via| {
-                let mut r = vec![Value::text(via.clone())];
+                let label = if via == FLOOR {
+                    format!("{via} ({})", m.unit())
+                } else {
+                    via.clone()
+                };
+                let mut r = vec![Value::text(label)];
                 for &o in &p.sizes {
                     if via == FLOOR {
-                        r.push(Value::parts(vec![
-                            cx.fig(&cell(via, o), m),
-                            Value::text(m.unit()),
-                        ]));
+                        r.push(cx.fig(&cell(via, o), m));
                     } else {
                         r.push(cx.ratio(&cell(via, o), &cell(FLOOR, o), m));
                     }

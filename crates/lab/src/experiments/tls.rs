@@ -108,7 +108,7 @@ fn section(p: &TlsPlan, cx: &Context) -> Section {
                 "upstream p50 µs, TLS",
                 "bytes per call, cleartext",
                 "bytes per call, TLS",
-                "handshakes per 1,000 calls (full / resumed)",
+                "handshakes per 1,000 calls: full · resumed",
             ]
             .iter()
             .map(|h| (*h).to_owned())
