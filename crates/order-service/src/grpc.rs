@@ -51,6 +51,8 @@ pub struct GrpcLimits {
     pub max_concurrent_requests: usize,
     /// Streams open at once on one HTTP/2 connection (announced to clients).
     pub max_concurrent_streams: u32,
+    /// Answers gzip-compressed for clients that accept gzip.
+    pub send_gzip: bool,
 }
 
 /// The v2 service.
@@ -299,7 +301,7 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    let v2 = pb2::order_service_server::OrderServiceServer::new(OrderServiceV2 {
+    let mut v2 = pb2::order_service_server::OrderServiceServer::new(OrderServiceV2 {
         orders: orders.clone(),
         limits,
         metrics: metrics.clone(),
@@ -307,8 +309,10 @@ pub async fn serve(
     })
     .max_decoding_message_size(limits.max_message_bytes)
     .max_encoding_message_size(limits.max_message_bytes)
-    .accept_compressed(CompressionEncoding::Gzip)
-    .send_compressed(CompressionEncoding::Gzip);
+    .accept_compressed(CompressionEncoding::Gzip);
+    if limits.send_gzip {
+        v2 = v2.send_compressed(CompressionEncoding::Gzip);
+    }
     let v1 = pb1::order_service_server::OrderServiceServer::new(OrderServiceV1 { orders })
         .max_decoding_message_size(limits.max_message_bytes)
         .max_encoding_message_size(limits.max_message_bytes);

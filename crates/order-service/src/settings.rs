@@ -91,6 +91,13 @@ pub struct Settings {
     #[arg(long, env = "ORDER_MAX_CONCURRENT_STREAMS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams: u32,
 
+    /// Compress gRPC answers (order.v2) with gzip for clients that accept
+    /// it. Off by default: compression is a variable to choose, not one a
+    /// client's `grpc-accept-encoding` should turn on unnoticed (k6's gRPC
+    /// client accepts gzip). Compressed requests are accepted either way.
+    #[arg(long, env = "ORDER_GRPC_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
+    pub grpc_gzip: bool,
+
     /// Raw-TCP connections open at once; one more gets a RESOURCE_EXHAUSTED
     /// error frame (request id 0) and is closed.
     #[arg(long, env = "ORDER_MAX_TCP_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]

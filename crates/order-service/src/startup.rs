@@ -165,6 +165,7 @@ impl Application {
                 max_lookups_in_flight: s.max_lookups_in_flight,
                 max_concurrent_requests: s.max_concurrent_requests,
                 max_concurrent_streams: s.max_concurrent_streams,
+                send_gzip: s.grpc_gzip,
             },
             metrics.clone(),
             token.clone(),
