@@ -198,6 +198,17 @@ impl Order {
     }
 
     /// A copy holding only the selected fields; the others are blank.
+    /// [`Order::project`] of an owned order: the order itself, moved, when
+    /// every field is selected, so that a caller that needs no projection
+    /// pays no copy.
+    pub fn into_projected(self, fields: crate::FieldSet) -> Order {
+        if fields.is_all() {
+            self
+        } else {
+            self.project(fields)
+        }
+    }
+
     pub fn project(&self, fields: crate::FieldSet) -> Order {
         use crate::OrderField as F;
         if fields.is_all() {

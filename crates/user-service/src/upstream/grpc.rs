@@ -175,9 +175,18 @@ impl GrpcSource {
         let answer = client.list_orders(req).await.map_err(|s| from_status(&s))?;
         // v1 has no field selection: every field crosses the wire and the
         // unselected ones are blanked here, so the answer equals the others'.
-        let orders = to_domain(answer.into_inner().orders)?;
-        Ok(orders.iter().map(|o| o.project(q.fields)).collect())
+        Ok(select(to_domain(answer.into_inner().orders)?, q.fields))
     }
+}
+
+/// The selected fields of v1's orders (v1 has no selection of its own),
+/// moving the orders when all are selected: the same work as every other
+/// transport, which receives only what it asked for and copies nothing.
+fn select(orders: Vec<model::Order>, fields: model::FieldSet) -> Vec<model::Order> {
+    orders
+        .into_iter()
+        .map(|o| o.into_projected(fields))
+        .collect()
 }
 
 fn page_size(q: &OrderQuery) -> i32 {
@@ -293,5 +302,31 @@ impl OrderSource for BidiSource {
             let _on_wire = self.metrics.in_flight();
             answer_to_orders(link.call(req).await?)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_orders_with_every_field_selected_are_moved_not_copied() {
+        let user = dataset::users()
+            .into_iter()
+            .find(|u| u.id == dataset::fixed_user_id(10))
+            .expect("the 10-order user");
+        let orders = dataset::orders_of(&user);
+        let expected = orders.clone();
+        let buffers = |v: &[model::Order]| -> Vec<*const u8> {
+            v.iter().map(|o| o.product_name.as_ptr()).collect()
+        };
+        let before = buffers(&orders);
+        let out = select(orders, model::FieldSet::ALL);
+        assert_eq!(out, expected);
+        assert_eq!(buffers(&out), before, "every field selected: no copy");
+        // A real selection still blanks the others.
+        let two = model::FieldSet::parse_csv("id,status").expect("fields");
+        let out = select(expected, two);
+        assert!(out.iter().all(|o| o.product_name.is_empty()));
     }
 }
