@@ -1,6 +1,7 @@
 // What every user-service script shares: parameters from the environment,
 // one iteration (N lookups of a user's orders through user-service's fan-out
-// endpoint), the upstream Trend and a JSON summary.
+// endpoint), the counting rules (only good answers count: see `judge`), the
+// upstream Trend and a JSON summary.
 //
 // Parameters (environment variables, `k6 run -e NAME=value` or the shell):
 //   BASE_URL      user-service's REST base URL   default http://localhost:8081
@@ -85,12 +86,27 @@ export function commonOptions() {
   };
 }
 
+// The counting rules, named in the summary (`lab_counting`) so that the lab
+// knows which figures it reads. Only good answers count: a 200, over the
+// transport asked for, with a body of the right length (below). Their
+// number, latency and upstream time are kept apart from everything else.
+export const COUNTING = 'good-answers-1';
+export const goodAnswers = new Counter('good_answers');
+export const goodDuration = new Trend('good_duration', true);
+// A set of lookups (LOOKUPS > 1) whose every answer was good: the longest
+// of its answers, which all left at once.
+export const goodSet = new Trend('good_set', true);
 // The round trip user-service measured around its call to order-service
-// (the `x-upstream-micros` header): the number seed 001 trusted, because it
-// does not include the load tool's own client.
+// (the `x-upstream-micros` header) on good answers: the number seed 001
+// trusted, because it does not include the load tool's own client.
 export const upstreamMicros = new Trend('upstream_micros');
-// Answers that were not a 200 over the transport asked for.
+// Answers that were not good and not shed.
 export const badAnswers = new Counter('bad_answers');
+// 503 with Retry-After: user-service shedding load at its limit of
+// concurrent requests. An outcome of its own: neither good nor bad.
+export const shedAnswers = new Counter('shed_answers');
+// Bodies parsed and their orders counted (each VU's first good answer).
+export const parsedBodies = new Counter('parsed_bodies');
 
 function url() {
   let u = `${params.baseUrl}/v1/users/${params.userId}/orders?limit=${params.limit}&via=${encodeURIComponent(params.via)}`;
@@ -102,33 +118,100 @@ function url() {
 
 const URL = url();
 const REQUEST_PARAMS = { tags: { name: 'user-orders' } };
+// The same request with its body kept, to parse it.
+const PARSE_PARAMS = { tags: { name: 'user-orders' }, responseType: 'text' };
+
+/** How many orders the answer must hold, when the user is a fixed one. */
+export function expectedOrders() {
+  return params.userId === userFor(params.orders) ? params.orders : null;
+}
+
+// How an answer's body is checked without keeping every body (the scripts
+// discard them: reading them into strings would be measured as the load
+// generator's cost). Each VU keeps its first good answer's body, parses it
+// and counts its orders; that answer's Content-Length is then what every
+// later answer of the VU must carry. The same user, limit and fields always
+// give the same bytes, so an answer cut short, padded or holding other
+// orders has another length.
+let expectedLength = null;
+
+/** `good`, `bad` or `shed`. */
+export function judge(res) {
+  if (res.status === 503 && res.headers['Retry-After'] !== undefined) {
+    return 'shed';
+  }
+  if (res.status !== 200 || res.headers['X-Via'] !== params.via) {
+    return 'bad';
+  }
+  const length = res.headers['Content-Length'];
+  if (length === undefined) {
+    return 'bad';
+  }
+  if (expectedLength === null) {
+    if (typeof res.body !== 'string') {
+      return 'bad';
+    }
+    let body;
+    try {
+      body = JSON.parse(res.body);
+    } catch (e) {
+      return 'bad';
+    }
+    parsedBodies.add(1);
+    const want = expectedOrders();
+    if (!Array.isArray(body.orders) || (want !== null && body.orders.length !== want)) {
+      return 'bad';
+    }
+    expectedLength = length;
+    return 'good';
+  }
+  return length === expectedLength ? 'good' : 'bad';
+}
 
 function record(res) {
-  const ok = check(res, {
-    'status is 200': (r) => r.status === 200,
-    'served over the transport asked for': (r) => r.headers['X-Via'] === params.via,
+  const verdict = judge(res);
+  check(res, {
+    'a good answer: 200, over the transport asked for, the expected body': () => verdict === 'good',
   });
-  if (!ok) {
-    badAnswers.add(1);
+  if (verdict === 'shed') {
+    shedAnswers.add(1);
+    return false;
   }
+  if (verdict === 'bad') {
+    badAnswers.add(1);
+    return false;
+  }
+  goodAnswers.add(1);
+  goodDuration.add(res.timings.duration);
   const up = res.headers['X-Upstream-Micros'];
   if (up !== undefined) {
     upstreamMicros.add(parseInt(up, 10));
   }
+  return true;
 }
 
 /** One iteration: LOOKUPS lookups, all in flight at once when more than one. */
 export function lookups() {
+  const req = expectedLength === null ? PARSE_PARAMS : REQUEST_PARAMS;
   if (params.lookups === 1) {
-    record(http.get(URL, REQUEST_PARAMS));
+    const res = http.get(URL, req);
+    if (record(res)) {
+      goodSet.add(res.timings.duration);
+    }
     return;
   }
   const batch = [];
   for (let i = 0; i < params.lookups; i++) {
-    batch.push(['GET', URL, null, REQUEST_PARAMS]);
+    batch.push(['GET', URL, null, req]);
   }
+  let all = true;
+  let longest = 0;
   for (const res of http.batch(batch)) {
-    record(res);
+    all = record(res) && all;
+    longest = Math.max(longest, res.timings.duration);
+  }
+  if (all) {
+    goodSet.add(longest);
   }
 }
 
@@ -161,12 +244,11 @@ export function summarize(data, title) {
     const u = m.upstream_micros.values;
     lines.push(`  upstream us     p50 ${fmt(u.med, '')}  p95 ${fmt(u['p(95)'], '')}  p99 ${fmt(u['p(99)'], '')}  max ${fmt(u.max, '')}`);
   }
-  if (m.bad_answers) {
-    lines.push(`  bad answers     ${m.bad_answers.values.count}`);
-  }
+  const count = (name) => (m[name] ? m[name].values.count : 0);
+  lines.push(`  good answers    ${count('good_answers')} (bad ${count('bad_answers')}, shed ${count('shed_answers')}; ${count('parsed_bodies')} bodies parsed)`);
   lines.push(`  summary JSON    ${params.summaryJson}`);
   return {
     stdout: lines.join('\n') + '\n',
-    [params.summaryJson]: JSON.stringify(data, null, 1),
+    [params.summaryJson]: JSON.stringify(Object.assign({ lab_counting: COUNTING }, data), null, 1),
   };
 }

@@ -150,6 +150,8 @@ pub struct Context<'a> {
     pub timing: &'a Timing,
     pub data: &'a Data,
     pub results: &'a Results,
+    /// The store the services ran on, as the report names it.
+    pub store: &'a str,
 }
 
 impl Context<'_> {

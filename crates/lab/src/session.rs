@@ -34,7 +34,8 @@ use crate::experiment::{Context, Entry, Knobs};
 use crate::experiments;
 use crate::experiments::tables::everything;
 use crate::measure::cell::{
-    BUSY_NEIGHBOUR_CORES, Cell, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, Measures,
+    BUSY_NEIGHBOUR_CORES, Cell, FAILED_BAD_SHARE_PCT, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load,
+    Measures,
 };
 use crate::measure::k6;
 use crate::measure::machine::{self, Machine};
@@ -87,6 +88,10 @@ pub struct RunInfo {
     pub elapsed_s: Option<f64>,
     /// "complete", or how far an interrupted run got.
     pub outcome: String,
+    /// The environment the services were started with, from the first
+    /// round (everything else is cleared; ports and paths vary by round).
+    #[serde(default)]
+    pub service_env: BTreeMap<String, String>,
 }
 
 impl RunInfo {
@@ -288,6 +293,7 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         started_at: started_at.to_rfc3339(),
         elapsed_s: None,
         outcome: "running".to_owned(),
+        service_env: BTreeMap::new(),
     };
     write_json(&dir.join("run.json"), &info)?;
     services::seed(&svc)?;
@@ -320,13 +326,22 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
             .sum::<u32>()
         + probes.len() as u32 * r;
     let per = timing.duration_s + timing.warmup_s + 1.5;
+    let count = |n: usize, one: &str| match n {
+        1 => format!("1 {one}"),
+        n => format!("{n} {one}s"),
+    };
     println!(
-        "plan: {} cells + {} ladders + {} probes + {} benchmarks, {r} rounds each: up to {planned} measurements, about {} before the benchmarks",
-        cells.len(),
-        ladders.len(),
-        probes.len(),
-        benches.len(),
-        human_duration(f64::from(planned) * per)
+        "plan: {}, {}, {}, {}; {r} rounds each: up to {planned} measurements, about {}{}",
+        count(cells.len(), "cell"),
+        count(ladders.len(), "ladder"),
+        count(probes.len(), "probe"),
+        count(benches.len(), "benchmark"),
+        human_duration(f64::from(planned) * per),
+        if benches.is_empty() {
+            ""
+        } else {
+            " before the benchmarks"
+        }
     );
     let t0 = Instant::now();
     let mut lab = Lab::new(root.to_path_buf(), k6_bin, svc, timing, dir.clone(), stop);
@@ -353,6 +368,9 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     let _ = std::fs::remove_dir_all(dir.join("tmp"));
     let (done, planned) = lab.progress();
     info.elapsed_s = Some(t0.elapsed().as_secs_f64());
+    if let Some(first) = lab.results.records.first() {
+        info.service_env.clone_from(&first.service_env);
+    }
     info.outcome = if interrupted {
         format!("interrupted after {done} of {planned} planned measurements: a partial report")
     } else {
@@ -404,6 +422,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
         timing: &info.timing,
         data: &data,
         results,
+        store: &info.store,
     };
     let m = &info.machine;
     let t = &info.timing;
@@ -414,9 +433,12 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
              table names; k6 drives user-service's `GET /v1/users/{id}/orders` on the same machine. \
              **Upstream** figures are measured inside user-service around its call (the \
              `x-upstream-micros` header, recorded per request by k6), so the load tool's own client \
-             is not in them (seed 001's pitfall); **end-to-end** figures are k6's. CPU per request \
-             comes from /proc (utime + stime) over the measured run, divided by k6's requests; \
-             bytes and connections from user-service's socket counters."
+             is not in them (seed 001's pitfall); **end-to-end** figures are k6's. Only good \
+             answers count (a 200 over the transport asked for with the expected body): rates, \
+             latencies and CPU per request are theirs, and a round with more than 1% bad answers \
+             is left out. CPU per request comes from /proc (utime + stime) over the window from \
+             just before k6 starts to just after it exits, divided by the good answers; bytes and \
+             connections from user-service's socket counters."
                 .to_owned(),
             format!(
                 "Every figure is the median of {} rounds, each round on freshly started services \
@@ -478,6 +500,28 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                         .as_ref()
                         .map_or("; no CPU pinning".to_owned(), |p| format!("; pinned: {p}")),
                 ),
+            ),
+            (
+                "compression".into(),
+                "none on any transport: order-service's gRPC gzip is off (ORDER_GRPC_GZIP unset), \
+                 user-service's clients offer no encoding, order-service's REST compresses \
+                 nothing"
+                    .into(),
+            ),
+            (
+                "services' environment".into(),
+                if info.service_env.is_empty() {
+                    "not recorded".to_owned()
+                } else {
+                    format!(
+                        "cleared, then only: {} (values in each round's record)",
+                        info.service_env
+                            .keys()
+                            .map(|k| format!("`{k}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
             ),
             (
                 "started".into(),
@@ -554,8 +598,41 @@ fn flags_section(data: &Data, results: &Results) -> Section {
             ),
         });
     }
+    let failed: Vec<Vec<Value>> = data
+        .failed
+        .iter()
+        .flat_map(|(c, rounds)| {
+            rounds.iter().map(move |(round, why)| {
+                vec![
+                    Value::text(c.label()),
+                    Value::text(round.to_string()),
+                    Value::Flag {
+                        reason: why.clone(),
+                    },
+                ]
+            })
+        })
+        .collect();
+    if failed.is_empty() {
+        s.para(format!(
+            "No round was failed by its answers: in every round at most {FAILED_BAD_SHARE_PCT}% \
+             of the answers not shed were bad, and some were good."
+        ));
+    } else {
+        let n = failed.len();
+        s.table(Table {
+            caption: "Rounds failed by their answers (left out of every figure)".into(),
+            headers: vec!["cell".into(), "round".into(), "why".into()],
+            rows: failed,
+            reading: format!(
+                "{n} rounds had more than {FAILED_BAD_SHARE_PCT}% bad answers (or no good one): \
+                 their figures are left out of every median and ratio, which then rest on the \
+                 other rounds, or show n/a."
+            ),
+        });
+    }
     if results.failures.is_empty() {
-        s.para("No round failed.");
+        s.para("No round failed to run.");
     } else {
         s.table(Table {
             caption: "Failed rounds (no numbers)".into(),

@@ -109,6 +109,15 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             iteration_ms: pct(up_us / 1000.0 * 3.0 * lookups.sqrt()),
             upstream_us: Some(pct(up_us)),
             vus_max: 8.0,
+            counting: Some("good-answers-1".into()),
+            good: requests,
+            good_rate: rate,
+            shed: 0.0,
+            good_ms: Some(pct(up_us / 1000.0 * 3.0)),
+            good_sets: requests / lookups,
+            good_set_ms: Some(pct(up_us / 1000.0 * 3.0 * lookups.sqrt())),
+            parsed_bodies: 8.0,
+            compressed: 0.0,
         },
         upstream_before: before,
         upstream_after: after,
@@ -142,6 +151,9 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             late_max_us: 900.0,
             cpu_us: requests * 20.0,
         }),
+        window_s: Some(secs + 1.0),
+        postgres_us: None,
+        service_env: Default::default(),
         k6_summary: serde_json::Value::Null,
     }
 }
@@ -207,6 +219,7 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
         started_at: "2026-01-01T00:00:00Z".into(),
         elapsed_s: Some(200.0),
         outcome: "complete: synthetic".into(),
+        service_env: Default::default(),
     };
     (info, results)
 }

@@ -231,3 +231,66 @@ fn every_ratio_pools_its_noise_over_enough_cells() {
         assert!(n.df >= MIN_POOLED_DF, "{} ({:?}): {n:?}", c.label(), small);
     }
 }
+
+#[test]
+fn the_method_text_names_the_store_of_the_run() {
+    let (mut info, results) = common::synthetic(&["payload"], true, 2);
+    let memory = build_report(&info, &results).markdown();
+    assert!(memory.contains("store: in memory"), "in-memory run");
+    info.store = "Postgres at 127.0.0.1:5432".into();
+    let pg = build_report(&info, &results).markdown();
+    assert!(pg.contains("store: Postgres at 127.0.0.1:5432"));
+    assert!(
+        !pg.contains("in-memory"),
+        "a Postgres run says nothing of memory"
+    );
+}
+
+#[test]
+fn a_round_with_too_many_bad_answers_is_left_out_and_said_so() {
+    let (info, mut results) = common::synthetic(&["payload"], true, 2);
+    // Round 2 of h2c-json at 1 order: 5% bad answers, fast ones.
+    let r = results
+        .records
+        .iter_mut()
+        .find(|r| r.cell.via == "h2c-json" && r.cell.orders == 1 && r.round == 2)
+        .expect("the round");
+    r.k6.bad_answers = r.k6.requests * 0.05;
+    r.k6.good = r.k6.requests * 0.95;
+    r.k6.good_rate *= 10.0;
+    let report = build_report(&info, &results);
+    let md = report.markdown();
+    assert!(
+        md.contains("Rounds failed by their answers"),
+        "the failure is reported"
+    );
+    // The throughput cell rests on round 1 alone: its min and max agree,
+    // and the failed round's inflated rate is nowhere.
+    let t = report
+        .tables()
+        .find(|t| t.caption.starts_with("Throughput"))
+        .unwrap();
+    let row = t.rows.iter().find(|r| r[0].label() == "h2c-json").unwrap();
+    let (_, round1) = (
+        (),
+        lab::measure::cell::Measures::of(
+            results
+                .records
+                .iter()
+                .find(|r| r.cell.via == "h2c-json" && r.cell.orders == 1 && r.round == 1)
+                .unwrap(),
+        )
+        .rate,
+    );
+    match &row[1] {
+        lab::report::value::Value::Parts { parts } => match &parts[0] {
+            lab::report::value::Value::Figure {
+                median, min, max, ..
+            } => {
+                assert_eq!((*median, *min, *max), (round1, round1, round1));
+            }
+            v => panic!("{v:?}"),
+        },
+        v => panic!("{v:?}"),
+    }
+}

@@ -19,19 +19,36 @@ pub struct Data {
     pub cells: BTreeMap<Cell, Vec<Option<Measures>>>,
     /// Flags of each cell's rounds, "r2: k6 used 0.95 cores...".
     pub flags: BTreeMap<Cell, Vec<String>>,
+    /// Failed rounds (too many bad answers, or no good one): left out of
+    /// every median and ratio. Round number and why.
+    pub failed: BTreeMap<Cell, Vec<(u32, String)>>,
+    /// Every round's answers of each cell, failed rounds included: bad,
+    /// shed, and all (the errors a table shows per cell).
+    pub answers: BTreeMap<Cell, Answers>,
     /// The experiment each cell was measured for (the first by name when
     /// several): its round-to-round noise is pooled with that experiment's
     /// other cells.
     pub experiment: BTreeMap<Cell, String>,
 }
 
+/// A cell's answers over all its rounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Answers {
+    pub all: f64,
+    pub bad: f64,
+    pub shed: f64,
+}
+
 impl Data {
-    /// Indexes a run's results.
+    /// Indexes a run's results. A failed round ([`Measures::failed`]) keeps
+    /// no value: it shows as a gap, and its failure as a flag.
     pub fn new(results: &Results) -> Data {
         let rounds = results.rounds();
         let mut cells: BTreeMap<Cell, Vec<Option<Measures>>> = BTreeMap::new();
         let mut flags: BTreeMap<Cell, Vec<String>> = BTreeMap::new();
         let mut experiment: BTreeMap<Cell, String> = BTreeMap::new();
+        let mut failed: BTreeMap<Cell, Vec<(u32, String)>> = BTreeMap::new();
+        let mut answers: BTreeMap<Cell, Answers> = BTreeMap::new();
         for r in &results.records {
             // A cell measured under several names (a shared cell) pools
             // with the first name in order, whatever order the rounds were
@@ -45,8 +62,18 @@ impl Data {
             let slot = cells
                 .entry(r.cell.clone())
                 .or_insert_with(|| vec![None; rounds as usize]);
-            if let Some(s) = slot.get_mut(r.round.saturating_sub(1) as usize) {
-                *s = Some(Measures::of(r));
+            let m = Measures::of(r);
+            let a = answers.entry(r.cell.clone()).or_default();
+            a.all += m.requests;
+            a.bad += m.bad_answers;
+            a.shed += m.shed;
+            if let Some(why) = m.failed() {
+                failed
+                    .entry(r.cell.clone())
+                    .or_default()
+                    .push((r.round, why));
+            } else if let Some(s) = slot.get_mut(r.round.saturating_sub(1) as usize) {
+                *s = Some(m);
             }
             for fl in &r.flags {
                 flags
@@ -59,6 +86,8 @@ impl Data {
             rounds,
             cells,
             flags,
+            failed,
+            answers,
             experiment,
         }
     }

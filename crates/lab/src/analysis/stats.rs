@@ -46,6 +46,18 @@ impl Spread {
         })
     }
 
+    /// One value with no spread.
+    pub fn single(v: f64) -> Spread {
+        Spread {
+            median: v,
+            min: v,
+            max: v,
+            q1: v,
+            q3: v,
+            n: 1,
+        }
+    }
+
     /// Summarises rounds as the lab keeps them, `None` where a round is
     /// missing.
     pub fn of_rounds(rounds: &[Option<f64>]) -> Option<Spread> {

@@ -442,18 +442,7 @@ fn cell(run: &CodecRun, op: &str, format: &str, stage: &str, n: u32) -> Value {
 fn time(ns: Option<f64>) -> Value {
     match ns {
         None => Value::missing("the benchmark left no estimate for this size"),
-        Some(v) => Value::figure(
-            Some(Spread {
-                median: v,
-                min: v,
-                max: v,
-                q1: v,
-                q3: v,
-                n: 1,
-            }),
-            "ns",
-            Form::Time,
-        ),
+        Some(v) => Value::figure(Some(Spread::single(v)), "ns", Form::Time),
     }
 }
 

@@ -78,13 +78,21 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
         cx.timing,
         &format!(
             "Closed loop, {} VUs; user-service's pool is {} connections per transport, so no call \
-             waits for a slot (the pool experiment studies the budget); in-memory store. \
+             waits for a slot (the pool experiment studies the budget); store: {}. \
              Baseline: **{base}** (REST: HTTP/1.1 + JSON)",
             Knobs::VUS,
-            Knobs::POOL
+            Knobs::POOL,
+            cx.store
         ),
     ));
     let cell = Knobs::closed;
+    // Every transport's cell at one size, named by its transport.
+    let column = |o: u32| -> Vec<(String, Cell)> {
+        p.transports
+            .iter()
+            .map(|v| (v.clone(), cell(v, o)))
+            .collect()
+    };
     for (m, caption) in [
         (Metric::Rate, "Throughput, req/s (higher is better)"),
         (
@@ -112,11 +120,7 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
             .collect();
         let mut reading = Vec::new();
         for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
-            let cells: Vec<(String, Cell)> = p
-                .transports
-                .iter()
-                .map(|v| (v.clone(), cell(v, o)))
-                .collect();
+            let cells = column(o);
             reading.push(format!(
                 "at {}: {}",
                 f::orders(o),
@@ -134,11 +138,7 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
         });
     }
     for &o in &p.sizes {
-        let cells: Vec<(String, Cell)> = p
-            .transports
-            .iter()
-            .map(|v| (v.clone(), cell(v, o)))
-            .collect();
+        let cells = column(o);
         s.table(everything(
             cx,
             &format!(
@@ -180,11 +180,7 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
         });
     }
     for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
-        let cells: Vec<(String, Cell)> = p
-            .transports
-            .iter()
-            .map(|v| (v.clone(), cell(v, o)))
-            .collect();
+        let cells = column(o);
         s.chart(latency_chart(
             cx,
             &format!("payload-latency-{o}.svg"),

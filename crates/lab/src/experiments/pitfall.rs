@@ -73,6 +73,7 @@ fn section(p: &PitfallPlan, cx: &Context) -> Section {
             Knobs::VUS
         ),
     ));
+    s.para(compression(cx));
     for &o in &p.sizes {
         let direct = Knobs::closed(K6_GRPC_DIRECT, o);
         let via = Knobs::closed(transports::GRPC, o);
@@ -129,3 +130,42 @@ fn section(p: &PitfallPlan, cx: &Context) -> Section {
     s
 }
 
+
+/// What compression the direct rows negotiated: k6's gRPC client accepts
+/// gzip, and order-service sends it only when told to (`ORDER_GRPC_GZIP`).
+fn compression(cx: &Context) -> String {
+    let direct: Vec<_> = cx
+        .results
+        .records
+        .iter()
+        .filter(|r| r.cell.via == K6_GRPC_DIRECT)
+        .collect();
+    if direct.iter().any(|r| r.k6.counting.is_none()) || direct.is_empty() {
+        return format!(
+            "Compression of the direct rows: not recorded in this run ({}).",
+            if direct.is_empty() {
+                "no direct round"
+            } else {
+                "its k6 scripts predate the count"
+            }
+        );
+    }
+    let compressed: f64 = direct.iter().map(|r| r.k6.compressed).sum();
+    let good: f64 = direct.iter().map(|r| r.k6.good).sum();
+    if compressed == 0.0 {
+        format!(
+            "Compression: none. k6's gRPC client offers gzip (`grpc-accept-encoding`), and \
+             order-service answered all {} good direct calls uncompressed (its gRPC gzip is off \
+             unless ORDER_GRPC_GZIP is set); user-service's client offers none. Both rows move \
+             the same plain protobuf.",
+            f::num(good)
+        )
+    } else {
+        format!(
+            "Compression: order-service gzip-compressed {} of the {} good direct calls, which \
+             user-service's calls are not: the direct row's cost includes gzip on both ends.",
+            f::num(compressed),
+            f::num(good)
+        )
+    }
+}

@@ -145,6 +145,7 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
     }
     let mut rows = Vec::new();
     let mut summary_rows = Vec::new();
+    let mut tails: Vec<(String, f64, f64)> = Vec::new();
     let mut series_drop = Vec::new();
     let mut series_p95 = Vec::new();
     for (via, pool) in &combos {
@@ -162,6 +163,7 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
                 format!("{via} · pool {pool} · {r}/s").into(),
                 cx.fig(c, Metric::Rate),
                 cx.fig(c, Metric::DroppedShare),
+                cx.fig(c, Metric::ShedShare),
                 cx.fig(c, Metric::E2eP50),
                 cx.fig(c, Metric::E2eP90),
                 cx.fig(c, Metric::E2eP95),
@@ -176,6 +178,16 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
                 }
             } else if first_drop.is_none() {
                 clean = Some(*c);
+            }
+        }
+        // From the lowest rate to the highest without drops: how much the
+        // median and the tail grew.
+        if let (Some(lo), Some(hi)) = (cells.first(), clean)
+            && *lo != hi
+        {
+            let growth = |m: Metric| Some(d.median(hi, m)? / d.median(lo, m)?);
+            if let (Some(p50), Some(p99)) = (growth(Metric::E2eP50), growth(Metric::E2eP99)) {
+                tails.push((format!("{via} · pool {pool}"), p50, p99));
             }
         }
         summary_rows.push(vec![
@@ -240,6 +252,7 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
             "transport · pool · asked".into(),
             "achieved req/s".into(),
             "dropped %".into(),
+            "shed by user-service %".into(),
             "p50 ms".into(),
             "p90 ms".into(),
             "p95 ms".into(),
@@ -249,7 +262,7 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
             "k6 cores".into(),
         ],
         rows,
-        reading: "Tail latency (p95, p99) climbs at rates where the median still looks fine: saturation shows in the tail first, as seed 001 found.".into(),
+        reading: tail_reading(&tails),
     });
     s.chart(Chart {
         file: "pool-drops.svg".into(),
@@ -278,3 +291,82 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
     s
 }
 
+
+/// Whether the tail grew before the median, from the measured growths of
+/// each line's p50 and p99 up to its last rate without drops (by 5% more,
+/// to count).
+fn tail_reading(tails: &[(String, f64, f64)]) -> String {
+    if tails.is_empty() {
+        return "No transport and pool has two rates without drops: nothing to say about how \
+                its latency grew."
+            .to_owned();
+    }
+    let tail_first = tails
+        .iter()
+        .filter(|(_, p50, p99)| *p99 > p50 * 1.05)
+        .count();
+    let each = tails
+        .iter()
+        .map(|(n, p50, p99)| format!("{n} p50 ×{p50:.2}, p99 ×{p99:.2}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let verdict = if tail_first * 2 > tails.len() {
+        format!(
+            "on {tail_first} of {} the tail grew more than the median: saturation shows in the \
+             tail first, as seed 001 found",
+            tails.len()
+        )
+    } else {
+        format!(
+            "on only {tail_first} of {} did the tail grow more than the median: the tail did \
+             not run ahead of the median here",
+            tails.len()
+        )
+    };
+    format!("From the lowest rate to the highest without drops: {each}; {verdict}.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::results::Results;
+    use crate::report::Block;
+
+    fn every_rate_reading(plan: &PoolPlan, timing: &crate::measure::Timing, r: &Results) -> String {
+        let data = Data::new(r);
+        let cx = Context {
+            timing,
+            data: &data,
+            results: r,
+            store: "in memory",
+        };
+        section(plan, &cx)
+            .blocks
+            .iter()
+            .find_map(|b| match b {
+                Block::Table(t) if t.caption == "Every rate" => Some(t.reading.clone()),
+                _ => None,
+            })
+            .expect("an every-rate table")
+    }
+
+    #[test]
+    fn the_reading_says_what_the_tail_did() {
+        let (info, results) = crate::synthetic::run(&[Pool::NAME], true, 2);
+        let plan: PoolPlan =
+            serde_json::from_value(info.plans[Pool::NAME].clone()).expect("a pool plan");
+        // The synthetic latencies do not depend on the rate: no tail first.
+        let flat = every_rate_reading(&plan, &info.timing, &results);
+        assert!(flat.contains("on only 0 of"), "{flat}");
+        // The same run with a p99 that grows with the rate.
+        let mut tail = results.clone();
+        for r in &mut tail.records {
+            if let (Load::Open { rate, .. }, Some(p)) = (r.cell.load, r.k6.good_ms.as_mut()) {
+                p.p99 *= f64::from(rate) / 100.0;
+            }
+        }
+        let grown = every_rate_reading(&plan, &info.timing, &tail);
+        assert!(grown.contains("saturation shows in the tail first"), "{grown}");
+        assert_ne!(flat, grown);
+    }
+}

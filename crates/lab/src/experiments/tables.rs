@@ -140,8 +140,18 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
         (K6Cores, "k6 cores"),
         (OtherCores, "others' cores"),
     ];
+    let mut cols = cols.to_vec();
+    // On a local Postgres its CPU is a column of its own (absent in memory).
+    if cells
+        .iter()
+        .any(|(_, c)| cx.data.median(c, CpuPostgres).is_some())
+    {
+        cols.insert(17, (CpuPostgres, "CPU Postgres µs/req"));
+    }
     let mut headers = vec!["cell".to_owned()];
     headers.extend(cols.iter().map(|(_, h)| (*h).to_owned()));
+    headers.push("bad · shed answers, all rounds".to_owned());
+    headers.push("failed rounds".to_owned());
     let rows = cells
         .iter()
         .map(|(n, c)| {
@@ -150,6 +160,15 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
                 cols.iter()
                     .map(|(m, _)| Value::pm(cx.data.spread(c, *m), m.unit())),
             );
+            r.push(match cx.data.answers.get(c) {
+                Some(a) => Value::parts(vec![
+                    Value::single(a.bad, "answers"),
+                    Value::single(a.shed, "answers"),
+                ]),
+                None => Value::missing("no round of this cell"),
+            });
+            let failed = cx.data.failed.get(c).map_or(0, Vec::len);
+            r.push(Value::single(failed as f64, "rounds"));
             r
         })
         .collect();
@@ -169,7 +188,7 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
         headers,
         rows,
         reading: format!(
-            "k6 used at most {:.2} cores in any round{}; order-service's peak RSS was largest under {} ({} MiB, the in-memory data set included).",
+            "k6 used at most {:.2} cores in any round{}; order-service's peak RSS was largest under {} ({} MiB{}).",
             k6_max,
             if k6_max >= K6_SATURATED_CORES {
                 " — flagged rounds measure k6 as much as the services"
@@ -178,6 +197,11 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
             },
             rss.map_or(MISSING.to_owned(), |r| r.0.clone()),
             rss.map_or(MISSING.to_owned(), |r| f::num(r.1)),
+            if cx.store.starts_with("in memory") {
+                ", the in-memory data set included"
+            } else {
+                ""
+            },
         ),
     }
 }

@@ -203,6 +203,18 @@ pub struct RoundRecord {
     /// The delay proxy's figures over the measured run (cells with an RTT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyRecord>,
+    /// The wall time the CPU figures were counted over, s (`None` in rounds
+    /// recorded before it was kept: the measured duration stands in).
+    #[serde(default)]
+    pub window_s: Option<f64>,
+    /// The local Postgres server's CPU over the window, µs, with
+    /// `--database-url` on this machine.
+    #[serde(default)]
+    pub postgres_us: Option<f64>,
+    /// The environment each service was started with (everything else is
+    /// cleared): `order-service NAME` and `user-service NAME` to its value.
+    #[serde(default)]
+    pub service_env: std::collections::BTreeMap<String, String>,
     /// k6's full summary data, as its handleSummary wrote it.
     pub k6_summary: serde_json::Value,
 }
@@ -230,61 +242,89 @@ pub const K6_SATURATED_CORES: f64 = 0.9;
 /// a busy machine.
 pub const BUSY_NEIGHBOUR_CORES: f64 = 0.25;
 
-/// The figures of one round, derived from its [`RoundRecord`].
+/// The share of a round's answers (shed ones aside) that may be bad before
+/// the round is failed: left out of medians and ratios.
+pub const FAILED_BAD_SHARE_PCT: f64 = 1.0;
+
+/// The figures of one round, derived from its [`RoundRecord`]. Rates,
+/// latencies and CPU per request count good answers only (a 200 over the
+/// transport asked for with the expected body); a figure with no sample is
+/// `None`, never 0.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Measures {
+    /// Every answer k6 got, good or not.
     pub requests: f64,
-    pub iterations: f64,
-    pub rate: f64,
-    pub iteration_rate: f64,
-    pub dropped: f64,
+    pub good: f64,
     pub bad_answers: f64,
-    pub e2e_ms: k6::Percentiles,
-    pub iteration_ms: k6::Percentiles,
-    pub upstream_us: k6::Percentiles,
+    pub shed: f64,
+    /// Sets of lookups whose every answer was good.
+    pub sets: f64,
+    /// Good answers, and good sets, per second.
+    pub rate: f64,
+    pub set_rate: f64,
+    pub dropped: f64,
+    /// Iterations k6 started (open loop: with the dropped ones, what was asked).
+    pub iterations: f64,
+    pub e2e_ms: Option<k6::Percentiles>,
+    pub set_ms: Option<k6::Percentiles>,
+    pub upstream_us: Option<k6::Percentiles>,
     pub upstream_calls: f64,
     pub upstream_errors: f64,
     pub connections_opened: f64,
     pub connections_held: f64,
-    pub bytes_out_per_call: f64,
-    pub bytes_in_per_call: f64,
+    pub bytes_out_per_call: Option<f64>,
+    pub bytes_in_per_call: Option<f64>,
     pub cpu: Cpu,
     pub rss: Rss,
     pub time_wait_new: f64,
     pub time_wait_after: f64,
-    /// k6's CPU over the measured duration, in cores.
+    /// The wall time CPU is counted over, s: from the readings before k6
+    /// started to those after it exited.
+    pub window_s: f64,
+    /// k6's CPU over the window, in cores.
     pub k6_cores: f64,
     /// All three processes' CPU as a share of the machine.
     pub machine_busy: f64,
-    /// Other processes' CPU during the measured run, in cores.
+    /// Other processes' CPU during the window, in cores.
     pub other_cores: f64,
+    /// The Postgres server's CPU over the window, µs (a run with a local
+    /// database).
+    pub postgres_us: Option<f64>,
     /// The delay proxy's lateness (mean, µs) and CPU (cores); `None`
     /// without a proxy.
     pub proxy_late_us: Option<f64>,
     pub proxy_cores: Option<f64>,
     /// TLS handshakes user-service made to order-service during the
     /// measured run, full and resumed, per 1,000 upstream calls.
-    pub tls_full_per_1k: f64,
-    pub tls_resumed_per_1k: f64,
+    pub tls_full_per_1k: Option<f64>,
+    pub tls_resumed_per_1k: Option<f64>,
 }
 
 impl Measures {
     /// Derives a round's figures.
     pub fn of(r: &RoundRecord) -> Measures {
         let d = r.upstream_after.since(&r.upstream_before);
-        let per_call = |x: f64| if d.calls > 0.0 { x / d.calls } else { 0.0 };
-        let secs = r.duration_s.max(1e-9);
+        let per_call = |x: f64| (d.calls > 0.0).then(|| x / d.calls);
+        let window = r.window_s.unwrap_or(r.duration_s).max(1e-9);
         let total_cpu = r.cpu.order_us + r.cpu.user_us + r.cpu.k6_us;
+        let k = &r.k6;
         Measures {
-            requests: r.k6.requests,
-            iterations: r.k6.iterations,
-            rate: r.k6.request_rate,
-            iteration_rate: r.k6.iteration_rate,
-            dropped: r.k6.dropped,
-            bad_answers: r.k6.bad_answers,
-            e2e_ms: r.k6.duration_ms,
-            iteration_ms: r.k6.iteration_ms,
-            upstream_us: r.k6.upstream_us.unwrap_or_default(),
+            requests: k.requests,
+            good: k.good,
+            bad_answers: k.bad_answers,
+            shed: k.shed,
+            sets: k.good_sets,
+            rate: k.good_rate,
+            set_rate: if k.run_seconds > 0.0 {
+                k.good_sets / k.run_seconds
+            } else {
+                0.0
+            },
+            dropped: k.dropped,
+            iterations: k.iterations,
+            e2e_ms: k.good_ms,
+            set_ms: k.good_set_ms,
+            upstream_us: k.upstream_us,
             upstream_calls: d.calls,
             upstream_errors: d.errors,
             connections_opened: d.connections_opened,
@@ -296,24 +336,55 @@ impl Measures {
             time_wait_new: (f64::from(r.tcp_after.time_wait) - f64::from(r.tcp_before.time_wait))
                 .max(0.0),
             time_wait_after: f64::from(r.tcp_after.time_wait),
-            k6_cores: r.cpu.k6_us / 1e6 / secs,
-            machine_busy: total_cpu / 1e6 / secs / f64::from(r.cores.max(1)),
-            other_cores: r.other_cpu_us / 1e6 / secs,
+            window_s: window,
+            k6_cores: r.cpu.k6_us / 1e6 / window,
+            machine_busy: total_cpu / 1e6 / window / f64::from(r.cores.max(1)),
+            other_cores: r.other_cpu_us / 1e6 / window,
+            postgres_us: r.postgres_us,
             proxy_late_us: r.proxy.map(|p| p.late_mean_us),
-            proxy_cores: r.proxy.map(|p| p.cpu_us / 1e6 / secs),
-            tls_full_per_1k: per_call(d.tls_full) * 1000.0,
-            tls_resumed_per_1k: per_call(d.tls_resumed) * 1000.0,
+            proxy_cores: r.proxy.map(|p| p.cpu_us / 1e6 / window),
+            tls_full_per_1k: per_call(d.tls_full).map(|x| x * 1000.0),
+            tls_resumed_per_1k: per_call(d.tls_resumed).map(|x| x * 1000.0),
         }
     }
 
-    /// Per request of k6 (one lookup).
-    fn per_request(&self, us: f64) -> Option<f64> {
-        (self.requests > 0.0).then(|| us / self.requests)
+    /// Bad answers as a share of the answers that were not shed, %.
+    pub fn bad_share_pct(&self) -> f64 {
+        let judged = self.requests - self.shed;
+        if judged > 0.0 {
+            100.0 * self.bad_answers / judged
+        } else {
+            0.0
+        }
     }
 
-    /// Per iteration (a set of lookups).
+    /// Why the round is failed, if it is: more than
+    /// [`FAILED_BAD_SHARE_PCT`] of its answers bad, or none good.
+    pub fn failed(&self) -> Option<String> {
+        if self.good <= 0.0 {
+            return Some(format!(
+                "no good answer ({} bad, {} shed)",
+                self.bad_answers, self.shed
+            ));
+        }
+        let share = self.bad_share_pct();
+        (share > FAILED_BAD_SHARE_PCT).then(|| {
+            format!(
+                "{} bad answers of {} ({share:.1}%, over {FAILED_BAD_SHARE_PCT}%)",
+                self.bad_answers,
+                self.requests - self.shed
+            )
+        })
+    }
+
+    /// Per good answer (one lookup).
+    fn per_request(&self, us: f64) -> Option<f64> {
+        (self.good > 0.0).then(|| us / self.good)
+    }
+
+    /// Per good set of lookups.
     fn per_iteration(&self, us: f64) -> Option<f64> {
-        (self.iterations > 0.0).then(|| us / self.iterations)
+        (self.sets > 0.0).then(|| us / self.sets)
     }
 }
 
@@ -355,6 +426,14 @@ pub enum Metric {
     K6Cores,
     OtherCores,
     BadAnswers,
+    /// Bad answers as a share of the answers not shed, %.
+    BadShare,
+    /// Answers shed by user-service at its limit (503 with Retry-After),
+    /// and their share of every answer, %.
+    Shed,
+    ShedShare,
+    /// The local Postgres server's CPU per good answer, µs.
+    CpuPostgres,
     /// The delay proxy: mean lateness of a chunk (µs), and its CPU (cores).
     ProxyLate,
     ProxyCores,
@@ -364,55 +443,50 @@ pub enum Metric {
 }
 
 impl Metric {
-    /// Reads the figure; `None` when it does not exist for this round.
+    /// Reads the figure; `None` when it does not exist for this round (no
+    /// sample of it), never a 0 that stands for nothing.
     pub fn of(self, m: &Measures) -> Option<f64> {
         use Metric::*;
+        let per_iteration = |x: f64| (m.iterations > 0.0).then(|| x / m.iterations);
         Some(match self {
             Rate => m.rate,
-            IterationRate => m.iteration_rate,
+            IterationRate => m.set_rate,
             Dropped => m.dropped,
             DroppedShare => {
                 let asked = m.iterations + m.dropped;
                 if asked > 0.0 {
                     100.0 * m.dropped / asked
                 } else {
-                    0.0
+                    return None;
                 }
             }
-            E2eP50 => m.e2e_ms.p50,
-            E2eP90 => m.e2e_ms.p90,
-            E2eP95 => m.e2e_ms.p95,
-            E2eP99 => m.e2e_ms.p99,
-            E2eMax => m.e2e_ms.max,
-            IterP50 => m.iteration_ms.p50,
-            IterP95 => m.iteration_ms.p95,
-            UpP50 => m.upstream_us.p50,
-            UpP95 => m.upstream_us.p95,
-            UpP99 => m.upstream_us.p99,
-            UpMax => m.upstream_us.max,
+            E2eP50 => m.e2e_ms?.p50,
+            E2eP90 => m.e2e_ms?.p90,
+            E2eP95 => m.e2e_ms?.p95,
+            E2eP99 => m.e2e_ms?.p99,
+            E2eMax => m.e2e_ms?.max,
+            IterP50 => m.set_ms?.p50,
+            IterP95 => m.set_ms?.p95,
+            UpP50 => m.upstream_us?.p50,
+            UpP95 => m.upstream_us?.p95,
+            UpP99 => m.upstream_us?.p99,
+            UpMax => m.upstream_us?.max,
             ConnectionsOpened => m.connections_opened,
             ConnectionsHeld => m.connections_held,
-            BytesOut => m.bytes_out_per_call,
-            BytesIn => m.bytes_in_per_call,
-            BytesTotal => m.bytes_out_per_call + m.bytes_in_per_call,
-            UpstreamCallsPerIteration => {
-                if m.iterations > 0.0 {
-                    m.upstream_calls / m.iterations
-                } else {
-                    return None;
-                }
-            }
+            BytesOut => m.bytes_out_per_call?,
+            BytesIn => m.bytes_in_per_call?,
+            BytesTotal => m.bytes_out_per_call? + m.bytes_in_per_call?,
+            // What one started set costs on the wire, good or not: a
+            // property of the variant, not of its answers.
+            UpstreamCallsPerIteration => per_iteration(m.upstream_calls)?,
             BytesPerIteration => {
-                if m.iterations > 0.0 {
-                    (m.bytes_in_per_call + m.bytes_out_per_call) * m.upstream_calls / m.iterations
-                } else {
-                    return None;
-                }
+                per_iteration((m.bytes_in_per_call? + m.bytes_out_per_call?) * m.upstream_calls)?
             }
             CpuOrder => return m.per_request(m.cpu.order_us),
             CpuUser => return m.per_request(m.cpu.user_us),
             CpuServices => return m.per_request(m.cpu.order_us + m.cpu.user_us),
             CpuK6 => return m.per_request(m.cpu.k6_us),
+            CpuPostgres => return m.per_request(m.postgres_us?),
             CpuServicesPerIteration => return m.per_iteration(m.cpu.order_us + m.cpu.user_us),
             RssOrder => m.rss.order_kb / 1024.0,
             RssUser => m.rss.user_kb / 1024.0,
@@ -421,10 +495,19 @@ impl Metric {
             K6Cores => m.k6_cores,
             OtherCores => m.other_cores,
             BadAnswers => m.bad_answers,
+            BadShare => m.bad_share_pct(),
+            Shed => m.shed,
+            ShedShare => {
+                if m.requests > 0.0 {
+                    100.0 * m.shed / m.requests
+                } else {
+                    return None;
+                }
+            }
             ProxyLate => return m.proxy_late_us,
             ProxyCores => return m.proxy_cores,
-            TlsFullPer1k => m.tls_full_per_1k,
-            TlsResumedPer1k => m.tls_resumed_per_1k,
+            TlsFullPer1k => return m.tls_full_per_1k,
+            TlsResumedPer1k => return m.tls_resumed_per_1k,
         })
     }
 
@@ -433,13 +516,15 @@ impl Metric {
         use Metric::*;
         match self {
             Rate | IterationRate => "req/s",
-            Dropped | ConnectionsOpened | ConnectionsHeld | TimeWait | BadAnswers => "",
-            DroppedShare => "%",
+            Dropped | ConnectionsOpened | ConnectionsHeld | TimeWait | BadAnswers | Shed => "",
+            DroppedShare | BadShare | ShedShare => "%",
             E2eP50 | E2eP90 | E2eP95 | E2eP99 | E2eMax | IterP50 | IterP95 => "ms",
             UpP50 | UpP95 | UpP99 | UpMax | ProxyLate => "µs",
             BytesOut | BytesIn | BytesTotal | BytesPerIteration => "B",
             UpstreamCallsPerIteration => "calls",
-            CpuOrder | CpuUser | CpuServices | CpuK6 | CpuServicesPerIteration => "µs",
+            CpuOrder | CpuUser | CpuServices | CpuK6 | CpuPostgres | CpuServicesPerIteration => {
+                "µs"
+            }
             RssOrder | RssUser | RssK6 => "MiB",
             K6Cores | OtherCores | ProxyCores => "cores",
             TlsFullPer1k | TlsResumedPer1k => "per 1,000 calls",
@@ -468,6 +553,18 @@ mod tests {
                 iterations: 500.0,
                 request_rate: 499.0,
                 dropped: 10.0,
+                counting: Some("good-answers-1".into()),
+                good: 1000.0,
+                good_rate: 499.0,
+                good_sets: 500.0,
+                good_ms: Some(k6::Percentiles {
+                    p50: 1.5,
+                    ..Default::default()
+                }),
+                upstream_us: Some(k6::Percentiles {
+                    p50: 300.0,
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             upstream_before: Upstream {
@@ -508,6 +605,9 @@ mod tests {
             pinning: None,
             flags: vec![],
             proxy: None,
+            window_s: None,
+            postgres_us: None,
+            service_env: Default::default(),
             k6_summary: serde_json::Value::Null,
         }
     }
@@ -516,8 +616,8 @@ mod tests {
     fn per_call_and_per_request_figures_come_from_deltas() {
         let m = Measures::of(&record());
         assert_eq!(m.upstream_calls, 1000.0);
-        assert_eq!(m.bytes_in_per_call, 5000.0);
-        assert_eq!(m.bytes_out_per_call, 200.0);
+        assert_eq!(m.bytes_in_per_call, Some(5000.0));
+        assert_eq!(m.bytes_out_per_call, Some(200.0));
         assert_eq!(m.connections_opened, 0.0);
         assert_eq!(m.connections_held, 8.0);
         assert_eq!(Metric::CpuServices.of(&m), Some(1000.0));
@@ -537,10 +637,70 @@ mod tests {
     fn a_round_without_requests_has_no_per_request_cost() {
         let mut r = record();
         r.k6.requests = 0.0;
+        r.k6.good = 0.0;
+        r.k6.good_sets = 0.0;
         r.k6.iterations = 0.0;
         let m = Measures::of(&r);
         assert_eq!(Metric::CpuUser.of(&m), None);
         assert_eq!(Metric::UpstreamCallsPerIteration.of(&m), None);
+        assert!(m.failed().is_some());
+    }
+
+    #[test]
+    fn a_figure_with_no_sample_is_missing_not_zero() {
+        let mut r = record();
+        r.k6.upstream_us = None;
+        r.k6.good_ms = None;
+        r.upstream_after = r.upstream_before;
+        let m = Measures::of(&r);
+        for metric in [
+            Metric::UpP50,
+            Metric::E2eP95,
+            Metric::BytesIn,
+            Metric::TlsFullPer1k,
+        ] {
+            assert_eq!(metric.of(&m), None, "{metric:?}");
+        }
+    }
+
+    #[test]
+    fn rates_latencies_and_cpu_count_good_answers_only() {
+        // 1,000 answers of which 100 were fast failures: the rate and the
+        // CPU per request are the 900 good ones'.
+        let mut r = record();
+        r.k6.good = 900.0;
+        r.k6.good_rate = 449.0;
+        r.k6.bad_answers = 100.0;
+        let m = Measures::of(&r);
+        assert_eq!(Metric::Rate.of(&m), Some(449.0));
+        let cpu = Metric::CpuServices.of(&m).expect("defined");
+        assert!((cpu - 1_000_000.0 / 900.0).abs() < 1e-9, "{cpu}");
+        assert_eq!(Metric::E2eP50.of(&m), Some(1.5));
+        // 10% bad: the round is failed.
+        assert_eq!(Metric::BadShare.of(&m), Some(10.0));
+        assert!(
+            m.failed()
+                .expect("failed")
+                .contains("100 bad answers of 1000")
+        );
+        // 1% is still a round; shed answers are neither good nor bad.
+        r.k6.good = 990.0;
+        r.k6.bad_answers = 9.0;
+        r.k6.shed = 100.0;
+        let m = Measures::of(&r);
+        assert!(m.failed().is_none(), "{:?}", m.failed());
+        assert_eq!(Metric::ShedShare.of(&m), Some(10.0));
+    }
+
+    #[test]
+    fn cores_are_counted_over_the_window_the_cpu_was() {
+        // k6 lived 3.8 s (start-up and summary around 2 s of load): its
+        // 1.9 s of CPU is half a core, not 0.95.
+        let mut r = record();
+        r.window_s = Some(3.8);
+        let m = Measures::of(&r);
+        assert!((m.k6_cores - 0.5).abs() < 1e-12, "{}", m.k6_cores);
+        assert!((m.other_cores - 0.5 / 3.8).abs() < 1e-12);
     }
 
     #[test]

@@ -125,6 +125,39 @@ pub struct Summary {
     pub upstream_us: Option<Percentiles>,
     /// Most VUs in use.
     pub vus_max: f64,
+    /// The counting rules the script followed (its `lab_counting`), or
+    /// `None` for a summary written before them: its requests all counted
+    /// and the good answers below are inferred (requests − bad).
+    #[serde(default)]
+    pub counting: Option<String>,
+    /// Good answers: a 200 over the transport asked for with the expected
+    /// body (gRPC direct: status OK with the orders asked for), and their
+    /// rate over the run.
+    #[serde(default)]
+    pub good: f64,
+    #[serde(default)]
+    pub good_rate: f64,
+    /// Answers shed by user-service at its concurrency limit (503 with
+    /// Retry-After): neither good nor bad.
+    #[serde(default)]
+    pub shed: f64,
+    /// The latency of good answers, ms (grpc-direct: every call's, as k6
+    /// gives no per-call timing for gRPC).
+    #[serde(default)]
+    pub good_ms: Option<Percentiles>,
+    /// Sets whose every answer was good: how many, and the longest answer
+    /// of each, ms.
+    #[serde(default)]
+    pub good_sets: f64,
+    #[serde(default)]
+    pub good_set_ms: Option<Percentiles>,
+    /// Bodies parsed and their orders counted (the first good answer of
+    /// each VU; the others are checked by their length).
+    #[serde(default)]
+    pub parsed_bodies: f64,
+    /// gRPC answers order-service sent compressed (grpc-direct).
+    #[serde(default)]
+    pub compressed: f64,
 }
 
 fn metric<'a>(data: &'a Value, name: &str) -> Option<&'a Value> {
@@ -200,7 +233,57 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
         .and_then(|v| v.get("max"))
         .and_then(Value::as_f64)
         .unwrap_or(0.0);
+    let counting = data
+        .get("lab_counting")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let (good, good_rate, good_ms, good_sets, good_set_ms) = if counting.is_some() {
+        let (good, good_rate) = counter(&data, "good_answers")?;
+        // grpc-direct: k6 gives no per-call timing for gRPC, so its good
+        // calls carry every call's latency; a set is one call.
+        let direct =
+            metric(&data, "http_reqs").is_none() && metric(&data, "grpc_req_duration").is_some();
+        if direct {
+            let ms = (good > 0.0).then_some(duration_ms);
+            (good, good_rate, ms, good, ms)
+        } else {
+            let set = percentiles(&data, "good_set")?;
+            (
+                good,
+                good_rate,
+                percentiles(&data, "good_duration")?,
+                set.map_or(0.0, |p| p.count),
+                set,
+            )
+        }
+    } else {
+        // Before the counting rules: every answer but the bad ones counted,
+        // and the latencies were every answer's.
+        let good = (requests - bad_answers).max(0.0);
+        let rate = if requests > 0.0 {
+            request_rate * good / requests
+        } else {
+            0.0
+        };
+        let sets = (iterations - bad_answers).max(0.0);
+        (
+            good,
+            rate,
+            (requests > 0.0).then_some(duration_ms),
+            sets,
+            (iterations > 0.0).then_some(iteration_ms),
+        )
+    };
     Ok(Summary {
+        counting,
+        good,
+        good_rate,
+        shed: counter(&data, "shed_answers")?.0,
+        good_ms,
+        good_sets,
+        good_set_ms,
+        parsed_bodies: counter(&data, "parsed_bodies")?.0,
+        compressed: counter(&data, "compressed_answers")?.0,
         run_seconds: run_ms / 1000.0,
         requests,
         request_rate,
@@ -257,6 +340,63 @@ mod tests {
         assert_eq!((up.p50, up.p95, up.max), (450.0, 800.0, 1500.0));
         assert_eq!(s.vus_max, 8.0);
         assert!((s.run_seconds - 2.0035).abs() < 1e-9);
+    }
+
+    #[test]
+    fn only_good_answers_count_under_the_counting_rules() {
+        // 100 answers: 90 good, 6 bad, 4 shed; the bad ones were fast.
+        let text = sample().replacen(
+            "\"metrics\":{",
+            &format!(
+                r#""metrics":{{
+                  "good_answers":{{"type":"counter","contains":"default","values":{{"count":90,"rate":44.9}}}},
+                  "bad_answers":{{"type":"counter","contains":"default","values":{{"count":6,"rate":3}}}},
+                  "shed_answers":{{"type":"counter","contains":"default","values":{{"count":4,"rate":2}}}},
+                  "parsed_bodies":{{"type":"counter","contains":"default","values":{{"count":8,"rate":4}}}},
+                  "good_duration":{},
+                  "good_set":{},"#,
+                trend(2.5),
+                trend(2.5)
+            ),
+            1,
+        );
+        let text = text.replacen('{', "{\"lab_counting\":\"good-answers-1\",", 1);
+        let s = parse_summary(&text).expect("parses");
+        assert_eq!(s.counting.as_deref(), Some("good-answers-1"));
+        assert_eq!(
+            (s.requests, s.good, s.bad_answers, s.shed),
+            (100.0, 90.0, 6.0, 4.0)
+        );
+        assert_eq!(
+            s.good_rate, 44.9,
+            "the good answers' rate, not every request's"
+        );
+        assert_eq!(s.good_ms.expect("timed").p50, 2.5, "good answers' latency");
+        assert_eq!(s.duration_ms.p50, 1.5, "every answer's, kept apart");
+        assert_eq!(s.good_sets, 100.0);
+        assert_eq!(s.parsed_bodies, 8.0);
+        // No good answer: no latency at all, not a latency of 0.
+        let none = text
+            .replace("\"count\":90,\"rate\":44.9", "\"count\":0,\"rate\":0")
+            .replace("\"good_duration\"", "\"unused_a\"")
+            .replace("\"good_set\"", "\"unused_b\"");
+        let s = parse_summary(&none).expect("parses");
+        assert_eq!(s.good, 0.0);
+        assert!(s.good_ms.is_none() && s.good_set_ms.is_none(), "{s:?}");
+    }
+
+    #[test]
+    fn a_summary_from_before_the_counting_rules_counts_all_but_the_bad() {
+        let text = sample().replacen(
+            "\"metrics\":{",
+            r#""metrics":{"bad_answers":{"type":"counter","contains":"default","values":{"count":10,"rate":5}},"#,
+            1,
+        );
+        let s = parse_summary(&text).expect("parses");
+        assert!(s.counting.is_none());
+        assert_eq!(s.good, 90.0);
+        assert!((s.good_rate - 49.9 * 0.9).abs() < 1e-9);
+        assert_eq!(s.good_ms, Some(s.duration_ms));
     }
 
     #[test]

@@ -200,6 +200,48 @@ pub fn is_running(pid: u32) -> bool {
     }
 }
 
+/// The own CPU ticks of every process whose command name is `name`, by
+/// pid, read from a `/proc` (`proc` is `/proc` but for tests). Processes
+/// that vanish while being read are left out.
+pub fn ticks_of_named(proc: &Path, name: &str) -> std::collections::BTreeMap<u32, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(proc) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let comm = text
+            .find('(')
+            .zip(text.rfind(')'))
+            .map(|(a, b)| &text[a + 1..b]);
+        if comm == Some(name)
+            && let Ok(t) = parse_stat(&text)
+        {
+            out.insert(pid, t.own);
+        }
+    }
+    out
+}
+
+/// Ticks spent between two readings of [`ticks_of_named`]: what each
+/// process alive at the end spent since the first reading (all of it, for
+/// one started in between). A process that ended in between is lost: an
+/// undercount, never an overcount.
+pub fn ticks_between(
+    before: &std::collections::BTreeMap<u32, u64>,
+    after: &std::collections::BTreeMap<u32, u64>,
+) -> u64 {
+    after
+        .iter()
+        .map(|(pid, t)| t.saturating_sub(before.get(pid).copied().unwrap_or(0)))
+        .sum()
+}
+
 /// Refuses to run where `/proc` is missing (the lab reads it everywhere).
 pub fn require_procfs() -> anyhow::Result<()> {
     if !Path::new("/proc/self/stat").exists() {
@@ -211,6 +253,34 @@ pub fn require_procfs() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processes_are_found_by_name_and_their_cpu_summed_over_a_window() {
+        let dir = std::env::temp_dir().join(format!("lab-procfs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let write = |pid: u32, comm: &str, utime: u64| {
+            let d = dir.join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join("stat"),
+                format!("{pid} ({comm}) S 1 1 1 0 -1 0 0 0 0 0 {utime} 5 0 0 20 0 1 0 1 1 1"),
+            )
+            .unwrap();
+        };
+        write(100, "postgres", 10);
+        write(101, "postgres", 20);
+        write(200, "user-service", 999);
+        std::fs::create_dir_all(dir.join("self")).unwrap();
+        let before = ticks_of_named(&dir, "postgres");
+        assert_eq!(before.len(), 2, "{before:?}");
+        // 100 spends 30 ticks, 101 ends, 102 starts and spends 7.
+        write(100, "postgres", 40);
+        std::fs::remove_dir_all(dir.join("101")).unwrap();
+        write(102, "postgres", 2);
+        let after = ticks_of_named(&dir, "postgres");
+        assert_eq!(ticks_between(&before, &after), 30 + 7);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     const STAT: &str = "12345 (user-service (x)) S 1 12345 12345 0 -1 4194560 1000 0 0 0 \
                         250 50 7 3 20 0 9 0 100 200000000 3000 18446744073709551615";

@@ -299,15 +299,18 @@ impl Lab {
         } else {
             String::new()
         };
+        let or_na = |v: Option<f64>, digits: usize| {
+            v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.digits$}"))
+        };
         println!(
-            "[{}/{}] {experiment}: {} r{round}/{}: {:.0} req/s{dropped}, p95 {:.2} ms, upstream p95 {:.0} µs ({:.1} s){flags}{}",
+            "[{}/{}] {experiment}: {} r{round}/{}: {:.0} good answers/s{dropped}, p95 {} ms, upstream p95 {} µs ({:.1} s){flags}{}",
             self.progress.done,
             self.progress.planned,
             cell.label(),
             self.timing.rounds,
             m.rate,
-            m.e2e_ms.p95,
-            m.upstream_us.p95,
+            or_na(m.e2e_ms.map(|p| p.p95), 2),
+            or_na(m.upstream_us.map(|p| p.p95), 0),
             t0.elapsed().as_secs_f64(),
             self.eta()
         );
@@ -413,6 +416,16 @@ impl Lab {
             scrape("before")?
         };
         let tcp_before = procfs::tcp_states(order_port)?;
+        // The window every CPU figure is counted over: from these readings
+        // to the ones after k6 has exited.
+        let window = Instant::now();
+        let postgres = self
+            .services
+            .databases
+            .as_ref()
+            .is_some_and(|d| d.is_local());
+        let postgres_before =
+            postgres.then(|| procfs::ticks_of_named(Path::new("/proc"), "postgres"));
         let order_before = procfs::cpu_ticks(running.order_pid())?;
         let user_before = procfs::cpu_ticks(running.user_pid())?;
         let machine_before = procfs::machine_busy_ticks()?;
@@ -430,6 +443,13 @@ impl Lab {
         let run = self.run_k6(script, env, &tmp.join("measured.json"))?;
 
         let machine_after = procfs::machine_busy_ticks()?;
+        let window_s = window.elapsed().as_secs_f64();
+        let postgres_ticks = postgres_before.map(|before| {
+            procfs::ticks_between(
+                &before,
+                &procfs::ticks_of_named(Path::new("/proc"), "postgres"),
+            )
+        });
         let lab_after = procfs::self_ticks()?.own;
         let proxy_after = running.proxy.as_ref().map(|p| p.stats());
         let order_after = procfs::cpu_ticks(running.order_pid())?;
@@ -465,6 +485,7 @@ impl Lab {
             _ => None,
         };
         let proxy_us = proxy.map_or(0.0, |p| p.cpu_us);
+        let postgres_us = postgres_ticks.map(us);
         let mut rec = RoundRecord {
             experiment: experiment.to_owned(),
             cell: cell.clone(),
@@ -483,10 +504,19 @@ impl Lab {
             tcp_before,
             tcp_after,
             cores: self.cores,
-            other_cpu_us: (machine_us - cpu.order_us - cpu.user_us - cpu.k6_us - proxy_us).max(0.0),
+            other_cpu_us: (machine_us
+                - cpu.order_us
+                - cpu.user_us
+                - cpu.k6_us
+                - proxy_us
+                - postgres_us.unwrap_or(0.0))
+            .max(0.0),
             pinning: self.services.pinning(),
             flags: Vec::new(),
             proxy,
+            window_s: Some(window_s),
+            postgres_us,
+            service_env: running.env.clone(),
             k6_summary: run.raw,
         };
         rec.flags = flags_of(&rec);
@@ -623,7 +653,17 @@ pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
         ));
     }
     if m.bad_answers > 0.0 {
-        flags.push(format!("{:.0} bad answers", m.bad_answers));
+        flags.push(format!(
+            "{:.0} bad answers ({:.2}% of those not shed)",
+            m.bad_answers,
+            m.bad_share_pct()
+        ));
+    }
+    if m.shed > 0.0 {
+        flags.push(format!(
+            "{:.0} answers shed by user-service at its concurrency limit (503)",
+            m.shed
+        ));
     }
     if m.upstream_errors > 0.0 {
         flags.push(format!("{:.0} upstream errors", m.upstream_errors));

@@ -187,6 +187,24 @@ impl Databases {
     }
 }
 
+impl Databases {
+    /// Whether the server runs on this machine (its processes are then
+    /// counted), from the host of the URL.
+    pub fn is_local(&self) -> bool {
+        let host = self
+            .orders
+            .split_once("://")
+            .map(|(_, r)| r.rsplit_once('@').map_or(r, |(_, h)| h))
+            .and_then(|r| r.split(['/', '?']).next())
+            .unwrap_or("");
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.split_once(']').map(|(h, _)| h))
+            .unwrap_or_else(|| host.rsplit_once(':').map_or(host, |(h, _)| h));
+        matches!(host, "127.0.0.1" | "localhost" | "::1" | "") || host.starts_with("127.")
+    }
+}
+
 /// How the services of every round are started.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -219,6 +237,8 @@ pub struct Running {
     /// The delay proxy between them, in this process, when a round trip is
     /// emulated: one route per order-service port user-service dials.
     pub proxy: Option<delay_proxy::Proxy>,
+    /// Every variable each service was started with (`service NAME`).
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl Running {
@@ -251,6 +271,10 @@ fn log_file(dir: &Path, name: &str, header: &str) -> anyhow::Result<File> {
     Ok(f)
 }
 
+/// A service's command with a cleared environment: the service sees only
+/// what the lab sets (an `ORDER_*`, `USER_*` or `OTEL_*` variable in the
+/// caller's shell would otherwise change a run without a trace), plus
+/// `PATH` for `taskset`.
 fn command(cfg: &ServiceConfig, bin: &Path, cpu: u32, log: &File) -> anyhow::Result<Command> {
     let mut cmd = if cfg.pin {
         let mut c = Command::new("taskset");
@@ -259,12 +283,28 @@ fn command(cfg: &ServiceConfig, bin: &Path, cpu: u32, log: &File) -> anyhow::Res
     } else {
         Command::new(bin)
     };
+    cmd.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
     // Warnings only: per-request logging would be measured as protocol cost.
     cmd.env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log.try_clone()?));
     Ok(cmd)
+}
+
+/// The variables a command sets, as `service NAME` → value.
+fn env_of(service: &str, cmd: &Command) -> Vec<(String, String)> {
+    cmd.get_envs()
+        .filter_map(|(k, v)| {
+            Some((
+                format!("{service} {}", k.to_string_lossy()),
+                v?.to_string_lossy().into_owned(),
+            ))
+        })
+        .collect()
 }
 
 /// Starts order-service, and user-service pointed at it unless
@@ -299,19 +339,18 @@ pub fn start(
     let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log)?;
     cmd.env("ORDER_REST_ADDR", format!("127.0.0.1:{}", ports.order_rest))
         .env("ORDER_GRPC_ADDR", format!("127.0.0.1:{}", ports.order_grpc))
-        .env("ORDER_TCP_ADDR", format!("127.0.0.1:{}", ports.order_tcp))
-        .env_remove("ORDER_SEED")
-        .env_remove("ORDER_TLS_CLIENT_CA");
+        .env("ORDER_TCP_ADDR", format!("127.0.0.1:{}", ports.order_tcp));
     match certs {
         Some(c) => cmd
             .env("ORDER_TLS_CERT", &c.server_cert)
             .env("ORDER_TLS_KEY", &c.server_key),
-        None => cmd.env_remove("ORDER_TLS_CERT").env_remove("ORDER_TLS_KEY"),
+        None => &mut cmd,
     };
     match &cfg.databases {
         Some(db) => cmd.env("ORDER_DATABASE_URL", &db.orders),
-        None => cmd.env_remove("ORDER_DATABASE_URL"),
+        None => &mut cmd,
     };
+    let mut service_env = env_of("order-service", &cmd);
     let mut order = ChildGuard::spawn(cmd, "order-service")?;
     wait_ready(
         &mut order,
@@ -354,21 +393,16 @@ pub fn start(
                 .env("USER_ORDER_GRPC_URL", format!("{scheme}://{order_grpc}"))
                 .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
                 .env("USER_POOL_SIZE", pool.to_string())
-                .env("USER_LOG_FORMAT", "json")
-                .env_remove("USER_SEED")
-                .env_remove("USER_ORDER_TLS_SERVER_NAME")
-                .env_remove("USER_ORDER_TLS_CERT")
-                .env_remove("USER_ORDER_TLS_KEY")
-                .env_remove("USER_TLS_CERT")
-                .env_remove("USER_TLS_KEY");
+                .env("USER_LOG_FORMAT", "json");
             match certs {
                 Some(c) => cmd.env("USER_ORDER_TLS_CA", &c.ca),
-                None => cmd.env_remove("USER_ORDER_TLS_CA"),
+                None => &mut cmd,
             };
             match &cfg.databases {
                 Some(db) => cmd.env("USER_DATABASE_URL", &db.users),
-                None => cmd.env_remove("USER_DATABASE_URL"),
+                None => &mut cmd,
             };
+            service_env.extend(env_of("user-service", &cmd));
             let mut user = ChildGuard::spawn(cmd, "user-service")?;
             wait_ready(&mut user, ports.user_rest_addr(), None, &cfg.log_dir, stop)?;
             check_pinned(cfg, &user, 1)?;
@@ -380,6 +414,7 @@ pub fn start(
         order,
         user,
         proxy,
+        env: service_env.into_iter().collect(),
     })
 }
 
@@ -496,6 +531,7 @@ pub fn seed(cfg: &ServiceConfig) -> anyhow::Result<()> {
         println!("seeding {name}'s database (once; idempotent)…");
         let out = Command::new(bin)
             .arg("seed")
+            .env_clear()
             .env(var, url)
             .env("RUST_LOG", "warn")
             .output()
@@ -530,6 +566,11 @@ mod tests {
             .expect("valid");
         assert_eq!(d.orders, "postgres://u:p@db:5432/orders?sslmode=disable");
         assert!(Databases::from_server_url("127.0.0.1:5432").is_err());
+        let local = |u: &str| Databases::from_server_url(u).expect("valid").is_local();
+        assert!(local("postgres://postgres@127.0.0.1:5432"));
+        assert!(local("postgres://u:p@localhost/x"));
+        assert!(local("postgres://u@[::1]:5432"));
+        assert!(!local("postgres://u:p@db.example:5432"));
     }
 
     #[test]
@@ -545,6 +586,45 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), 5);
+    }
+
+    #[test]
+    fn a_service_sees_only_the_variables_the_lab_sets() {
+        let dir = std::env::temp_dir().join(format!("lab-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = ServiceConfig {
+            bins: Binaries {
+                order: "/usr/bin/env".into(),
+                user: "/usr/bin/env".into(),
+            },
+            databases: None,
+            pin: false,
+            log_dir: dir.clone(),
+            certs: None,
+        };
+        let log = log_file(&dir, "env", "test").unwrap();
+        let mut cmd = command(&cfg, Path::new("/usr/bin/env"), 0, &log).unwrap();
+        cmd.env("ORDER_REST_ADDR", "127.0.0.1:1");
+        let set = env_of("order-service", &cmd);
+        assert!(set.contains(&("order-service RUST_LOG".into(), "warn".into())));
+        assert!(cmd.status().unwrap().success());
+        let seen = std::fs::read_to_string(dir.join("env.log")).unwrap();
+        let names: Vec<&str> = seen
+            .lines()
+            .filter(|l| !l.starts_with("====="))
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+            .collect();
+        assert!(names.contains(&"ORDER_REST_ADDR"), "{seen}");
+        // Whatever this test process has (HOME, CARGO_*, ...), the service
+        // sees only the lab's variables.
+        assert!(std::env::vars().count() > 3);
+        for n in &names {
+            assert!(
+                ["PATH", "RUST_LOG", "ORDER_REST_ADDR"].contains(n),
+                "the service saw {n}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -107,17 +107,7 @@ impl Value {
 
     /// One number with no spread.
     pub fn single(v: f64, unit: &str) -> Value {
-        Value::range(
-            Some(Spread {
-                median: v,
-                min: v,
-                max: v,
-                q1: v,
-                q3: v,
-                n: 1,
-            }),
-            unit,
-        )
+        Value::range(Some(Spread::single(v)), unit)
     }
 
     /// A ratio with its interval, or n/a ([`NO_PAIR`]).
