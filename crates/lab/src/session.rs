@@ -501,13 +501,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                         .map_or("; no CPU pinning".to_owned(), |p| format!("; pinned: {p}")),
                 ),
             ),
-            (
-                "compression".into(),
-                "none on any transport: order-service's gRPC gzip is off (ORDER_GRPC_GZIP unset), \
-                 user-service's clients offer no encoding, order-service's REST compresses \
-                 nothing"
-                    .into(),
-            ),
+            ("compression".into(), compression(info)),
             (
                 "services' environment".into(),
                 if info.service_env.is_empty() {
@@ -573,6 +567,25 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
     report.sections.push(flags_section(&data, results));
     report.sections.push(appendix(&cx));
     report
+}
+
+/// What the run's services were told about compression.
+fn compression(info: &RunInfo) -> String {
+    if info.service_env.is_empty() {
+        return "not recorded (a run from before the services' environment was kept)".to_owned();
+    }
+    match info
+        .service_env
+        .get("order-service ORDER_GRPC_GZIP")
+        .map(String::as_str)
+    {
+        Some("true") => "order-service gzip-compressed its gRPC answers for clients that accept \
+                         gzip (ORDER_GRPC_GZIP=true)"
+            .to_owned(),
+        _ => "none on any transport: order-service's gRPC gzip off (ORDER_GRPC_GZIP unset), \
+              user-service's clients offer no encoding, order-service's REST compresses nothing"
+            .to_owned(),
+    }
 }
 
 fn flags_section(data: &Data, results: &Results) -> Section {

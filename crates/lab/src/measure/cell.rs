@@ -307,7 +307,7 @@ impl Measures {
         let per_call = |x: f64| (d.calls > 0.0).then(|| x / d.calls);
         let window = r.window_s.unwrap_or(r.duration_s).max(1e-9);
         let total_cpu = r.cpu.order_us + r.cpu.user_us + r.cpu.k6_us;
-        let k = &r.k6;
+        let k = &r.k6.counted();
         Measures {
             requests: k.requests,
             good: k.good,
@@ -690,6 +690,23 @@ mod tests {
         let m = Measures::of(&r);
         assert!(m.failed().is_none(), "{:?}", m.failed());
         assert_eq!(Metric::ShedShare.of(&m), Some(10.0));
+    }
+
+    #[test]
+    fn a_round_recorded_before_the_counting_rules_still_reads() {
+        // An older lab's record: no counting rules, no good answers kept.
+        let mut r = record();
+        r.k6.counting = None;
+        r.k6.good = 0.0;
+        r.k6.good_rate = 0.0;
+        r.k6.good_ms = None;
+        r.k6.bad_answers = 5.0;
+        r.k6.duration_ms.p50 = 2.0;
+        let m = Measures::of(&r);
+        assert!(m.failed().is_none(), "{:?}", m.failed());
+        assert_eq!(m.good, 995.0);
+        assert!((m.rate - 499.0 * 0.995).abs() < 1e-9);
+        assert_eq!(Metric::E2eP50.of(&m), Some(2.0));
     }
 
     #[test]

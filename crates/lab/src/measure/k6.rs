@@ -257,24 +257,10 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
             )
         }
     } else {
-        // Before the counting rules: every answer but the bad ones counted,
-        // and the latencies were every answer's.
-        let good = (requests - bad_answers).max(0.0);
-        let rate = if requests > 0.0 {
-            request_rate * good / requests
-        } else {
-            0.0
-        };
-        let sets = (iterations - bad_answers).max(0.0);
-        (
-            good,
-            rate,
-            (requests > 0.0).then_some(duration_ms),
-            sets,
-            (iterations > 0.0).then_some(iteration_ms),
-        )
+        // Before the counting rules: see [`Summary::counted`].
+        (0.0, 0.0, None, 0.0, None)
     };
-    Ok(Summary {
+    let summary = Summary {
         counting,
         good,
         good_rate,
@@ -295,7 +281,33 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
         iteration_ms,
         upstream_us,
         vus_max,
-    })
+    };
+    Ok(summary.counted())
+}
+
+impl Summary {
+    /// The summary with its good answers: as counted, under the counting
+    /// rules; inferred for a summary from before them (a round recorded by
+    /// an older lab), where every answer but the bad ones counted and the
+    /// latencies were every answer's.
+    pub fn counted(&self) -> Summary {
+        if self.counting.is_some() {
+            return self.clone();
+        }
+        let good = (self.requests - self.bad_answers).max(0.0);
+        Summary {
+            good,
+            good_rate: if self.requests > 0.0 {
+                self.request_rate * good / self.requests
+            } else {
+                0.0
+            },
+            good_ms: (self.requests > 0.0).then_some(self.duration_ms),
+            good_sets: (self.iterations - self.bad_answers).max(0.0),
+            good_set_ms: (self.iterations > 0.0).then_some(self.iteration_ms),
+            ..self.clone()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ impl Schedule {
         match self {
             Schedule::Grid(c) => format!("{} cells", c.len()),
             Schedule::Ladder(l) => format!(
-                "{} ladders of up to {} rungs",
+                "a ladder of {} lines, up to {} rungs each",
                 l.lines.len(),
                 l.lines.iter().map(Vec::len).max().unwrap_or(0)
             ),
