@@ -23,7 +23,6 @@
 //   GRACEFUL_STOP how long iterations in flight may finish                 default 5s
 //   SUMMARY_JSON  where handleSummary writes k6's summary data             default summary.json
 import http from 'k6/http';
-import { check } from 'k6';
 import { Trend, Counter } from 'k6/metrics';
 
 function env(name, fallback) {
@@ -67,6 +66,10 @@ export const params = {
   duration: env('DURATION', '30s'),
   gracefulStop: env('GRACEFUL_STOP', '5s'),
   summaryJson: env('SUMMARY_JSON', 'summary.json'),
+  // The Content-Length every good answer has, when the caller knows it (the
+  // lab asks once and counts the orders itself); unset, each VU parses its
+  // first good answer instead.
+  expectedLength: env('EXPECTED_LENGTH', null),
 };
 
 // Percentiles every script reports; the lab reads exactly these names.
@@ -94,7 +97,8 @@ export const COUNTING = 'good-answers-1';
 export const goodAnswers = new Counter('good_answers');
 export const goodDuration = new Trend('good_duration', true);
 // A set of lookups (LOOKUPS > 1) whose every answer was good: the longest
-// of its answers, which all left at once.
+// of its answers, which all left at once. With one lookup a set is an
+// answer, and good_duration is its time.
 export const goodSet = new Trend('good_set', true);
 // The round trip user-service measured around its call to order-service
 // (the `x-upstream-micros` header) on good answers: the number seed 001
@@ -128,12 +132,13 @@ export function expectedOrders() {
 
 // How an answer's body is checked without keeping every body (the scripts
 // discard them: reading them into strings would be measured as the load
-// generator's cost). Each VU keeps its first good answer's body, parses it
-// and counts its orders; that answer's Content-Length is then what every
-// later answer of the VU must carry. The same user, limit and fields always
-// give the same bytes, so an answer cut short, padded or holding other
-// orders has another length.
-let expectedLength = null;
+// generator's cost). The same user, limit and fields always give the same
+// bytes, so an answer cut short, padded or holding other orders has another
+// length: every answer must carry the expected Content-Length. The lab
+// passes it (EXPECTED_LENGTH, from one answer it parsed and counted itself
+// before the round); without it, each VU keeps its first good answer's body,
+// parses it, counts its orders, and takes its length.
+let expectedLength = params.expectedLength;
 
 /** `good`, `bad` or `shed`. */
 export function judge(res) {
@@ -168,11 +173,10 @@ export function judge(res) {
   return length === expectedLength ? 'good' : 'bad';
 }
 
+// No k6 `check` here: the counters below say the same, and a check is one
+// more metric sample per answer on the load generator's CPU.
 function record(res) {
   const verdict = judge(res);
-  check(res, {
-    'a good answer: 200, over the transport asked for, the expected body': () => verdict === 'good',
-  });
   if (verdict === 'shed') {
     shedAnswers.add(1);
     return false;
@@ -194,10 +198,8 @@ function record(res) {
 export function lookups() {
   const req = expectedLength === null ? PARSE_PARAMS : REQUEST_PARAMS;
   if (params.lookups === 1) {
-    const res = http.get(URL, req);
-    if (record(res)) {
-      goodSet.add(res.timings.duration);
-    }
+    // A set is one answer: good_duration is its time.
+    record(http.get(URL, req));
     return;
   }
   const batch = [];
@@ -249,6 +251,10 @@ export function summarize(data, title) {
   lines.push(`  summary JSON    ${params.summaryJson}`);
   return {
     stdout: lines.join('\n') + '\n',
-    [params.summaryJson]: JSON.stringify(Object.assign({ lab_counting: COUNTING }, data), null, 1),
+    [params.summaryJson]: JSON.stringify(
+      Object.assign({ lab_counting: COUNTING, lab_lookups: params.lookups }, data),
+      null,
+      1,
+    ),
   };
 }

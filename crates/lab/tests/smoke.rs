@@ -51,11 +51,11 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
         let what = format!("{} round {}", r.cell.label(), r.round);
         assert!(m.requests > 10.0, "{what}: {} requests", m.requests);
         assert_eq!(m.bad_answers, 0.0, "{what}");
-        // The counting rules held: every answer was judged good, each VU
-        // parsed its first body and counted its orders.
+        // The counting rules held: every answer was judged good against the
+        // length the lab checked before the round (k6 parsed no body).
         assert_eq!(r.k6.counting.as_deref(), Some("good-answers-1"), "{what}");
         assert_eq!(m.good, m.requests, "{what}");
-        assert!(r.k6.parsed_bodies >= 1.0, "{what}: no body parsed");
+        assert_eq!(r.k6.parsed_bodies, 0.0, "{what}");
         assert!(
             m.upstream_us.is_some_and(|u| u.p50 > 0.0),
             "{what}: no upstream time"
@@ -151,5 +151,119 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
     let empty = build_report(&info, &results).empty_cells();
     assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
     assert!(common::children_of_this_process().is_empty());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Runs `closed-loop.js` for a second against running services and reads
+/// its summary.
+fn k6_summary(
+    k6: &std::path::Path,
+    running: &lab::measure::services::Running,
+    extra: &[(&str, &str)],
+    out: &std::path::Path,
+) -> lab::measure::k6::Summary {
+    let summary = out.join(format!(
+        "summary-{}.json",
+        extra
+            .iter()
+            .map(|(k, v)| format!("{k}{v}"))
+            .collect::<String>()
+            .len()
+    ));
+    let mut cmd = std::process::Command::new(k6);
+    cmd.current_dir(common::root().join("k6"))
+        .args([
+            "run",
+            "--quiet",
+            "--no-usage-report",
+            "--address",
+            "127.0.0.1:0",
+        ])
+        .arg("-e")
+        .arg(format!(
+            "BASE_URL=http://127.0.0.1:{}",
+            running.ports.user_rest
+        ))
+        .args(["-e", "VIA=h2c-json", "-e", "ORDERS=100", "-e", "VUS=2"])
+        .args(["-e", "DURATION=1s"])
+        .arg("-e")
+        .arg(format!("SUMMARY_JSON={}", summary.display()));
+    for (k, v) in extra {
+        cmd.arg("-e").arg(format!("{k}={v}"));
+    }
+    let st = cmd.arg("closed-loop.js").output().expect("k6 runs");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    lab::measure::k6::parse_summary(&std::fs::read_to_string(&summary).unwrap()).unwrap()
+}
+
+#[test]
+fn k6_checks_every_answer_by_its_length_under_load() {
+    let k6 = common::require_k6();
+    let bins = common::service_binaries();
+    let out = common::temp_dir("lengths");
+    let cfg = lab::measure::services::ServiceConfig {
+        bins: lab::measure::services::Binaries {
+            order: bins.join("order-service"),
+            user: bins.join("user-service"),
+        },
+        databases: None,
+        pin: false,
+        log_dir: out.clone(),
+        certs: None,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = lab::measure::services::start(
+        &cfg,
+        Some(2),
+        &lab::measure::cell::Env::default(),
+        "lengths",
+        &stop,
+    )
+    .unwrap();
+    // Without a length given, each VU parses its first answer, counts its
+    // 100 orders, and holds the others to its length: all good.
+    let parsed = k6_summary(&k6, &running, &[], &out);
+    assert!(parsed.good > 10.0, "{parsed:?}");
+    assert_eq!(parsed.bad_answers, 0.0);
+    assert_eq!(parsed.parsed_bodies, 2.0, "one body per VU");
+    // Told a length the answers do not have, k6 counts none of them good:
+    // the same 200s over the same transport are not the expected body.
+    let wrong = k6_summary(&k6, &running, &[("EXPECTED_LENGTH", "17")], &out);
+    assert_eq!(wrong.good, 0.0, "{wrong:?}");
+    assert!(wrong.bad_answers > 10.0);
+    assert!(wrong.good_ms.is_none(), "no good answer, no latency");
+    // The right length, as the lab passes it: all good, no body parsed.
+    let answer = lab::measure::http::get(
+        running.ports.user_rest_addr(),
+        &format!(
+            "/v1/users/{}/orders?limit=100&via=h2c-json",
+            lab::measure::cell::fixed_user(100)
+        ),
+        std::time::Duration::from_secs(10),
+    )
+    .unwrap();
+    let len = answer
+        .header("content-length")
+        .expect("a length")
+        .to_owned();
+    let right = k6_summary(&k6, &running, &[("EXPECTED_LENGTH", &len)], &out);
+    assert!(right.good > 10.0 && right.bad_answers == 0.0, "{right:?}");
+    assert_eq!(right.parsed_bodies, 0.0);
+    // Another user's orders (ten, not a hundred) held to that length: bad.
+    let other = k6_summary(
+        &k6,
+        &running,
+        &[
+            ("EXPECTED_LENGTH", &len),
+            ("USER_ID", "00000000-0000-0000-0000-000000000010"),
+        ],
+        &out,
+    );
+    assert_eq!(other.good, 0.0, "{other:?}");
+    running.stop();
     let _ = std::fs::remove_dir_all(&out);
 }

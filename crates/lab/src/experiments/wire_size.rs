@@ -25,7 +25,7 @@ use crate::analysis::stats::{Spread, paired_ratios, rerun_interval};
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::BASELINE;
 use crate::measure::Interrupted;
-use crate::measure::cell::Env;
+use crate::measure::cell::{Env, fixed_user as user_for};
 use crate::measure::http::Conn;
 use crate::measure::prom;
 use crate::measure::schedule::{Probe, Schedule};
@@ -122,17 +122,6 @@ pub struct WireRow {
 pub struct WireRecord {
     pub round: u32,
     pub rows: Vec<WireRow>,
-}
-
-/// The data set's user owning exactly `orders` orders (0, 1, 10, 100, 1,000
-/// or 10,000); for any other count, the 10,000-order user.
-pub fn user_for(orders: u32) -> String {
-    let n = if [0, 1, 10, 100, 1000, 10000].contains(&orders) {
-        orders
-    } else {
-        10000
-    };
-    format!("00000000-0000-0000-0000-{n:012}")
 }
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -496,13 +485,6 @@ fn section(p: &WirePlan, cx: &Context) -> Section {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_fixed_users_spell_their_order_counts() {
-        assert_eq!(user_for(100), "00000000-0000-0000-0000-000000000100");
-        assert_eq!(user_for(10000), "00000000-0000-0000-0000-000000010000");
-        assert_eq!(user_for(50), "00000000-0000-0000-0000-000000010000");
-    }
 
     #[test]
     fn grpc_web_bodies_are_decoded_and_their_status_checked() {

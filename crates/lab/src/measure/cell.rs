@@ -16,6 +16,18 @@ pub const K6_GRPC_DIRECT: &str = "k6-grpc-direct";
 /// The six order fields of seed 003's selection (of the 16 an order has).
 pub const SIX_FIELDS: &str = "id,product_name,total_minor,currency,status,created_at";
 
+/// The data set's user owning exactly `orders` orders (0, 1, 10, 100, 1,000
+/// or 10,000); for any other count, the 10,000-order user (as the k6
+/// scripts' `userFor`).
+pub fn fixed_user(orders: u32) -> String {
+    let n = if [0, 1, 10, 100, 1000, 10000].contains(&orders) {
+        orders
+    } else {
+        10000
+    };
+    format!("00000000-0000-0000-0000-{n:012}")
+}
+
 /// How k6 drives load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
@@ -644,6 +656,13 @@ mod tests {
         assert_eq!(Metric::CpuUser.of(&m), None);
         assert_eq!(Metric::UpstreamCallsPerIteration.of(&m), None);
         assert!(m.failed().is_some());
+    }
+
+    #[test]
+    fn the_fixed_users_spell_their_order_counts() {
+        assert_eq!(fixed_user(100), "00000000-0000-0000-0000-000000000100");
+        assert_eq!(fixed_user(10000), "00000000-0000-0000-0000-000000010000");
+        assert_eq!(fixed_user(50), "00000000-0000-0000-0000-000000010000");
     }
 
     #[test]

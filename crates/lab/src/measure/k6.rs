@@ -247,14 +247,18 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
             let ms = (good > 0.0).then_some(duration_ms);
             (good, good_rate, ms, good, ms)
         } else {
-            let set = percentiles(&data, "good_set")?;
-            (
-                good,
-                good_rate,
-                percentiles(&data, "good_duration")?,
-                set.map_or(0.0, |p| p.count),
-                set,
-            )
+            let ms = percentiles(&data, "good_duration")?;
+            let lookups = data
+                .get("lab_lookups")
+                .and_then(Value::as_f64)
+                .unwrap_or(1.0);
+            if lookups > 1.0 {
+                let set = percentiles(&data, "good_set")?;
+                (good, good_rate, ms, set.map_or(0.0, |p| p.count), set)
+            } else {
+                // One lookup per set: a set is an answer.
+                (good, good_rate, ms, good, ms)
+            }
         }
     } else {
         // Before the counting rules: see [`Summary::counted`].
@@ -385,7 +389,10 @@ mod tests {
         );
         assert_eq!(s.good_ms.expect("timed").p50, 2.5, "good answers' latency");
         assert_eq!(s.duration_ms.p50, 1.5, "every answer's, kept apart");
-        assert_eq!(s.good_sets, 100.0);
+        assert_eq!(
+            s.good_sets, 90.0,
+            "one lookup per set: a set is a good answer"
+        );
         assert_eq!(s.parsed_bodies, 8.0);
         // No good answer: no latency at all, not a latency of 0.
         let none = text

@@ -374,7 +374,10 @@ impl Lab {
     ) -> anyhow::Result<RoundRecord> {
         let tmp = self.out.join("tmp");
         std::fs::create_dir_all(&tmp)?;
-        let base_env = self.k6_env(cell, running);
+        let mut base_env = self.k6_env(cell, running);
+        if let Some(len) = expected_length(cell, running)? {
+            base_env.push(("EXPECTED_LENGTH".to_owned(), len));
+        }
 
         // Warm-up: always a closed loop, so that an overload rate does not
         // leave a backlog behind it. Its numbers are discarded.
@@ -600,6 +603,56 @@ struct K6Run {
     raw: serde_json::Value,
     cpu_us: f64,
     peak_rss_kb: u64,
+}
+
+/// The Content-Length of a good answer of the cell, from one answer the lab
+/// asks for and checks itself before the round: a 200 over the transport
+/// asked for, whose JSON holds exactly the fixed user's orders (parsed and
+/// counted here, against the data set). k6 then holds every answer to that
+/// length instead of parsing bodies on the load generator's CPU. `None` for
+/// cells k6 sends straight to order-service.
+fn expected_length(cell: &Cell, running: &Running) -> anyhow::Result<Option<String>> {
+    if cell.via == K6_GRPC_DIRECT {
+        return Ok(None);
+    }
+    let mut path = format!(
+        "/v1/users/{}/orders?limit={}&via={}",
+        crate::measure::cell::fixed_user(cell.orders),
+        cell.orders.max(1),
+        cell.via
+    );
+    if let Some(f) = &cell.fields {
+        path.push_str(&format!("&fields={f}"));
+    }
+    let what = format!("the lab's own check of {}", cell.label());
+    let r = crate::measure::http::get(
+        running.ports.user_rest_addr(),
+        &path,
+        Duration::from_secs(30),
+    )
+    .with_context(|| what.clone())?;
+    if r.status != 200 || r.header("x-via") != Some(cell.via.as_str()) {
+        bail!(
+            "{what}: user-service answered {} over {:?}: {}",
+            r.status,
+            r.header("x-via"),
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    let body: serde_json::Value =
+        serde_json::from_slice(&r.body).with_context(|| format!("{what}: not JSON"))?;
+    let orders = body
+        .get("orders")
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::len)
+        .with_context(|| format!("{what}: no orders array"))?;
+    if orders != cell.orders as usize {
+        bail!("{what}: {orders} orders, {} expected", cell.orders);
+    }
+    let len = r
+        .header("content-length")
+        .with_context(|| format!("{what}: no Content-Length"))?;
+    Ok(Some(len.to_owned()))
 }
 
 /// The lines of `climbing` whose rung `rung` meets the ladder's stop rule
