@@ -11,7 +11,7 @@
 //! so every column pays the proxy's own cost and the ratios compare like
 //! with like.
 //!
-//! [`RttPlan`] says which cells; [`cells`] lists them; [`section`] writes
+//! [`RttPlan`] says which cells; [`cells`] lists them; `section` writes
 //! the report's tables, readings and chart.
 
 use serde::{Deserialize, Serialize};
