@@ -165,13 +165,7 @@ fn validate(opts: &RunOptions) -> anyhow::Result<()> {
 fn store_label(url: Option<&str>) -> String {
     match url {
         None => "in memory (no database: the protocol-overhead upper bound)".to_owned(),
-        Some(u) => {
-            let host = u
-                .split_once("://")
-                .map(|(_, r)| r.rsplit_once('@').map_or(r, |(_, h)| h))
-                .unwrap_or(u);
-            format!("Postgres at {}", host.split('/').next().unwrap_or(host))
-        }
+        Some(u) => format!("Postgres at {}", services::authority(u)),
     }
 }
 
@@ -320,10 +314,7 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     }
     let r = timing.rounds;
     let planned = cells.len() as u32 * r
-        + ladders
-            .iter()
-            .map(|(_, l)| Schedule::Ladder(l.clone()).planned(r))
-            .sum::<u32>()
+        + ladders.iter().map(|(_, l)| l.planned(r)).sum::<u32>()
         + probes.len() as u32 * r;
     let per = timing.duration_s + timing.warmup_s + 1.5;
     let count = |n: usize, one: &str| match n {

@@ -38,12 +38,24 @@ impl Experiment for Rtt {
     const ABOUT: &'static str =
         "Round-trip time 0, 1, 5, 20 ms between the services, through a delay proxy";
 
+    /// `--transports` replaces the transports when given (every transport
+    /// works through the proxy); `--sizes` the orders per call.
     fn plan(knobs: &Knobs) -> RttPlan {
-        let mut p = RttPlan::new(knobs.quick, knobs.transports.as_deref());
-        if let Some(s) = &knobs.sizes {
-            p.orders.clone_from(s);
+        use transports::{GRPC, H1_JSON, H2C_JSON, TCP_PROTO};
+        let defaults: &[&str] = if knobs.quick {
+            &[H1_JSON, H2C_JSON, GRPC]
+        } else {
+            &[H1_JSON, H2C_JSON, GRPC, TCP_PROTO]
+        };
+        RttPlan {
+            rtts_ms: vec![0, 1, 5, 20],
+            vias: knobs.transports.clone().unwrap_or_else(|| {
+                defaults.iter().map(|s| (*s).to_owned()).collect()
+            }),
+            pools: if knobs.quick { vec![4] } else { vec![1, 4] },
+            vus: 16,
+            orders: knobs.sizes(&[1], &[1]),
         }
-        p
     }
 
     fn schedule(p: &RttPlan) -> Schedule {
@@ -81,27 +93,6 @@ pub struct RttPlan {
 }
 
 impl RttPlan {
-    /// The quick or full plan; `transports` (`--transports`) replaces the
-    /// transports when given: every transport works through the proxy.
-    pub fn new(quick: bool, transports: Option<&[String]>) -> RttPlan {
-        use transports::{GRPC, H1_JSON, H2C_JSON, TCP_PROTO};
-        let defaults: &[&str] = if quick {
-            &[H1_JSON, H2C_JSON, GRPC]
-        } else {
-            &[H1_JSON, H2C_JSON, GRPC, TCP_PROTO]
-        };
-        RttPlan {
-            rtts_ms: vec![0, 1, 5, 20],
-            vias: transports.map_or_else(
-                || defaults.iter().map(|s| (*s).to_owned()).collect(),
-                <[String]>::to_vec,
-            ),
-            pools: if quick { vec![4] } else { vec![1, 4] },
-            vus: 16,
-            orders: vec![1],
-        }
-    }
-
     /// The cell of one transport, pool, payload and RTT.
     pub fn cell(&self, via: &str, pool: u16, orders: u32, rtt_ms: u32) -> Cell {
         Cell::closed(via, orders, self.vus, pool).with_env(Env {
@@ -380,7 +371,11 @@ mod tests {
 
     #[test]
     fn the_quick_plan_has_every_rtt_for_each_transport() {
-        let r = RttPlan::new(true, None);
+        let quick = Knobs {
+            quick: true,
+            ..Knobs::default()
+        };
+        let r = Rtt::plan(&quick);
         let c = cells(&r);
         assert_eq!(c.len(), 4 * 3);
         assert!(c.iter().all(|c| c.env.rtt_ms.is_some() && c.pool == 4));
@@ -388,14 +383,18 @@ mod tests {
             c.iter()
                 .any(|c| c.env.rtt_ms == Some(20) && c.via == "h2c-json")
         );
-        let full = RttPlan::new(false, None);
+        let full = Rtt::plan(&Knobs::default());
         assert_eq!(cells(&full).len(), 4 * 4 * 2);
     }
 
     #[test]
     fn named_transports_replace_the_defaults() {
         let t = vec!["tcp-proto".to_owned()];
-        let r = RttPlan::new(true, Some(&t));
+        let r = Rtt::plan(&Knobs {
+            quick: true,
+            transports: Some(t.clone()),
+            sizes: None,
+        });
         assert_eq!(r.vias, t);
         assert_eq!(base(&r), "tcp-proto");
     }

@@ -237,32 +237,29 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
         .get("lab_counting")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let (good, good_rate, good_ms, good_sets, good_set_ms) = if counting.is_some() {
-        let (good, good_rate) = counter(&data, "good_answers")?;
+    // Absent before the counting rules (see [`Summary::counted`]), and in
+    // a run with no good answer.
+    let (good, good_rate) = counter(&data, "good_answers")?;
+    let (good_ms, good_sets, good_set_ms) = if counting.is_none() {
+        (None, 0.0, None)
+    } else if metric(&data, "http_reqs").is_none() && metric(&data, "grpc_req_duration").is_some() {
         // grpc-direct: k6 gives no per-call timing for gRPC, so its good
         // calls carry every call's latency; a set is one call.
-        let direct =
-            metric(&data, "http_reqs").is_none() && metric(&data, "grpc_req_duration").is_some();
-        if direct {
-            let ms = (good > 0.0).then_some(duration_ms);
-            (good, good_rate, ms, good, ms)
-        } else {
-            let ms = percentiles(&data, "good_duration")?;
-            let lookups = data
-                .get("lab_lookups")
-                .and_then(Value::as_f64)
-                .unwrap_or(1.0);
-            if lookups > 1.0 {
-                let set = percentiles(&data, "good_set")?;
-                (good, good_rate, ms, set.map_or(0.0, |p| p.count), set)
-            } else {
-                // One lookup per set: a set is an answer.
-                (good, good_rate, ms, good, ms)
-            }
-        }
+        let ms = (good > 0.0).then_some(duration_ms);
+        (ms, good, ms)
     } else {
-        // Before the counting rules: see [`Summary::counted`].
-        (0.0, 0.0, None, 0.0, None)
+        let ms = percentiles(&data, "good_duration")?;
+        let lookups = data
+            .get("lab_lookups")
+            .and_then(Value::as_f64)
+            .unwrap_or(1.0);
+        if lookups > 1.0 {
+            let set = percentiles(&data, "good_set")?;
+            (ms, set.map_or(0.0, |p| p.count), set)
+        } else {
+            // One lookup per set: a set is an answer.
+            (ms, good, ms)
+        }
     };
     let summary = Summary {
         counting,

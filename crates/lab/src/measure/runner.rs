@@ -124,16 +124,7 @@ impl Lab {
                 self.check_stop()?;
                 match self.measure(experiment, cell, round) {
                     Ok(rec) => self.results.records.push(rec),
-                    Err(e) if is_interrupted(&e) => return Err(e),
-                    Err(e) => {
-                        println!("  !! {} round {round} failed: {e:#}", cell.label());
-                        self.results.failures.push(Failure {
-                            experiment: experiment.to_owned(),
-                            what: cell.label(),
-                            round,
-                            error: format!("{e:#}"),
-                        });
-                    }
+                    Err(e) => self.failed(experiment, &cell.label(), round, e)?,
                 }
             }
         }
@@ -177,16 +168,7 @@ impl Lab {
                     );
                     self.results.probes.push(rec);
                 }
-                Err(e) if is_interrupted(&e) => return Err(e),
-                Err(e) => {
-                    println!("  !! {experiment} probe round {round} failed: {e:#}");
-                    self.results.failures.push(Failure {
-                        experiment: experiment.to_owned(),
-                        what: "probe".into(),
-                        round,
-                        error: format!("{e:#}"),
-                    });
-                }
+                Err(e) => self.failed(experiment, "probe", round, e)?,
             }
         }
         Ok(())
@@ -218,7 +200,7 @@ impl Lab {
         }
         if !climbing.is_empty() {
             println!(
-                "{experiment}: {} of {} ladders reached their top rung without meeting the stop rule",
+                "{experiment}: {} of {} lines reached their top rung without meeting the stop rule",
                 climbing.len(),
                 ladder.lines.len()
             );
@@ -245,17 +227,35 @@ impl Lab {
                 write_json(&Results::bench_path(&self.out, experiment), &rec)?;
                 self.results.benches.push(rec);
             }
-            Err(e) if is_interrupted(&e) => return Err(e),
-            Err(e) => {
-                println!("  !! {experiment} benchmark failed: {e:#}");
-                self.results.failures.push(Failure {
-                    experiment: experiment.to_owned(),
-                    what: "benchmark".into(),
-                    round: 0,
-                    error: format!("{e:#}"),
-                });
-            }
+            Err(e) => self.failed(experiment, "benchmark", 0, e)?,
         }
+        Ok(())
+    }
+
+    /// Records what produced no numbers (`round` 0: not a round's) and
+    /// lets the run go on; an interruption is passed up instead.
+    fn failed(
+        &mut self,
+        experiment: &str,
+        what: &str,
+        round: u32,
+        e: anyhow::Error,
+    ) -> anyhow::Result<()> {
+        if is_interrupted(&e) {
+            return Err(e);
+        }
+        let when = if round > 0 {
+            format!(" round {round}")
+        } else {
+            String::new()
+        };
+        println!("  !! {experiment}: {what}{when} failed: {e:#}");
+        self.results.failures.push(Failure {
+            experiment: experiment.to_owned(),
+            what: what.to_owned(),
+            round,
+            error: format!("{e:#}"),
+        });
         Ok(())
     }
 

@@ -63,7 +63,7 @@ impl Schedule {
     pub fn planned(&self, rounds: u32) -> u32 {
         match self {
             Schedule::Grid(c) => c.len() as u32 * rounds,
-            Schedule::Ladder(l) => l.lines.iter().map(Vec::len).sum::<usize>() as u32 * rounds,
+            Schedule::Ladder(l) => l.planned(rounds),
             Schedule::Probe(_) => rounds,
             Schedule::Bench(_) => 0,
         }
@@ -107,6 +107,13 @@ impl Needs {
 pub struct Ladder {
     pub lines: Vec<Vec<Cell>>,
     pub stop: StopRule,
+}
+
+impl Ladder {
+    /// Measurements at most, over `rounds` rounds: every rung of every line.
+    pub fn planned(&self, rounds: u32) -> u32 {
+        self.lines.iter().map(Vec::len).sum::<usize>() as u32 * rounds
+    }
 }
 
 /// A line stops climbing after a rung whose median over rounds of `metric`

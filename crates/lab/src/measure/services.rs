@@ -191,18 +191,21 @@ impl Databases {
     /// Whether the server runs on this machine (its processes are then
     /// counted), from the host of the URL.
     pub fn is_local(&self) -> bool {
-        let host = self
-            .orders
-            .split_once("://")
-            .map(|(_, r)| r.rsplit_once('@').map_or(r, |(_, h)| h))
-            .and_then(|r| r.split(['/', '?']).next())
-            .unwrap_or("");
+        let host = authority(&self.orders);
         let host = host
             .strip_prefix('[')
             .and_then(|h| h.split_once(']').map(|(h, _)| h))
             .unwrap_or_else(|| host.rsplit_once(':').map_or(host, |(h, _)| h));
         matches!(host, "127.0.0.1" | "localhost" | "::1" | "") || host.starts_with("127.")
     }
+}
+
+/// The `host[:port]` of a database URL: no user or password, no database,
+/// no query. What a report may name, and what says where the server runs.
+pub fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split(['/', '?']).next().unwrap_or(rest);
+    rest.rsplit_once('@').map_or(rest, |(_, h)| h)
 }
 
 /// How the services of every round are started.
