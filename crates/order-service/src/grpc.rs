@@ -1,11 +1,12 @@
-//! The gRPC API: `order.v2.OrderService` (unary, server stream, bidi stream),
+//! The gRPC API: `order.v2.OrderService` (unary, server stream, bidi stream,
+//! and a batch of queries as one unary call or one server stream),
 //! the legacy `order.v1.OrderService`, health and reflection, and gRPC-web on
 //! the same port.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt as _};
+use futures::{Stream, StreamExt as _, TryStreamExt as _};
 use model::{FieldSet, NewOrder};
 use proto::order::{v1 as pb1, v2 as pb2};
 use telemetry::metrics::{RecordLayer, RequestMetrics};
@@ -17,6 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
 use crate::service::{AppError, Orders};
+use crate::store::ListQuery;
 
 impl From<AppError> for Status {
     fn from(e: AppError) -> Self {
@@ -112,6 +114,27 @@ pub fn record_lookup(
         ),
     };
     metrics.record(protocol, "LookupOrders", &status, error, took);
+}
+
+impl OrderServiceV2 {
+    /// The pages of a batch's queries, in their order. As many are read at
+    /// once as a bidi stream may have lookups in flight, so that a batch
+    /// reaches the store as the same queries sent one by one would. Each
+    /// read runs in the span of the call that asked, which for a stream is
+    /// no longer current when tonic polls it.
+    fn pages(
+        &self,
+        queries: Vec<ListQuery>,
+    ) -> impl Stream<Item = Result<(Vec<pb2::Order>, String), Status>> + Send + 'static {
+        let orders = self.orders.clone();
+        let span = tracing::Span::current();
+        futures::stream::iter(queries)
+            .map(move |q| {
+                let orders = orders.clone();
+                async move { Ok(orders.list(&q).await?.into_pb(q.fields)) }.instrument(span.clone())
+            })
+            .buffered(self.limits.max_lookups_in_flight.max(1))
+    }
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -213,6 +236,52 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
             // The stream ends when the last in-flight lookup drops its sender.
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    #[tracing::instrument(name = "grpc.batch_list_orders", skip_all)]
+    async fn batch_list_orders(
+        &self,
+        req: Request<pb2::BatchListOrdersRequest>,
+    ) -> Result<Response<pb2::BatchListOrdersResponse>, Status> {
+        let r = req.into_inner();
+        let queries = self
+            .orders
+            .batch_queries(&r.requests)
+            .map_err(AppError::from)?;
+        let responses = self
+            .pages(queries)
+            .map(|page| {
+                page.map(|(orders, next_page_token)| pb2::ListOrdersResponse {
+                    orders,
+                    next_page_token,
+                })
+            })
+            .try_collect()
+            .await?;
+        Ok(Response::new(pb2::BatchListOrdersResponse { responses }))
+    }
+
+    type BatchStreamOrdersStream = BoxStream<pb2::BatchStreamOrdersResponse>;
+
+    #[tracing::instrument(name = "grpc.batch_stream_orders", skip_all)]
+    async fn batch_stream_orders(
+        &self,
+        req: Request<pb2::BatchStreamOrdersRequest>,
+    ) -> Result<Response<Self::BatchStreamOrdersStream>, Status> {
+        let r = req.into_inner();
+        let queries = self
+            .orders
+            .batch_queries(&r.requests)
+            .map_err(AppError::from)?;
+        let stream = self.pages(queries).enumerate().map(|(index, page)| {
+            let (orders, next_page_token) = page?;
+            Ok(pb2::BatchStreamOrdersResponse {
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+                orders,
+                next_page_token,
+            })
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     #[tracing::instrument(name = "grpc.create_order", skip_all)]

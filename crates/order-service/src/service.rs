@@ -138,6 +138,39 @@ impl Orders {
         self.list_query(user_id, ("page_size", size), page_token, fields)
     }
 
+    /// The queries of a batch (`BatchListOrders`, `BatchStreamOrders`), each
+    /// parsed as [`Orders::proto_query`] parses one, before any is answered.
+    /// A bad query fails the batch, naming its position (`requests[3].user_id`).
+    /// The page sizes add up to at most the maximum page size, so that a
+    /// batch never costs more than the largest single page.
+    pub fn batch_queries(
+        &self,
+        requests: &[proto::order::v2::ListOrdersRequest],
+    ) -> Result<Vec<ListQuery>, ParseError> {
+        if requests.is_empty() {
+            return Err(ParseError::new("requests", "must hold at least one query"));
+        }
+        let max = self.limits.max_page_size;
+        let mut total = 0u64;
+        let mut queries = Vec::with_capacity(requests.len());
+        for (i, r) in requests.iter().enumerate() {
+            let q = self
+                .proto_query(&r.user_id, r.page_size, &r.page_token, r.read_mask.as_ref())
+                .map_err(|e| ParseError::new(format!("requests[{i}].{}", e.field), e.message))?;
+            total += u64::from(q.limit);
+            if total > u64::from(max) {
+                return Err(ParseError::new(
+                    "requests",
+                    format!(
+                        "the page sizes add up to more than {max} by query {i} (0 counts as {DEFAULT_PAGE_SIZE}): split the batch"
+                    ),
+                ));
+            }
+            queries.push(q);
+        }
+        Ok(queries)
+    }
+
     /// One page of a user's orders.
     #[tracing::instrument(name = "orders.list", skip_all, fields(user_id = %q.user_id, limit = q.limit))]
     pub async fn list(&self, q: &ListQuery) -> Result<OrderPage, AppError> {
