@@ -264,6 +264,21 @@ pub struct UserWithOrdersJson {
     pub orders: Vec<model::json::OrderJson>,
 }
 
+/// The body of `GET /v1/orders`: each user's orders, in the order the users
+/// were named. Like [`UserWithOrdersJson`], the same bytes whichever
+/// transport fetched them and however they were fetched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OrdersOfUsersJson {
+    pub lookups: Vec<UserOrdersJson>,
+}
+
+/// One user's orders within [`OrdersOfUsersJson`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UserOrdersJson {
+    pub user_id: Uuid,
+    pub orders: Vec<model::json::OrderJson>,
+}
+
 /// A registration form in JSON (seed 000's `User`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -16,6 +16,9 @@ pub const MAX_LIMIT: u32 = 10_000;
 /// The orders fetched when a request names no limit.
 pub const DEFAULT_LIMIT: u32 = 100;
 
+/// The most users one `GET /v1/orders` may name.
+pub const MAX_USERS: usize = 1_000;
+
 /// Everything a use case can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -115,6 +118,29 @@ pub struct UserWithOrders {
     pub upstream: Duration,
 }
 
+/// The orders of several users, fetched in one request.
+#[derive(Debug, Clone)]
+pub struct OrdersOfUsers {
+    /// Each user with its orders, in the order the users were named.
+    pub lookups: Vec<(Uuid, Vec<Order>)>,
+    /// The fields selected: the others are blank in the orders.
+    pub fields: FieldSet,
+    pub via: Transport,
+    /// Calls made to order-service: one per user, or one for all.
+    pub calls: usize,
+    /// From the first call's start to the last one's end.
+    pub upstream: Duration,
+}
+
+/// How the orders of several users are fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fanout {
+    /// One call per user, all at once.
+    Each,
+    /// One call that answers every user ([`Transport::batch_call`]).
+    Batch,
+}
+
 /// The use cases.
 #[derive(Clone)]
 pub struct Service {
@@ -162,6 +188,69 @@ impl Service {
         Ok(self.store.register(new).await?)
     }
 
+    /// The first `limit` orders of each of `users` from order-service over
+    /// `via`, as one call per user or one call for all. user-service's own
+    /// store is not read: a user unknown to order-service has no orders.
+    #[tracing::instrument(skip(self, users, fields), fields(users = users.len()))]
+    pub async fn orders_of_users(
+        &self,
+        users: Vec<Uuid>,
+        via: Transport,
+        limit: u32,
+        fields: FieldSet,
+        fanout: Fanout,
+    ) -> Result<OrdersOfUsers, AppError> {
+        if users.is_empty() || users.len() > MAX_USERS {
+            return Err(ParseError::new(
+                "users",
+                format!("must name 1 to {MAX_USERS} users, not {}", users.len()),
+            )
+            .into());
+        }
+        if limit == 0 || u64::from(limit) * users.len() as u64 > u64::from(MAX_LIMIT) {
+            return Err(ParseError::new(
+                "limit",
+                format!(
+                    "must be at least 1, and the limit times the number of users ({}) at most {MAX_LIMIT}",
+                    users.len()
+                ),
+            )
+            .into());
+        }
+        let queries: Vec<OrderQuery> = users
+            .iter()
+            .map(|&user_id| OrderQuery {
+                user_id,
+                limit,
+                fields,
+            })
+            .collect();
+        let (result, elapsed, calls) = match fanout {
+            Fanout::Each => {
+                let (r, d) = self.upstreams.fetch_each(via, &queries).await;
+                (r, d, queries.len())
+            }
+            Fanout::Batch => match self.upstreams.fetch_batch(via, &queries).await {
+                Some((r, d)) => (r, d, 1),
+                None => return Err(no_batch(via).into()),
+            },
+        };
+        match result {
+            Ok(answers) => Ok(OrdersOfUsers {
+                lookups: users.into_iter().zip(answers).collect(),
+                fields,
+                via,
+                calls,
+                upstream: elapsed,
+            }),
+            Err(error) => Err(AppError::Upstream {
+                via,
+                elapsed,
+                error,
+            }),
+        }
+    }
+
     /// The user, then its first `limit` orders from order-service over `via`.
     /// An unknown user is 404 without any call to order-service.
     #[tracing::instrument(skip(self, fields))]
@@ -197,4 +286,19 @@ impl Service {
             }),
         }
     }
+}
+
+/// The error of a batch asked of a transport without a batch call.
+pub fn no_batch(via: Transport) -> ParseError {
+    let with: Vec<String> = Transport::ALL
+        .into_iter()
+        .filter_map(|t| t.batch_call().map(|c| format!("{t} ({c})")))
+        .collect();
+    ParseError::new(
+        "batch",
+        format!(
+            "{via} has no call that answers many users at once; those that do: {}",
+            with.join(", ")
+        ),
+    )
 }

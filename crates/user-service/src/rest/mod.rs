@@ -6,6 +6,10 @@
 //! - `GET /v1/users/{id}/orders?limit=&fields=&via=`: the user and its orders
 //!   from order-service; `via` may also come as the `x-via` header. The
 //!   answer carries `x-via` and `x-upstream-micros` headers.
+//! - `GET /v1/orders?users=&limit=&fields=&via=&batch=`: the first `limit`
+//!   orders of each of several users, fetched as one call per user or, with
+//!   `batch=true`, one call for all. Headers as above, plus
+//!   `x-upstream-calls`.
 //! - `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/openapi.json`.
 
 pub mod error;
@@ -29,16 +33,19 @@ use uuid::Uuid;
 
 use self::error::RestError;
 use crate::domain::{
-    NewUser, RegisterUserJson, UserEnvelopeJson, UserJson, UserWithOrdersJson, user_to_pb,
+    NewUser, OrdersOfUsersJson, RegisterUserJson, UserEnvelopeJson, UserJson, UserOrdersJson,
+    UserWithOrdersJson, user_to_pb,
 };
 use crate::metrics::Metrics;
-use crate::service::{AppError, DEFAULT_LIMIT, Service};
+use crate::service::{AppError, DEFAULT_LIMIT, Fanout, MAX_USERS, Service};
 use negotiate::{Format, WireError};
 
 /// The transport that fetched the orders (also a request header choosing it).
 pub const X_VIA: HeaderName = HeaderName::from_static("x-via");
 /// The round trip to order-service in microseconds, measured inside user-service.
 pub const X_UPSTREAM_MICROS: HeaderName = HeaderName::from_static("x-upstream-micros");
+/// The calls to order-service one answer took.
+pub const X_UPSTREAM_CALLS: HeaderName = HeaderName::from_static("x-upstream-calls");
 
 /// The largest registration body read.
 const MAX_BODY: usize = 64 * 1024;
@@ -58,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/users", post(register))
         .route("/v1/users/{id}", get(get_user))
         .route("/v1/users/{id}/orders", get(get_user_orders))
+        .route("/v1/orders", get(orders_of_users))
         // Only the routes above are shed: health checks and /metrics still
         // answer on an overloaded instance, which is alive and worth watching.
         .route_layer(negotiate::shed::ShedLayer::new(
@@ -222,15 +230,7 @@ async fn get_user_orders(
     let via_header = headers.get(X_VIA).map(|v| v.to_str().unwrap_or("?"));
     // The query wins over the header: it is the more specific of the two.
     let via = st.service.transport(p.via.as_deref().or(via_header))?;
-    let limit = match p.limit.as_deref().map(str::trim) {
-        None | Some("") => DEFAULT_LIMIT,
-        Some(s) => s.parse().map_err(|_| {
-            AppError::from(ParseError::new(
-                "limit",
-                format!("{s:?} is not a number from 1 to 10000"),
-            ))
-        })?,
-    };
+    let limit = parse_limit(p.limit.as_deref(), DEFAULT_LIMIT)?;
     let fields = FieldSet::parse_csv(p.fields.as_deref().unwrap_or("")).map_err(AppError::from)?;
     let got = st.service.user_with_orders(id, via, limit, fields).await?;
     let mut resp = out.respond(
@@ -262,6 +262,170 @@ async fn get_user_orders(
         X_UPSTREAM_MICROS,
         HeaderValue::from(got.upstream.as_micros() as u64),
     );
+    Ok(resp)
+}
+
+/// A `limit` parameter; absent or empty: `default`.
+fn parse_limit(raw: Option<&str>, default: u32) -> Result<u32, AppError> {
+    match raw.map(str::trim) {
+        None | Some("") => Ok(default),
+        Some(s) => s.parse().map_err(|_| {
+            AppError::from(ParseError::new(
+                "limit",
+                format!("{:?} is not a number from 1 to 10000", clip(s)),
+            ))
+        }),
+    }
+}
+
+/// At most the first 40 characters of a value quoted back in an error.
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// The query of `GET /v1/orders`, kept as text like [`OrdersParams`].
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UsersOrdersParams {
+    /// Comma-separated user ids, 1 to 1000 of them; answered in this order.
+    #[param(value_type = String, example = "00000000-0000-0000-0001-000000000001,00000000-0000-0000-0001-000000000002",
+        pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(,[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})*$")]
+    users: Option<String>,
+    /// Orders per user, from 1; the limit times the number of users is at
+    /// most 10000. Default 1: each user's first order.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000, example = 1)]
+    limit: Option<String>,
+    /// As for `/v1/users/{id}/orders`.
+    #[param(value_type = Option<String>, example = "id,status,total_minor",
+        pattern = "^((id|user_id|product_id|product_name|quantity|unit_price_minor|discount_minor|total_minor|currency|status|gift|shipping_address|note|coupon_code|created_at|updated_at)(,(id|user_id|product_id|product_name|quantity|unit_price_minor|discount_minor|total_minor|currency|status|gift|shipping_address|note|coupon_code|created_at|updated_at))*)?$")]
+    fields: Option<String>,
+    /// As for `/v1/users/{id}/orders`.
+    #[param(value_type = Option<String>, example = "grpc",
+        pattern = "^(h1-json|h1-json-close|h2c-json|h1-proto|h2c-proto|grpc|grpc-stream|grpc-bidi|tcp-proto|grpc-v1)$")]
+    via: Option<String>,
+    /// `false` (default): one call to order-service per user, all at once
+    /// (a lookup each on the shared stream for grpc-bidi and tcp-proto).
+    /// `true`: one call for all users: `BatchListOrders` over grpc,
+    /// `BatchStreamOrders` (one message per user) over grpc-stream; other
+    /// transports have none and answer 400.
+    #[param(value_type = Option<bool>, example = false)]
+    batch: Option<String>,
+}
+
+/// The users of `users=`: UUIDs, comma-separated, at most [`MAX_USERS`].
+fn parse_users(raw: Option<&str>) -> Result<Vec<Uuid>, AppError> {
+    let raw = raw.map(str::trim).unwrap_or("");
+    if raw.is_empty() {
+        return Err(ParseError::new("users", "is required: comma-separated user ids").into());
+    }
+    // Counted before parsing, so that a huge list costs no more than its split.
+    let n = raw.split(',').count();
+    if n > MAX_USERS {
+        return Err(
+            ParseError::new("users", format!("names {n} users; at most {MAX_USERS}")).into(),
+        );
+    }
+    raw.split(',')
+        .enumerate()
+        .map(|(i, s)| {
+            Uuid::parse_str(s.trim()).map_err(|_| {
+                AppError::from(ParseError::new(
+                    "users",
+                    format!("item {} ({:?}) is not a UUID", i + 1, clip(s)),
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Several users' orders, fetched from order-service over `via`.
+#[utoipa::path(
+    get, path = "/v1/orders",
+    params(UsersOrdersParams),
+    responses(
+        (status = 200, description = "Each user's orders, in the order named (protobuf: user.v1.OrdersOfUsers). \
+user-service's own store is not read: a user order-service does not know has no orders. \
+Headers: x-via (the transport), x-upstream-micros (from the first call's start to the last one's end) \
+and x-upstream-calls (calls made to order-service).", body = OrdersOfUsersJson),
+        (status = 400, description = "A bad user id, limit, fields, via or batch, too many users, or batch=true over a transport without a batch call", body = ErrorJson),
+        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
+        (status = 502, description = "order-service gave an answer that could not be used", body = ErrorJson),
+        (status = 503, description = "`unavailable`: order-service is unavailable; \
+or `overloaded`: the listener is at USER_MAX_CONCURRENT_REQUESTS, retry later", body = ErrorJson,
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
+        (status = 504, description = "order-service did not answer within the upstream timeout (USER_UPSTREAM_TIMEOUT_MS)", body = ErrorJson),
+    )
+)]
+#[tracing::instrument(skip_all)]
+async fn orders_of_users(
+    State(st): State<AppState>,
+    query: Result<Query<UsersOrdersParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, RestError> {
+    let Query(p) = query.map_err(WireError::from)?;
+    let out = Format::accepted(&headers)?;
+    let via_header = headers.get(X_VIA).map(|v| v.to_str().unwrap_or("?"));
+    let via = st.service.transport(p.via.as_deref().or(via_header))?;
+    let users = parse_users(p.users.as_deref())?;
+    let limit = parse_limit(p.limit.as_deref(), 1)?;
+    let fields = FieldSet::parse_csv(p.fields.as_deref().unwrap_or("")).map_err(AppError::from)?;
+    let fanout = match p.batch.as_deref().map(str::trim) {
+        None | Some("") | Some("false") => Fanout::Each,
+        Some("true") => Fanout::Batch,
+        Some(s) => {
+            return Err(AppError::from(ParseError::new(
+                "batch",
+                format!("{:?} is neither true nor false", clip(s)),
+            ))
+            .into());
+        }
+    };
+    if fanout == Fanout::Batch && via.batch_call().is_none() {
+        return Err(AppError::from(crate::service::no_batch(via)).into());
+    }
+    let got = st
+        .service
+        .orders_of_users(users, via, limit, fields, fanout)
+        .await?;
+    let mut resp = out.respond(
+        StatusCode::OK,
+        || OrdersOfUsersJson {
+            lookups: got
+                .lookups
+                .iter()
+                .map(|(user_id, orders)| UserOrdersJson {
+                    user_id: *user_id,
+                    orders: orders
+                        .iter()
+                        .map(|o| OrderJson::from_order(o, got.fields))
+                        .collect(),
+                })
+                .collect(),
+        },
+        || pb::OrdersOfUsers {
+            lookups: got
+                .lookups
+                .iter()
+                .map(|(user_id, orders)| pb::UserOrders {
+                    user_id: user_id.to_string(),
+                    orders: orders
+                        .iter()
+                        .map(|o| model::v2::order_to_pb(o, got.fields))
+                        .collect(),
+                })
+                .collect(),
+        },
+    );
+    let h = resp.headers_mut();
+    h.insert(X_VIA, HeaderValue::from_static(got.via.name()));
+    h.insert(
+        X_UPSTREAM_MICROS,
+        HeaderValue::from(got.upstream.as_micros() as u64),
+    );
+    h.insert(X_UPSTREAM_CALLS, HeaderValue::from(got.calls));
     Ok(resp)
 }
 
@@ -302,11 +466,13 @@ const UNAVAILABLE: &str = "`overloaded`: the listener is at USER_MAX_CONCURRENT_
         title = "user-service",
         description = "Users, and their orders fetched from order-service over a switchable transport."
     ),
-    paths(register, get_user, get_user_orders),
+    paths(register, get_user, get_user_orders, orders_of_users),
     components(schemas(
         UserJson,
         UserEnvelopeJson,
         UserWithOrdersJson,
+        OrdersOfUsersJson,
+        UserOrdersJson,
         RegisterUserJson,
         OrderJson,
         ErrorJson,
@@ -323,20 +489,47 @@ async fn openapi() -> impl IntoResponse {
 mod tests {
     use super::*;
 
+    fn param(doc: &serde_json::Value, path: &str, name: &str) -> serde_json::Value {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{path} has parameters"))
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{path} has a `{name}` parameter"))
+            .clone()
+    }
+
     #[test]
     fn the_openapi_via_pattern_is_exactly_the_transports_of_the_transports_crate() {
         let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
-        let params = doc["paths"]["/v1/users/{id}/orders"]["get"]["parameters"]
-            .as_array()
-            .expect("the orders route has parameters");
-        let via = params
-            .iter()
-            .find(|p| p["name"] == "via")
-            .expect("a `via` parameter");
-        assert_eq!(
-            via["schema"]["pattern"].as_str(),
-            Some(format!("^({})$", transports::ALL.join("|")).as_str()),
-            "{via}"
-        );
+        for path in ["/v1/users/{id}/orders", "/v1/orders"] {
+            let via = param(&doc, path, "via");
+            assert_eq!(
+                via["schema"]["pattern"].as_str(),
+                Some(format!("^({})$", transports::ALL.join("|")).as_str()),
+                "{path}: {via}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_openapi_many_users_route_requires_users_that_are_uuids() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let users = param(&doc, "/v1/orders", "users");
+        assert_eq!(users["required"], true, "{users}");
+        let pattern = regex::Regex::new(users["schema"]["pattern"].as_str().unwrap()).unwrap();
+        let two = format!("{},{}", Uuid::from_u128(1), Uuid::from_u128(u128::MAX));
+        assert!(pattern.is_match(&two), "{pattern}");
+        assert!(!pattern.is_match("----,"), "{pattern}");
+        assert!(!pattern.is_match(""), "{pattern}");
+        let batch = param(&doc, "/v1/orders", "batch");
+        assert_eq!(batch["schema"]["type"], "boolean", "{batch}");
+    }
+
+    #[test]
+    fn a_value_quoted_in_an_error_is_clipped() {
+        assert_eq!(clip("short"), "short");
+        let long = "é".repeat(100);
+        assert_eq!(clip(&long).chars().count(), 41);
     }
 }

@@ -1,6 +1,8 @@
 //! The gRPC adapters: `grpc` (unary `ListOrders`), `grpc-stream`
 //! (`StreamOrders`), `grpc-v1` (the all-strings legacy `ListOrders`) and
-//! `grpc-bidi` (`LookupOrders`, one long-lived stream per connection).
+//! `grpc-bidi` (`LookupOrders`, one long-lived stream per connection). `grpc`
+//! and `grpc-stream` also carry many queries in one call (`BatchListOrders`,
+//! `BatchStreamOrders`).
 //!
 //! One tonic `Channel` is one HTTP/2 connection, so a budget of N is N
 //! channels, picked round-robin. Each channel connects through
@@ -17,7 +19,10 @@ use hyper_util::rt::TokioIo;
 use model::v2::field_mask;
 use proto::order::v1::order_service_client::OrderServiceClient as V1Client;
 use proto::order::v2::order_service_client::OrderServiceClient;
-use proto::order::v2::{ListOrdersRequest, LookupOrdersRequest, StreamOrdersRequest};
+use proto::order::v2::{
+    BatchListOrdersRequest, BatchStreamOrdersRequest, ListOrdersRequest, LookupOrdersRequest,
+    StreamOrdersRequest,
+};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
@@ -125,12 +130,7 @@ impl GrpcSource {
         let mut client = OrderServiceClient::new(self.channel())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let req = self.request(ListOrdersRequest {
-            user_id: q.user_id.to_string(),
-            page_size: page_size(q),
-            page_token: String::new(),
-            read_mask: field_mask(q.fields),
-        });
+        let req = self.request(list_request(q));
         let _on_wire = self.metrics.in_flight();
         let answer = client.list_orders(req).await.map_err(|s| from_status(&s))?;
         to_domain(answer.into_inner().orders)
@@ -162,6 +162,76 @@ impl GrpcSource {
         to_domain(orders)
     }
 
+    /// Every query in one `BatchListOrders` call.
+    async fn batch_unary(
+        &self,
+        qs: &[OrderQuery],
+    ) -> Result<Vec<Vec<model::Order>>, UpstreamError> {
+        let mut client = OrderServiceClient::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let req = self.request(BatchListOrdersRequest {
+            requests: qs.iter().map(list_request).collect(),
+        });
+        let _on_wire = self.metrics.in_flight();
+        let answer = client
+            .batch_list_orders(req)
+            .await
+            .map_err(|s| from_status(&s))?
+            .into_inner();
+        if answer.responses.len() != qs.len() {
+            return Err(UpstreamError::Protocol(format!(
+                "{} answers to a batch of {} queries",
+                answer.responses.len(),
+                qs.len()
+            )));
+        }
+        answer
+            .responses
+            .into_iter()
+            .map(|r| to_domain(r.orders))
+            .collect()
+    }
+
+    /// Every query in one `BatchStreamOrders` call, one message per query.
+    async fn batch_stream(
+        &self,
+        qs: &[OrderQuery],
+    ) -> Result<Vec<Vec<model::Order>>, UpstreamError> {
+        let mut client = OrderServiceClient::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let req = self.request(BatchStreamOrdersRequest {
+            requests: qs.iter().map(list_request).collect(),
+        });
+        let _on_wire = self.metrics.in_flight();
+        let mut stream = client
+            .batch_stream_orders(req)
+            .await
+            .map_err(|s| from_status(&s))?
+            .into_inner();
+        let mut answers = Vec::with_capacity(qs.len());
+        while let Some(msg) = stream.message().await.map_err(|s| from_status(&s))? {
+            if msg.index as usize != answers.len() || answers.len() == qs.len() {
+                return Err(UpstreamError::Protocol(format!(
+                    "the batch stream answered query {} where {} was next of {}",
+                    msg.index,
+                    answers.len(),
+                    qs.len()
+                )));
+            }
+            answers.push(to_domain(msg.orders)?);
+        }
+        if answers.len() != qs.len() {
+            return Err(UpstreamError::Protocol(format!(
+                "the batch stream ended after {} of {} queries",
+                answers.len(),
+                qs.len()
+            )));
+        }
+        Ok(answers)
+    }
+
     async fn legacy(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
         let mut client = V1Client::new(self.channel())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -189,6 +259,16 @@ fn select(orders: Vec<model::Order>, fields: model::FieldSet) -> Vec<model::Orde
         .collect()
 }
 
+/// The `ListOrders` query of `q`: its first page.
+fn list_request(q: &OrderQuery) -> ListOrdersRequest {
+    ListOrdersRequest {
+        user_id: q.user_id.to_string(),
+        page_size: page_size(q),
+        page_token: String::new(),
+        read_mask: field_mask(q.fields),
+    }
+}
+
 fn page_size(q: &OrderQuery) -> i32 {
     i32::try_from(q.limit).unwrap_or(i32::MAX)
 }
@@ -209,6 +289,17 @@ impl OrderSource for GrpcSource {
                 _ => self.unary(q).await,
             }
         })
+    }
+
+    fn list_batch<'a>(
+        &'a self,
+        qs: &'a [OrderQuery],
+    ) -> Option<BoxFuture<'a, Result<Vec<Vec<model::Order>>, UpstreamError>>> {
+        match self.transport {
+            Transport::Grpc => Some(Box::pin(self.batch_unary(qs))),
+            Transport::GrpcStream => Some(Box::pin(self.batch_stream(qs))),
+            _ => None,
+        }
     }
 }
 

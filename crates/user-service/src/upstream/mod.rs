@@ -96,6 +96,16 @@ impl Transport {
         }
     }
 
+    /// The order-service call that answers many queries at once over this
+    /// transport, if it has one.
+    pub fn batch_call(self) -> Option<&'static str> {
+        match self {
+            Transport::Grpc => Some("BatchListOrders"),
+            Transport::GrpcStream => Some("BatchStreamOrders"),
+            _ => None,
+        }
+    }
+
     /// Every name, comma-separated, for error messages and `--help`.
     pub fn names() -> String {
         transports::joined(", ")
@@ -176,6 +186,17 @@ pub trait OrderSource: Send + Sync {
         &'a self,
         q: &'a OrderQuery,
     ) -> BoxFuture<'a, Result<Vec<Order>, UpstreamError>>;
+
+    /// Every query's answer, in order, from one call that carries them all;
+    /// `None` when this transport has no such call. The queries are at
+    /// least one and their limits add up to at most order-service's
+    /// maximum page size.
+    fn list_batch<'a>(
+        &'a self,
+        _qs: &'a [OrderQuery],
+    ) -> Option<BoxFuture<'a, Result<Vec<Vec<Order>>, UpstreamError>>> {
+        None
+    }
 }
 
 /// How an adapter reaches order-service; built once from [`Settings`].
@@ -345,11 +366,64 @@ impl Upstreams {
             error = tracing::field::Empty,
         );
         let source = &self.sources[via.index()];
+        self.timed(via, span, source.list_orders(q)).await
+    }
+
+    /// Fetches every query's answer, in order, as one call each, all at once
+    /// (each waits for a connection slot of `via`'s pool as a lone call
+    /// would). Each call is timed, counted and traced as [`Upstreams::fetch`]
+    /// does; the duration is the whole fan-out's, from the first call's start
+    /// to the last one's end. The first failure in the order of the queries
+    /// is the answer's.
+    pub async fn fetch_each(
+        &self,
+        via: Transport,
+        qs: &[OrderQuery],
+    ) -> (Result<Vec<Vec<Order>>, UpstreamError>, Duration) {
+        let start = Instant::now();
+        let answers =
+            futures::future::join_all(qs.iter().map(|q| async move { self.fetch(via, q).await.0 }))
+                .await;
+        (answers.into_iter().collect(), start.elapsed())
+    }
+
+    /// Fetches every query's answer in one call that carries them all (see
+    /// [`Transport::batch_call`]), timed, counted and traced as one call.
+    /// `None` when `via` has no such call.
+    pub async fn fetch_batch(
+        &self,
+        via: Transport,
+        qs: &[OrderQuery],
+    ) -> Option<(Result<Vec<Vec<Order>>, UpstreamError>, Duration)> {
+        let call = self.sources[via.index()].list_batch(qs)?;
+        let span = tracing::info_span!(
+            "upstream.call",
+            otel.kind = "client",
+            via = %via,
+            queries = qs.len(),
+            pool_wait_us = tracing::field::Empty,
+            upstream_us = tracing::field::Empty,
+            net.bytes_read = tracing::field::Empty,
+            net.bytes_written = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        Some(self.timed(via, span, call).await)
+    }
+
+    /// Runs one call of `via` in `span`: timed, bounded by the upstream
+    /// timeout, counted in the transport's metrics, and its bytes and
+    /// outcome recorded on the span.
+    async fn timed<T>(
+        &self,
+        via: Transport,
+        span: tracing::Span,
+        call: impl std::future::Future<Output = Result<T, UpstreamError>>,
+    ) -> (Result<T, UpstreamError>, Duration) {
         let m = self.metrics.transport(via);
         let before = m.snapshot();
         let start = Instant::now();
         let call = CALL_START.scope(start, async {
-            match tokio::time::timeout(self.timeout, source.list_orders(q)).await {
+            match tokio::time::timeout(self.timeout, call).await {
                 Ok(r) => r,
                 Err(_) => Err(UpstreamError::Timeout(format!(
                     "no answer within {} ms",
@@ -435,6 +509,22 @@ mod tests {
             transports::ALL.as_slice()
         );
         assert_eq!(Transport::names(), transports::ALL.join(", "));
+    }
+
+    #[tokio::test]
+    async fn the_transports_with_a_batch_call_are_those_whose_adapter_makes_one() {
+        let settings = Settings::default();
+        let up = Upstreams::new(&settings, Arc::new(Metrics::new("memory", 1))).unwrap();
+        let q = [OrderQuery {
+            user_id: Uuid::nil(),
+            limit: 1,
+            fields: FieldSet::ALL,
+        }];
+        for t in Transport::ALL {
+            // Built, not run: nothing connects.
+            let made = up.sources[t.index()].list_batch(&q).is_some();
+            assert_eq!(made, t.batch_call().is_some(), "{t}");
+        }
     }
 
     #[test]

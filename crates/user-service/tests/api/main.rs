@@ -7,6 +7,7 @@
 mod budget;
 mod caps;
 mod helpers;
+mod many_users;
 mod over_tls;
 mod overload;
 mod postgres_outage;
