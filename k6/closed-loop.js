@@ -6,7 +6,7 @@
 //   k6 run -e VIA=h1-json -e ORDERS=1000 -e VUS=50 k6/closed-loop.js
 //
 // Every parameter and its default: k6/lib/user-orders.js.
-import { params, commonOptions, lookups, summarize } from './lib/user-orders.js';
+import { params, commonOptions, iteration, summarize } from './lib/user-orders.js';
 
 export const options = Object.assign(commonOptions(), {
   scenarios: {
@@ -20,7 +20,7 @@ export const options = Object.assign(commonOptions(), {
 });
 
 export default function () {
-  lookups();
+  iteration();
 }
 
 export function handleSummary(data) {

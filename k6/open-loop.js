@@ -7,7 +7,7 @@
 //   k6 run -e VIA=h1-json -e RATE=4000 -e MAX_VUS=200 k6/open-loop.js
 //
 // Every parameter and its default: k6/lib/user-orders.js.
-import { params, commonOptions, lookups, summarize } from './lib/user-orders.js';
+import { params, commonOptions, iteration, summarize } from './lib/user-orders.js';
 
 export const options = Object.assign(commonOptions(), {
   scenarios: {
@@ -24,7 +24,7 @@ export const options = Object.assign(commonOptions(), {
 });
 
 export default function () {
-  lookups();
+  iteration();
 }
 
 export function handleSummary(data) {

@@ -1,6 +1,6 @@
 // What every user-service script shares: parameters from the environment,
-// one iteration (N lookups of a user's orders through user-service's fan-out
-// endpoint), the counting rules (only good answers count: see `judge`), the
+// one iteration (one request to user-service's fan-out endpoint: one user's
+// orders, or the first orders of USERS users), the counting rules (only good answers count: see `judge`), the
 // upstream Trend and a JSON summary.
 //
 // Parameters (environment variables, `k6 run -e NAME=value` or the shell):
@@ -9,12 +9,16 @@
 //   VIA           transport user-service uses to reach order-service   default grpc
 //                 h1-json h1-json-close h2c-json h1-proto h2c-proto grpc
 //                 grpc-stream grpc-bidi tcp-proto grpc-v1
-//   ORDERS        orders per lookup (the limit)                          default 100
+//   ORDERS        orders per user (the limit)            default 100; 1 with USERS
 //   USER_ID       whose orders; default: the fixed user owning exactly ORDERS
 //                 orders when ORDERS is 0/1/10/100/1000/10000, else the
 //                 10,000-order user (then ORDERS is only the limit)
 //   FIELDS        comma-separated order fields, empty = all                default ""
-//   LOOKUPS       lookups per iteration, sent at once with http.batch      default 1
+//   USERS         0: one user's orders (GET /v1/users/{id}/orders); N > 0: the
+//                 first ORDERS orders of the data set's other users 1..N in one
+//                 request (GET /v1/orders?users=…)                          default 0
+//   BATCH         with USERS: true asks user-service for one call answering
+//                 every user (grpc, grpc-stream); false, one call per user  default false
 //   VUS           closed loop: virtual users                               default 10
 //   RATE          open loop: iterations started per second                 default 500
 //   PRE_VUS       open loop: VUs allocated before the start                default 50
@@ -48,7 +52,17 @@ export function userFor(orders) {
   return `00000000-0000-0000-0000-${String(n).padStart(12, '0')}`;
 }
 
-const orders = int('ORDERS', 100);
+const users = int('USERS', 0);
+const orders = int('ORDERS', users > 0 ? 1 : 100);
+const batch = env('BATCH', 'false');
+if (batch !== 'true' && batch !== 'false') {
+  throw new Error(`BATCH must be true or false, got ${JSON.stringify(batch)}`);
+}
+
+/** The id of the data set's `i`-th other user (1-based): its digits spell `i`. */
+export function otherUser(i) {
+  return `00000000-0000-0001-0000-${String(i).padStart(12, '0')}`;
+}
 
 export const params = {
   baseUrl: env('BASE_URL', 'http://localhost:8081').replace(/\/+$/, ''),
@@ -58,7 +72,8 @@ export const params = {
   limit: Math.max(orders, 1),
   userId: env('USER_ID', userFor(orders)),
   fields: env('FIELDS', ''),
-  lookups: Math.max(int('LOOKUPS', 1), 1),
+  users,
+  batch: batch === 'true',
   vus: Math.max(int('VUS', 10), 1),
   rate: Math.max(int('RATE', 500), 1),
   preVus: Math.max(int('PRE_VUS', 50), 1),
@@ -82,8 +97,6 @@ export function commonOptions() {
     // k6 does not keep the bodies (it still reads them off the socket): less
     // of the load generator's CPU goes into strings nobody looks at.
     discardResponseBodies: true,
-    // All the lookups of one iteration leave at once.
-    batchPerHost: params.lookups,
     // One summary row for all URLs rather than one per user id.
     tags: { via: params.via },
   };
@@ -96,10 +109,6 @@ export function commonOptions() {
 export const COUNTING = 'good-answers-1';
 export const goodAnswers = new Counter('good_answers');
 export const goodDuration = new Trend('good_duration', true);
-// A set of lookups (LOOKUPS > 1) whose every answer was good: the longest
-// of its answers, which all left at once. With one lookup a set is an
-// answer, and good_duration is its time.
-export const goodSet = new Trend('good_set', true);
 // The round trip user-service measured around its call to order-service
 // (the `x-upstream-micros` header) on good answers: the number seed 001
 // trusted, because it does not include the load tool's own client.
@@ -113,7 +122,16 @@ export const shedAnswers = new Counter('shed_answers');
 export const parsedBodies = new Counter('parsed_bodies');
 
 function url() {
-  let u = `${params.baseUrl}/v1/users/${params.userId}/orders?limit=${params.limit}&via=${encodeURIComponent(params.via)}`;
+  let u;
+  if (params.users > 0) {
+    const ids = [];
+    for (let i = 1; i <= params.users; i++) {
+      ids.push(otherUser(i));
+    }
+    u = `${params.baseUrl}/v1/orders?users=${ids.join(',')}&limit=${params.limit}&via=${encodeURIComponent(params.via)}&batch=${params.batch}`;
+  } else {
+    u = `${params.baseUrl}/v1/users/${params.userId}/orders?limit=${params.limit}&via=${encodeURIComponent(params.via)}`;
+  }
   if (params.fields !== '') {
     u += `&fields=${encodeURIComponent(params.fields)}`;
   }
@@ -128,6 +146,32 @@ const PARSE_PARAMS = { tags: { name: 'user-orders' }, responseType: 'text' };
 /** How many orders the answer must hold, when the user is a fixed one. */
 export function expectedOrders() {
   return params.userId === userFor(params.orders) ? params.orders : null;
+}
+
+/** The calls to order-service a many-users answer must have taken. */
+const EXPECTED_CALLS = params.users > 0 ? String(params.batch ? 1 : params.users) : null;
+
+/**
+ * Whether a parsed body holds what was asked: one user's orders (as many as
+ * the fixed user has), or one entry per user asked, in order, each with 1 to
+ * `limit` orders (every one of the data set's first thousand other users has
+ * at least one order).
+ */
+function bodyHolds(body) {
+  if (params.users === 0) {
+    const want = expectedOrders();
+    return Array.isArray(body.orders) && (want === null || body.orders.length === want);
+  }
+  if (!Array.isArray(body.lookups) || body.lookups.length !== params.users) {
+    return false;
+  }
+  return body.lookups.every(
+    (l, i) =>
+      l.user_id === otherUser(i + 1) &&
+      Array.isArray(l.orders) &&
+      l.orders.length >= 1 &&
+      l.orders.length <= params.limit,
+  );
 }
 
 // How an answer's body is checked without keeping every body (the scripts
@@ -148,6 +192,9 @@ export function judge(res) {
   if (res.status !== 200 || res.headers['X-Via'] !== params.via) {
     return 'bad';
   }
+  if (EXPECTED_CALLS !== null && res.headers['X-Upstream-Calls'] !== EXPECTED_CALLS) {
+    return 'bad';
+  }
   const length = res.headers['Content-Length'];
   if (length === undefined) {
     return 'bad';
@@ -163,8 +210,7 @@ export function judge(res) {
       return 'bad';
     }
     parsedBodies.add(1);
-    const want = expectedOrders();
-    if (!Array.isArray(body.orders) || (want !== null && body.orders.length !== want)) {
+    if (!bodyHolds(body)) {
       return 'bad';
     }
     expectedLength = length;
@@ -194,27 +240,9 @@ function record(res) {
   return true;
 }
 
-/** One iteration: LOOKUPS lookups, all in flight at once when more than one. */
-export function lookups() {
-  const req = expectedLength === null ? PARSE_PARAMS : REQUEST_PARAMS;
-  if (params.lookups === 1) {
-    // A set is one answer: good_duration is its time.
-    record(http.get(URL, req));
-    return;
-  }
-  const batch = [];
-  for (let i = 0; i < params.lookups; i++) {
-    batch.push(['GET', URL, null, req]);
-  }
-  let all = true;
-  let longest = 0;
-  for (const res of http.batch(batch)) {
-    all = record(res) && all;
-    longest = Math.max(longest, res.timings.duration);
-  }
-  if (all) {
-    goodSet.add(longest);
-  }
+/** One iteration: one request, one answer. */
+export function iteration() {
+  record(http.get(URL, expectedLength === null ? PARSE_PARAMS : REQUEST_PARAMS));
 }
 
 function fmt(v, unit) {
@@ -231,7 +259,8 @@ function fmt(v, unit) {
  */
 export function summarize(data, title) {
   const m = data.metrics;
-  const lines = [`${title}: via=${params.via} orders=${params.orders} lookups=${params.lookups}`];
+  const who = params.users > 0 ? `users=${params.users} batch=${params.batch}` : `user=${params.userId}`;
+  const lines = [`${title}: via=${params.via} orders=${params.orders} ${who}`];
   if (m.http_reqs) {
     lines.push(`  requests        ${m.http_reqs.values.count} (${fmt(m.http_reqs.values.rate, '/s')})`);
   }
@@ -252,7 +281,7 @@ export function summarize(data, title) {
   return {
     stdout: lines.join('\n') + '\n',
     [params.summaryJson]: JSON.stringify(
-      Object.assign({ lab_counting: COUNTING, lab_lookups: params.lookups }, data),
+      Object.assign({ lab_counting: COUNTING, lab_users: params.users, lab_batch: params.batch }, data),
       null,
       1,
     ),

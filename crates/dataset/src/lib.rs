@@ -3,7 +3,7 @@
 //! Six users have fixed ids whose last digits spell how many orders they have:
 //! `00000000-0000-0000-0000-000000000000` has none, `…-000000000001` has one,
 //! and so on through `…-000000010000` with ten thousand. About a thousand
-//! other users (`00000000-0000-0000-0001-…`) have a long-tailed spread of
+//! other users (`00000000-0000-0001-0000-…`) have a long-tailed spread of
 //! orders (log-normal, median about 45), as real shops do: most users order a
 //! little, a few order a lot. Every value comes from a fixed-seed SplitMix64
 //! generator, so nothing depends on a crate's choice of random algorithm.
@@ -320,6 +320,19 @@ mod tests {
             let u = us.iter().find(|u| u.id == fixed_user_id(c)).unwrap();
             assert_eq!(orders_of(u).len() as u32, c);
         }
+    }
+
+    #[test]
+    fn every_other_user_has_an_order_and_an_id_that_spells_its_number() {
+        // The many-users load (k6's USERS) asks for other users 1..N's first
+        // orders and expects one each.
+        for u in users().into_iter().skip(FIXED_COUNTS.len()) {
+            assert!(u.order_count >= 1, "{} has no order", u.id);
+        }
+        assert_eq!(
+            other_user_id(27).to_string(),
+            "00000000-0000-0001-0000-000000000027"
+        );
     }
 
     #[test]

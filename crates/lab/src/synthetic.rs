@@ -66,8 +66,10 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         }
     };
     let requests = rate * secs;
-    let lookups = f64::from(cell.lookups);
-    let calls = requests;
+    // Several users in one request: each request fetches them all, slower
+    // the more there are, with one call per user unless batched.
+    let users = f64::from(cell.users);
+    let calls = requests * if cell.batch { 1.0 } else { users };
     let bytes_in = (60.0 + 180.0 * f64::from(cell.orders)) * factor * six;
     let before = Upstream {
         calls: 50.0,
@@ -101,21 +103,21 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             run_seconds: secs,
             requests,
             request_rate: rate,
-            iterations: requests / lookups,
-            iteration_rate: rate / lookups,
+            iterations: requests,
+            iteration_rate: rate,
             dropped,
             bad_answers: 0.0,
-            duration_ms: pct(up_us / 1000.0 * 3.0),
-            iteration_ms: pct(up_us / 1000.0 * 3.0 * lookups.sqrt()),
+            duration_ms: pct(up_us / 1000.0 * 3.0 * users.sqrt()),
+            iteration_ms: pct(up_us / 1000.0 * 3.0 * users.sqrt()),
             upstream_us: Some(pct(up_us)),
             vus_max: 8.0,
             counting: Some("good-answers-1".into()),
             good: requests,
             good_rate: rate,
             shed: 0.0,
-            good_ms: Some(pct(up_us / 1000.0 * 3.0)),
-            good_sets: requests / lookups,
-            good_set_ms: Some(pct(up_us / 1000.0 * 3.0 * lookups.sqrt())),
+            good_ms: Some(pct(up_us / 1000.0 * 3.0 * users.sqrt())),
+            good_sets: requests,
+            good_set_ms: Some(pct(up_us / 1000.0 * 3.0 * users.sqrt())),
             parsed_bodies: 8.0,
             compressed: 0.0,
         },

@@ -154,6 +154,51 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+#[test]
+fn the_streaming_variants_each_make_the_calls_they_name_behind_one_request() {
+    common::require_k6();
+    let bins = common::service_binaries();
+    let out = common::temp_dir("streaming");
+    let mut opts = tiny("streaming", &out, &bins);
+    opts.rounds = Some(1);
+    let run = session::run(opts, &common::root(), Arc::new(AtomicBool::new(false)))
+        .expect("the streaming run");
+    assert_eq!(run.failures, 0, "see {}", run.dir.display());
+    let (info, results) = load(&run.dir).unwrap();
+    assert_eq!(results.records.len(), 5, "five variants, one round");
+    let n = 20.0;
+    for r in &results.records {
+        let m = Measures::of(r);
+        let what = r.cell.label();
+        assert_eq!(r.cell.users, 20, "{what}");
+        assert!(m.requests > 3.0, "{what}: {} requests", m.requests);
+        // One request per set, every one good, held to the length the lab
+        // counted against the data set before the round.
+        assert_eq!(m.good, m.requests, "{what}");
+        assert_eq!(m.bad_answers, 0.0, "{what}");
+        assert_eq!(r.k6.parsed_bodies, 0.0, "{what}");
+        assert_eq!(r.k6.good_sets, m.good, "{what}: a set is one answer");
+        // user-service's own count of calls to order-service: N per
+        // request, or one for a batch.
+        let per = if r.cell.batch { 1.0 } else { n };
+        assert!(
+            (m.upstream_calls - per * m.requests).abs() < 1.0,
+            "{what}: {} calls for {} requests",
+            m.upstream_calls,
+            m.requests
+        );
+    }
+    let report = build_report(&info, &results);
+    let empty = report.empty_cells();
+    assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
+    let md = std::fs::read_to_string(run.dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("`BatchStreamOrders`"),
+        "the method names the calls"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// Runs `closed-loop.js` for a second against running services and reads
 /// its summary.
 fn k6_summary(
@@ -264,6 +309,45 @@ fn k6_checks_every_answer_by_its_length_under_load() {
         &out,
     );
     assert_eq!(other.good, 0.0, "{other:?}");
+
+    // Many users in one request: each VU parses its first answer (eight
+    // users, one order each, in order) and holds the rest to its length.
+    for (via, batch) in [
+        ("grpc", "true"),
+        ("grpc-stream", "true"),
+        ("grpc-bidi", "false"),
+    ] {
+        let many = k6_summary(
+            &k6,
+            &running,
+            &[
+                ("VIA", via),
+                ("ORDERS", "1"),
+                ("USERS", "8"),
+                ("BATCH", batch),
+            ],
+            &out,
+        );
+        assert!(
+            many.good > 10.0 && many.bad_answers == 0.0,
+            "{via}: {many:?}"
+        );
+        assert_eq!(many.parsed_bodies, 2.0, "{via}: one body per VU");
+    }
+    // A batch asked of a transport without one is refused: every answer bad.
+    let refused = k6_summary(
+        &k6,
+        &running,
+        &[
+            ("VIA", "h1-json"),
+            ("ORDERS", "1"),
+            ("USERS", "8"),
+            ("BATCH", "true"),
+        ],
+        &out,
+    );
+    assert_eq!(refused.good, 0.0, "{refused:?}");
+    assert!(refused.bad_answers > 10.0, "{refused:?}");
     running.stop();
     let _ = std::fs::remove_dir_all(&out);
 }

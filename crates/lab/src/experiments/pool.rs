@@ -42,7 +42,8 @@ impl PoolPlan {
                 max_vus: self.max_vus,
             },
             pool,
-            lookups: 1,
+            users: 1,
+            batch: false,
             env: Env::default(),
         }
     }

@@ -1,5 +1,6 @@
-//! `streaming`: N lookups as N unary calls, on the shared bidi stream, or
-//! as one server stream (seed 002).
+//! `streaming`: one front-end request for N users' first orders, which
+//! user-service fetches as N unary calls (REST or gRPC), N lookups on its
+//! bidi streams, one batch call, or one server stream (seed 002).
 
 use serde::{Deserialize, Serialize};
 
@@ -15,41 +16,77 @@ pub struct Streaming;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StreamingPlan {
-    /// Lookups per iteration.
+    /// Users per request, each asked for its first order.
     pub n: u32,
     pub vus: u32,
     pub pool: u16,
 }
 
+/// One way user-service fetches the N orders.
+struct Variant {
+    /// The table's name for it.
+    name: String,
+    /// Exactly what user-service does, for the method text.
+    does: String,
+    cell: Cell,
+}
+
 impl StreamingPlan {
-    /// The variants: what each is called and its cell.
-    fn variants(&self) -> Vec<(String, Cell)> {
-        let n = self.n;
-        let c = |via: &str, orders: u32, lookups: u32| {
-            let mut c = Cell::closed(via, orders, self.vus, self.pool);
-            c.lookups = lookups;
-            c
+    /// The variants, the baseline (N unary gRPC calls) second. Every one
+    /// is the same front-end request for the same N first orders; only the
+    /// calls behind it differ.
+    fn variants(&self) -> Vec<Variant> {
+        let (n, pool) = (self.n, self.pool);
+        let v = |name: String, does: String, via: &str, batch: bool| Variant {
+            name,
+            does,
+            cell: Cell::closed(via, 1, self.vus, self.pool).many_users(n, batch),
         };
         vec![
-            (
+            v(
                 format!("{n} unary REST calls (h1-json)"),
-                c(transports::H1_JSON, 1, n),
+                format!(
+                    "{n} `GET /v2/orders` calls at once over HTTP/1.1 with JSON bodies; at most {pool} \
+                     are on the wire at a time (one per pooled connection), the others wait for a \
+                     connection"
+                ),
+                transports::H1_JSON,
+                false,
             ),
-            (
+            v(
                 format!("{n} unary gRPC calls (grpc)"),
-                c(transports::GRPC, 1, n),
+                format!(
+                    "{n} `ListOrders` calls at once, each an HTTP/2 stream multiplexed over its \
+                     {pool} channels"
+                ),
+                transports::GRPC,
+                false,
             ),
-            (
-                format!("{n} lookups on the shared bidi stream (grpc-bidi)"),
-                c(transports::GRPC_BIDI, 1, n),
+            v(
+                format!("{n} lookups on the bidi streams (grpc-bidi)"),
+                format!(
+                    "{n} `LookupOrdersRequest` messages at once on its long-lived `LookupOrders` \
+                     streams (one per connection, {pool} connections), answers matched by request id"
+                ),
+                transports::GRPC_BIDI,
+                false,
             ),
-            (
-                format!("one server stream of {n} (grpc-stream)"),
-                c(transports::GRPC_STREAM, n, 1),
+            v(
+                "one batch call (grpc)".to_owned(),
+                format!(
+                    "one `BatchListOrders` call carrying the {n} queries, answered in one message"
+                ),
+                transports::GRPC,
+                true,
             ),
-            (
-                format!("one unary call of {n} (grpc)"),
-                c(transports::GRPC, n, 1),
+            v(
+                "one server stream (grpc-stream)".to_owned(),
+                format!(
+                    "one `BatchStreamOrders` call carrying the {n} queries, answered with one message \
+                     per user"
+                ),
+                transports::GRPC_STREAM,
+                true,
             ),
         ]
     }
@@ -58,8 +95,7 @@ impl StreamingPlan {
 impl Experiment for Streaming {
     type Plan = StreamingPlan;
     const NAME: &'static str = "streaming";
-    const ABOUT: &'static str =
-        "N lookups as N unary calls vs one server stream vs the bidi stream (seed 002)";
+    const ABOUT: &'static str = "one request for N users' first orders, fetched as N unary calls, N bidi lookups, one batch call or one server stream (seed 002)";
 
     fn plan(knobs: &Knobs) -> StreamingPlan {
         StreamingPlan {
@@ -70,7 +106,7 @@ impl Experiment for Streaming {
     }
 
     fn schedule(p: &StreamingPlan) -> Schedule {
-        Schedule::Grid(p.variants().into_iter().map(|(_, c)| c).collect())
+        Schedule::Grid(p.variants().into_iter().map(|v| v.cell).collect())
     }
 
     fn describe(p: &StreamingPlan) -> String {
@@ -82,32 +118,45 @@ impl Experiment for Streaming {
     }
 }
 
+/// What the method text says the variants do, one sentence each.
+fn method_text(p: &StreamingPlan, cx: &Context) -> String {
+    let n = p.n;
+    let ways: Vec<String> = p
+        .variants()
+        .iter()
+        .map(|v| format!("**{}**: {}", v.name, v.does))
+        .collect();
+    method(
+        cx.timing,
+        &format!(
+            "Closed loop, {} VUs. Every k6 request is one `GET /v1/orders` asking user-service for \
+             the first order of {n} distinct users (the data set's other users 1 to {n}), and a set \
+             is that request: its answer is the same bytes in every variant, held by k6 to one \
+             length and by user-service's `x-upstream-calls` header to the calls the variant makes. \
+             Only what user-service does behind it differs: {}. order-service ({}) reads a batch's \
+             {n} queries from its store concurrently, as it does {n} separate calls. Seed 002's \
+             service looped over the backend one call at a time; here the {n} calls leave together, \
+             as a service fanning out would send them",
+            p.vus,
+            ways.join("; "),
+            cx.store,
+        ),
+    )
+}
+
 fn section(p: &StreamingPlan, cx: &Context) -> Section {
     let n = p.n;
     let mut s = Section::new(
         "streaming",
-        "Streaming: N lookups as N unary calls, on one bidi stream, or as one server stream (seed 002)",
+        "Streaming: N users' orders as N unary calls, N bidi lookups, one batch call or one server stream (seed 002)",
     );
-    s.para(method(
-        cx.timing,
-        &format!(
-            "Closed loop, {} VUs; each k6 iteration needs {n} orders of the same user. \
-             \"{n} unary\" and \"bidi\" variants send {n} requests to user-service at once \
-             (`http.batch`), each fetching 1 order: user-service then makes {n} unary calls \
-             (its pool of {} connections, multiplexed for gRPC) or puts {n} lookups on its \
-             long-lived `LookupOrders` bidi streams. \"One server stream\" asks once for {n} \
-             orders over `StreamOrders` (one message per order); \"one unary call\" asks once \
-             over `ListOrders` (one message). Seed 002's service looped over the backend; here the \
-             {n} lookups leave together, which is how a service fanning out would do it. A set is \
-             one iteration",
-            p.vus, p.pool
-        ),
-    ));
+    s.para(method_text(p, cx));
     let variants = p.variants();
-    let base = &variants[1].1;
+    let base = &variants[1].cell;
     let rows = variants
         .iter()
-        .map(|(name, c)| {
+        .map(|v| {
+            let c = &v.cell;
             let vs = |m| {
                 if c == base {
                     Value::Baseline
@@ -116,7 +165,7 @@ fn section(p: &StreamingPlan, cx: &Context) -> Section {
                 }
             };
             vec![
-                name.clone().into(),
+                v.name.clone().into(),
                 cx.fig(c, Metric::IterationRate),
                 cx.fig(c, Metric::IterP50),
                 vs(Metric::IterP50),
@@ -128,9 +177,12 @@ fn section(p: &StreamingPlan, cx: &Context) -> Section {
             ]
         })
         .collect();
-    let cells: Vec<(String, Cell)> = variants.clone();
+    let cells: Vec<(String, Cell)> = variants
+        .iter()
+        .map(|v| (v.name.clone(), v.cell.clone()))
+        .collect();
     s.table(Table {
-        caption: format!("{n} orders per set"),
+        caption: format!("The first order of {n} users, one request per set"),
         headers: vec![
             "variant".into(),
             "sets/s".into(),
@@ -144,16 +196,17 @@ fn section(p: &StreamingPlan, cx: &Context) -> Section {
         ],
         rows,
         reading: {
-            let r = rank_reading(cx, &cells, Metric::IterP50, base);
-            format!("Time per set: {r}.")
+            let time = rank_reading(cx, &cells, Metric::IterP50, base);
+            let cpu = rank_reading(cx, &cells, Metric::CpuServicesPerIteration, base);
+            format!("Time per set: {time}. CPU per set: {cpu}.")
         },
     });
-    s.chart(latency_chart_iter(cx, n, &variants));
+    s.chart(latency_chart_iter(cx, n, &cells));
     s
 }
 
 fn latency_chart_iter(cx: &Context, n: u32, v: &[(String, Cell)]) -> Chart {
-    let title = format!("Time per set of {n} lookups");
+    let title = format!("Time per set: the first order of {n} users");
     Chart {
         file: "streaming-latency.svg".into(),
         title: title.clone(),

@@ -70,10 +70,15 @@ pub fn rank_reading(cx: &Context, cells: &[(String, Cell)], m: Metric, base: &Ce
     }
     let (best, bc, bv) = vals[0];
     let (worst, wc, wv) = vals[vals.len() - 1];
+    // The base as the table names it (two rows may share a transport).
+    let base_name = cells
+        .iter()
+        .find(|(_, c)| c == base)
+        .map_or(base.via.as_str(), |(n, _)| n.as_str());
     let vs = |c: &Cell| {
         cx.data
             .ratio(c, base, m)
-            .map(|r| format!(" (×{:.2} {})", r.median, base.via))
+            .map(|r| format!(" (×{:.2} {base_name})", r.median))
             .unwrap_or_default()
     };
     format!(

@@ -43,15 +43,24 @@ pub enum Load {
 pub struct Cell {
     /// user-service's transport to order-service (`via`).
     pub via: String,
-    /// Orders per lookup (the limit; the fixed user owning that many).
+    /// Orders per user (the limit): with one user, the fixed user owning
+    /// that many; with several, each one's first `orders`.
     pub orders: u32,
     /// Selected order fields; `None` is all of them.
     pub fields: Option<String>,
     pub load: Load,
     /// user-service's connection budget per transport (`USER_POOL_SIZE`).
     pub pool: u16,
-    /// Lookups per k6 iteration, sent at once (the streaming experiment).
-    pub lookups: u32,
+    /// Users per k6 request: 1 asks one user's orders
+    /// (`/v1/users/{id}/orders`); N > 1 asks the first orders of the data
+    /// set's other users 1..N in one request (`/v1/orders?users=…`), which
+    /// user-service fetches as N calls, or as one when `batch`. Round files
+    /// written before it call it `lookups`: N requests sent at once.
+    #[serde(alias = "lookups")]
+    pub users: u32,
+    /// With several users, user-service makes one call that answers them all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub batch: bool,
     /// What surrounds the two services in this cell: the launcher gets it
     /// whole. Flattened, so a cell's JSON keeps its fields at the top.
     #[serde(flatten)]
@@ -106,9 +115,18 @@ impl Cell {
             fields: None,
             load: Load::Closed { vus },
             pool,
-            lookups: 1,
+            users: 1,
+            batch: false,
             env: Env::default(),
         }
+    }
+
+    /// The same cell asking for the first `orders` of `users` users in one
+    /// request, fetched as one call per user or one `batch` call.
+    pub fn many_users(mut self, users: u32, batch: bool) -> Cell {
+        self.users = users;
+        self.batch = batch;
+        self
     }
 
     /// The same cell in another environment.
@@ -128,13 +146,13 @@ impl Cell {
             Load::Closed { vus } => format!("vu{vus}"),
             Load::Open { rate, .. } => format!("rate{rate}"),
         };
-        let lookups = if self.lookups > 1 {
-            format!("-x{}", self.lookups)
-        } else {
-            String::new()
+        let users = match (self.users > 1, self.batch) {
+            (false, _) => String::new(),
+            (true, false) => format!("-x{}", self.users),
+            (true, true) => format!("-x{}-batch", self.users),
         };
         format!(
-            "{}-o{}-{fields}-{load}-p{}{lookups}{}",
+            "{}-o{}-{fields}-{load}-p{}{users}{}",
             self.via,
             self.orders,
             self.pool,
@@ -153,8 +171,11 @@ impl Cell {
         if self.fields.is_some() {
             s.push_str(" (6 fields)");
         }
-        if self.lookups > 1 {
-            s.push_str(&format!(" x{} lookups", self.lookups));
+        if self.users > 1 {
+            s.push_str(&format!(" x{} users", self.users));
+            if self.batch {
+                s.push_str(" in one call");
+            }
         }
         match self.load {
             Load::Closed { vus } => s.push_str(&format!(", {vus} VUs")),
@@ -749,8 +770,8 @@ mod tests {
             rate: 2000,
             max_vus: 200,
         };
-        let mut d = a.clone();
-        d.lookups = 20;
+        let d = a.clone().many_users(20, false);
+        let g = a.clone().many_users(20, true);
         let e = a.clone().with_env(Env {
             rtt_ms: Some(5),
             tls: false,
@@ -759,7 +780,7 @@ mod tests {
             rtt_ms: None,
             tls: true,
         });
-        let ids = [a.id(), b.id(), c.id(), d.id(), e.id(), f.id()];
+        let ids = [a.id(), b.id(), c.id(), d.id(), e.id(), f.id(), g.id()];
         for (i, x) in ids.iter().enumerate() {
             assert!(
                 x.chars()
@@ -771,7 +792,8 @@ mod tests {
             }
         }
         assert_eq!(a.id(), "grpc-o1000-all-vu8-p8");
-        assert!(d.label().contains("x20 lookups"));
+        assert!(d.label().contains("x20 users"));
+        assert!(g.label().contains("x20 users in one call"));
         assert_eq!(e.id(), "grpc-o1000-all-vu8-p8-rtt5");
         assert!(e.label().ends_with("RTT 5 ms"));
         assert!(f.label().ends_with(", TLS"));

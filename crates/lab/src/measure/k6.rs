@@ -110,7 +110,8 @@ pub struct Summary {
     /// HTTP requests made and their rate over the run.
     pub requests: f64,
     pub request_rate: f64,
-    /// Iterations (N lookups each when LOOKUPS > 1).
+    /// Iterations: one request each (before the many-users route, N
+    /// requests sent at once when the summary's `lab_lookups` was N > 1).
     pub iterations: f64,
     pub iteration_rate: f64,
     /// Open loop: iterations not started because every VU was busy.
@@ -119,7 +120,7 @@ pub struct Summary {
     pub bad_answers: f64,
     /// `http_req_duration` in ms (for grpc-direct: `grpc_req_duration`).
     pub duration_ms: Percentiles,
-    /// `iteration_duration` in ms: the time for all lookups of an iteration.
+    /// `iteration_duration` in ms: the time of an iteration, k6's own work included.
     pub iteration_ms: Percentiles,
     /// `upstream_micros` in µs (absent for scripts that do not record it).
     pub upstream_us: Option<Percentiles>,
@@ -249,6 +250,9 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
         (ms, good, ms)
     } else {
         let ms = percentiles(&data, "good_duration")?;
+        // Summaries written while a set was N requests sent at once
+        // (`lab_lookups` N > 1) timed their sets apart; today a set is one
+        // request, many users or one.
         let lookups = data
             .get("lab_lookups")
             .and_then(Value::as_f64)
@@ -257,7 +261,7 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
             let set = percentiles(&data, "good_set")?;
             (ms, set.map_or(0.0, |p| p.count), set)
         } else {
-            // One lookup per set: a set is an answer.
+            // A set is an answer.
             (ms, good, ms)
         }
     };

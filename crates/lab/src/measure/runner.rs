@@ -345,7 +345,8 @@ impl Lab {
             ),
             ("VIA".to_owned(), cell.via.clone()),
             ("ORDERS".to_owned(), cell.orders.to_string()),
-            ("LOOKUPS".to_owned(), cell.lookups.to_string()),
+            ("USERS".to_owned(), many_users(cell).to_string()),
+            ("BATCH".to_owned(), cell.batch.to_string()),
             ("FIELDS".to_owned(), cell.fields.clone().unwrap_or_default()),
             ("GRACEFUL_STOP".to_owned(), "5s".to_owned()),
             (
@@ -611,16 +612,56 @@ struct K6Run {
 /// counted here, against the data set). k6 then holds every answer to that
 /// length instead of parsing bodies on the load generator's CPU. `None` for
 /// cells k6 sends straight to order-service.
+/// k6's `USERS`: 0 for one user's orders, else the users of one request.
+fn many_users(cell: &Cell) -> u32 {
+    if cell.users > 1 { cell.users } else { 0 }
+}
+
+/// The data set's other users 1..=n, as k6's `USERS=n` asks for them.
+fn other_users(n: u32) -> Vec<String> {
+    (1..=n)
+        .map(|i| dataset::other_user_id(i).to_string())
+        .collect()
+}
+
+/// The orders a good answer holds: the fixed user's, or the sum over the
+/// other users asked of their first `orders`, from the data set.
+fn orders_in_answer(cell: &Cell) -> usize {
+    if many_users(cell) == 0 {
+        return cell.orders as usize;
+    }
+    let counts: std::collections::HashMap<_, _> = dataset::users()
+        .into_iter()
+        .map(|u| (u.id, u.order_count))
+        .collect();
+    (1..=cell.users)
+        .map(|i| {
+            let have = counts.get(&dataset::other_user_id(i)).copied().unwrap_or(0);
+            have.min(cell.orders.max(1)) as usize
+        })
+        .sum()
+}
+
 fn expected_length(cell: &Cell, running: &Running) -> anyhow::Result<Option<String>> {
     if cell.via == K6_GRPC_DIRECT {
         return Ok(None);
     }
-    let mut path = format!(
-        "/v1/users/{}/orders?limit={}&via={}",
-        crate::measure::cell::fixed_user(cell.orders),
-        cell.orders.max(1),
-        cell.via
-    );
+    let mut path = if many_users(cell) == 0 {
+        format!(
+            "/v1/users/{}/orders?limit={}&via={}",
+            crate::measure::cell::fixed_user(cell.orders),
+            cell.orders.max(1),
+            cell.via
+        )
+    } else {
+        format!(
+            "/v1/orders?users={}&limit={}&via={}&batch={}",
+            other_users(cell.users).join(","),
+            cell.orders.max(1),
+            cell.via,
+            cell.batch
+        )
+    };
     if let Some(f) = &cell.fields {
         path.push_str(&format!("&fields={f}"));
     }
@@ -641,13 +682,39 @@ fn expected_length(cell: &Cell, running: &Running) -> anyhow::Result<Option<Stri
     }
     let body: serde_json::Value =
         serde_json::from_slice(&r.body).with_context(|| format!("{what}: not JSON"))?;
-    let orders = body
-        .get("orders")
-        .and_then(serde_json::Value::as_array)
-        .map(Vec::len)
-        .with_context(|| format!("{what}: no orders array"))?;
-    if orders != cell.orders as usize {
-        bail!("{what}: {orders} orders, {} expected", cell.orders);
+    let orders = if many_users(cell) == 0 {
+        body.get("orders")
+            .and_then(serde_json::Value::as_array)
+            .map(Vec::len)
+            .with_context(|| format!("{what}: no orders array"))?
+    } else {
+        let calls = if cell.batch { 1 } else { cell.users };
+        if r.header("x-upstream-calls") != Some(calls.to_string().as_str()) {
+            bail!(
+                "{what}: {:?} calls to order-service, {calls} expected",
+                r.header("x-upstream-calls")
+            );
+        }
+        let lookups = body
+            .get("lookups")
+            .and_then(serde_json::Value::as_array)
+            .with_context(|| format!("{what}: no lookups array"))?;
+        let named: Vec<&str> = lookups
+            .iter()
+            .filter_map(|l| l.get("user_id").and_then(serde_json::Value::as_str))
+            .collect();
+        if named != other_users(cell.users) {
+            bail!("{what}: the answer names other users than those asked, or in another order");
+        }
+        lookups
+            .iter()
+            .filter_map(|l| l.get("orders").and_then(serde_json::Value::as_array))
+            .map(Vec::len)
+            .sum()
+    };
+    let want = orders_in_answer(cell);
+    if orders != want {
+        bail!("{what}: {orders} orders, {want} expected");
     }
     let len = r
         .header("content-length")

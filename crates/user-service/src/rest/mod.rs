@@ -291,7 +291,7 @@ fn clip(s: &str) -> String {
 #[into_params(parameter_in = Query)]
 pub struct UsersOrdersParams {
     /// Comma-separated user ids, 1 to 1000 of them; answered in this order.
-    #[param(value_type = String, example = "00000000-0000-0000-0001-000000000001,00000000-0000-0000-0001-000000000002",
+    #[param(value_type = String, example = "00000000-0000-0001-0000-000000000001,00000000-0000-0001-0000-000000000002",
         pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(,[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})*$")]
     users: Option<String>,
     /// Orders per user, from 1; the limit times the number of users is at
