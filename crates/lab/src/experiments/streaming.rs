@@ -133,8 +133,8 @@ fn method_text(p: &StreamingPlan, cx: &Context) -> String {
              the first order of {n} distinct users (the data set's other users 1 to {n}), and a set \
              is that request: its answer is the same bytes in every variant, held by k6 to one \
              length and by user-service's `x-upstream-calls` header to the calls the variant makes. \
-             Only what user-service does behind it differs: {}. order-service ({}) reads a batch's \
-             {n} queries from its store concurrently, as it does {n} separate calls. Seed 002's \
+             Only what user-service does behind it differs: {}. order-service's store: {}; it \
+             reads a batch's {n} queries from it concurrently, as it does {n} separate calls. Seed 002's \
              service looped over the backend one call at a time; here the {n} calls leave together, \
              as a service fanning out would send them",
             p.vus,
