@@ -15,6 +15,8 @@
 //! - [`shed`]: load shedding, the concurrency bound of every listener;
 //! - [`serve`]: serving a router with a shutdown that loses no request.
 
+pub mod deadline;
+pub mod preface;
 pub mod serve;
 pub mod shed;
 
@@ -156,6 +158,7 @@ pub async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<By
     match http_body_util::Limited::new(body, max).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(WireError::TooLarge(max)),
+        Err(e) if deadline::timed_out(e.as_ref()) => Err(WireError::BodyTimeout),
         Err(e) => Err(WireError::BadBody(format!(
             "the body could not be read: {e}"
         ))),
@@ -181,6 +184,8 @@ pub enum WireError {
     NotAcceptable(String),
     #[error("no route for {0}")]
     NoRoute(String),
+    #[error("the request body did not arrive within the body-read timeout")]
+    BodyTimeout,
 }
 
 impl From<QueryRejection> for WireError {
@@ -208,6 +213,7 @@ impl WireError {
             WireError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WireError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             WireError::NoRoute(_) => StatusCode::NOT_FOUND,
+            WireError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -221,13 +227,14 @@ impl WireError {
             WireError::UnsupportedMediaType(_) => "unsupported_media_type",
             WireError::NotAcceptable(_) => "not_acceptable",
             WireError::NoRoute(_) => "not_found",
+            WireError::BodyTimeout => "request_timeout",
         }
     }
 
     /// The `field` of the JSON body.
     pub fn field(&self) -> Option<&'static str> {
         match self {
-            WireError::BadBody(_) | WireError::TooLarge(_) => Some("body"),
+            WireError::BadBody(_) | WireError::TooLarge(_) | WireError::BodyTimeout => Some("body"),
             _ => None,
         }
     }

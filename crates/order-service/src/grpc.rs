@@ -55,6 +55,10 @@ pub struct GrpcLimits {
     pub max_concurrent_streams: u32,
     /// Answers gzip-compressed for clients that accept gzip.
     pub send_gzip: bool,
+    /// Time bounds: the first bytes within `header_read`, a call within
+    /// `body_read`, keep-alive pings every `idle`, the drain within
+    /// `grace` plus 1 s.
+    pub conn: negotiate::serve::ConnLimits,
 }
 
 /// The v2 service.
@@ -385,9 +389,13 @@ pub async fn serve(
     let v1 = pb1::order_service_server::OrderServiceServer::new(OrderServiceV1 { orders })
         .max_decoding_message_size(limits.max_message_bytes)
         .max_encoding_message_size(limits.max_message_bytes);
+    let conn = limits.conn;
     let router = tonic::transport::Server::builder()
         .accept_http1(true)
         .max_concurrent_streams(limits.max_concurrent_streams)
+        .timeout(conn.body_read)
+        .http2_keepalive_interval(Some(conn.idle))
+        .http2_keepalive_timeout(Some(negotiate::preface::KEEPALIVE_TIMEOUT))
         .trace_fn(telemetry::propagation::server_span::<()>)
         // Outermost, so that gRPC-web calls are counted as such.
         .layer(RecordLayer::new(metrics))
@@ -404,25 +412,35 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(v2)
         .add_service(v1);
-    match tls {
-        None => {
-            router
-                .serve_with_incoming_shutdown(
-                    // Nagle's algorithm would hold small frames back until the peer's
-                    // delayed ACK: about 40 ms on small calls.
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    shutdown.cancelled_owned(),
-                )
-                .await?
+    let serving = async {
+        match tls {
+            None => {
+                router
+                    .serve_with_incoming_shutdown(
+                        negotiate::preface::deadlined(
+                            // Nagle's algorithm would hold small frames back until the
+                            // peer's delayed ACK: about 40 ms on small calls.
+                            tonic::transport::server::TcpIncoming::from(listener)
+                                .with_nodelay(Some(true)),
+                            conn.header_read,
+                        ),
+                        shutdown.clone().cancelled_owned(),
+                    )
+                    .await
+            }
+            Some(acceptor) => {
+                router
+                    .serve_with_incoming_shutdown(
+                        negotiate::preface::deadlined(
+                            tls::incoming::incoming(listener, acceptor),
+                            conn.header_read,
+                        ),
+                        shutdown.clone().cancelled_owned(),
+                    )
+                    .await
+            }
         }
-        Some(acceptor) => {
-            router
-                .serve_with_incoming_shutdown(
-                    tls::incoming::incoming(listener, acceptor),
-                    shutdown.cancelled_owned(),
-                )
-                .await?
-        }
-    }
+    };
+    negotiate::preface::bounded_drain(serving, &shutdown, conn).await?;
     Ok(())
 }

@@ -139,18 +139,16 @@ impl Application {
             metrics: metrics.clone(),
             max_concurrent_requests: s.max_concurrent_requests,
         });
+        let limits = s.conn_limits();
         let rest = tokio::spawn({
             let t = token.clone();
             let listener = self.rest;
-            let grace = Duration::from_millis(s.shutdown_grace_ms);
-            let max_streams = s.max_concurrent_streams;
             async move {
                 negotiate::serve::serve_with_tls(
                     listener,
                     rest_router,
                     t.cancelled_owned(),
-                    grace,
-                    max_streams,
+                    limits,
                     rest_tls,
                 )
                 .await
@@ -166,6 +164,7 @@ impl Application {
                 max_concurrent_requests: s.max_concurrent_requests,
                 max_concurrent_streams: s.max_concurrent_streams,
                 send_gzip: s.grpc_gzip,
+                conn: limits,
             },
             metrics.clone(),
             token.clone(),
@@ -178,6 +177,7 @@ impl Application {
                 max_frame_bytes: s.max_frame_bytes,
                 max_in_flight: s.max_lookups_in_flight,
                 max_connections: s.max_tcp_connections as usize,
+                conn: limits,
             },
             metrics,
             token.clone(),

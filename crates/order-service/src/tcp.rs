@@ -10,6 +10,13 @@
 //! allocated: the connection gets one error frame (request id 0) and is closed,
 //! since the rest of its bytes can no longer be trusted to be frame-aligned.
 //!
+//! A frame's buffer grows as its bytes arrive, never to the announced length
+//! up front: a client that announces a large frame and sends nothing costs
+//! almost nothing. A frame begun must be whole within the header-read
+//! timeout; a connection that starts no frame for the idle timeout, with
+//! no lookup in flight, is closed; the drain at shutdown ends `grace` plus
+//! 1 s after the signal.
+//!
 //! At most `max_connections` connections are served at once: the next one
 //! gets one error frame (`RESOURCE_EXHAUSTED`, request id 0) and is closed,
 //! and the refusal is counted in `/metrics` (protocol `tcp`, route `connect`).
@@ -39,6 +46,9 @@ pub struct TcpLimits {
     /// Connections open at once; the next one gets a RESOURCE_EXHAUSTED
     /// error frame and is closed.
     pub max_connections: usize,
+    /// Time bounds: a frame whole within `header_read`, a connection
+    /// idle no longer than `idle`, the drain within `grace` plus 1 s.
+    pub conn: negotiate::serve::ConnLimits,
 }
 
 /// A frame holding `msg`.
@@ -56,6 +66,8 @@ pub fn encode_frame<M: prost::Message>(msg: &M) -> Bytes {
 pub enum FrameError {
     #[error("the frame announces {announced} bytes, over the limit of {max}")]
     TooLarge { announced: usize, max: usize },
+    #[error("a frame was begun and not finished within {} ms", .0.as_millis())]
+    Slow(Duration),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -75,9 +87,59 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     if announced > max {
         return Err(FrameError::TooLarge { announced, max });
     }
-    let mut buf = BytesMut::zeroed(announced);
-    r.read_exact(&mut buf).await?;
-    Ok(Some(buf.freeze()))
+    read_payload(r, announced).await.map(Some)
+}
+
+/// A frame's `announced` bytes, in a buffer that grows as they arrive.
+async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut R,
+    announced: usize,
+) -> Result<Bytes, FrameError> {
+    let mut buf = Vec::with_capacity(announced.min(FIRST_CHUNK));
+    let got = r.take(announced as u64).read_to_end(&mut buf).await?;
+    if got < announced {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// The buffer a frame starts with, whatever length it announces.
+const FIRST_CHUNK: usize = 8 * 1024;
+
+/// [`read_frame`] under the connection's time bounds: the length may take
+/// up to `idle` to start arriving when `quiet()` says no lookup is in
+/// flight (forever otherwise), and a frame begun must be whole within
+/// `header_read`. `Ok(None)` at a clean end of stream or when idle.
+async fn read_frame_timed<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+    conn: &negotiate::serve::ConnLimits,
+    quiet: impl Fn() -> bool,
+) -> Result<Option<Bytes>, FrameError> {
+    // The first byte, waited for in idle-long slices (cancel-safe: one byte).
+    let mut first = [0u8; 1];
+    loop {
+        match tokio::time::timeout(conn.idle, r.read(&mut first)).await {
+            Ok(Ok(0)) => return Ok(None),
+            Ok(Ok(_)) => break,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) if quiet() => return Ok(None),
+            Err(_) => {}
+        }
+    }
+    let rest = async {
+        let mut len = [first[0], 0, 0, 0];
+        r.read_exact(&mut len[1..]).await?;
+        let announced = u32::from_be_bytes(len) as usize;
+        if announced > max {
+            return Err(FrameError::TooLarge { announced, max });
+        }
+        read_payload(r, announced).await
+    };
+    match tokio::time::timeout(conn.header_read, rest).await {
+        Ok(r) => r.map(Some),
+        Err(_) => Err(FrameError::Slow(conn.header_read)),
+    }
 }
 
 fn error_frame(code: tonic::Code, message: String) -> Bytes {
@@ -148,7 +210,13 @@ pub async fn serve(
         });
     }
     tracker.close();
-    tracker.wait().await;
+    let bound = limits.conn.grace + negotiate::serve::DRAIN_SLACK;
+    if tokio::time::timeout(bound, tracker.wait()).await.is_err() {
+        tracing::warn!(
+            connections = tracker.len(),
+            "the raw-TCP drain's time is up: dropping the connections still open"
+        );
+    }
     Ok(())
 }
 
@@ -184,10 +252,14 @@ where
         return refuse(rd, tx, writer, limits.max_connections, &metrics).await;
     };
     let slots = Arc::new(Semaphore::new(limits.max_in_flight));
+    let quiet = {
+        let slots = slots.clone();
+        move || slots.available_permits() == limits.max_in_flight
+    };
     loop {
         let frame = tokio::select! {
             () = shutdown.cancelled() => break,
-            f = read_frame(&mut rd, limits.max_frame_bytes) => f,
+            f = read_frame_timed(&mut rd, limits.max_frame_bytes, &limits.conn, &quiet) => f,
         };
         let payload = match frame {
             Ok(Some(p)) => p,
@@ -196,6 +268,12 @@ where
                 let msg = format!("frame of {announced} bytes is over the limit of {max}");
                 let _ = tx
                     .send(error_frame(tonic::Code::ResourceExhausted, msg))
+                    .await;
+                break;
+            }
+            Err(e @ FrameError::Slow(_)) => {
+                let _ = tx
+                    .send(error_frame(tonic::Code::DeadlineExceeded, e.to_string()))
                     .await;
                 break;
             }

@@ -6,6 +6,7 @@
 //! change what they run.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -164,8 +165,29 @@ pub struct Settings {
     /// At shutdown, how long an idle HTTP/1.1 keep-alive connection is given
     /// to send one more request (answered with `Connection: close`) before it
     /// is closed: closing it at once could lose a request already on the wire.
+    /// Every listener's drain ends this plus 1 s after the signal, whatever
+    /// clients do.
     #[arg(long, env = "USER_SHUTDOWN_GRACE_MS", default_value_t = 1_000)]
     pub shutdown_grace_ms: u64,
+
+    /// How long a client has, from opening a connection (or from the first
+    /// byte after its previous answer), to send a request's head; on gRPC,
+    /// its first bytes. Past it the connection is closed: a client that
+    /// connects and sends nothing, or trickles its head, holds nothing long.
+    #[arg(long, env = "USER_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_read_timeout_ms: u64,
+
+    /// How long a REST request's body may take to arrive, from its head;
+    /// past it 408. On gRPC, how long a call may take in all.
+    #[arg(long, env = "USER_BODY_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_read_timeout_ms: u64,
+
+    /// How long a REST connection with no request in service stays open
+    /// (HTTP/1.1 keep-alive, or h2c with no stream). On gRPC, the interval
+    /// of the HTTP/2 keep-alive pings that close a connection whose peer
+    /// stopped answering.
+    #[arg(long, env = "USER_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
 
     /// Log format: `json`, `pretty`, or `auto` (JSON unless stdout is a terminal).
     #[arg(long, env = "USER_LOG_FORMAT", default_value = "auto")]
@@ -231,6 +253,19 @@ fn parse_transport(s: &str) -> Result<Transport, String> {
         .map_err(|e: crate::upstream::UnknownTransport| e.to_string())
 }
 
+impl Settings {
+    /// The time bounds of every connection to user-service.
+    pub fn conn_limits(&self) -> negotiate::serve::ConnLimits {
+        negotiate::serve::ConnLimits {
+            grace: Duration::from_millis(self.shutdown_grace_ms),
+            max_streams: self.max_concurrent_streams,
+            header_read: Duration::from_millis(self.header_read_timeout_ms),
+            body_read: Duration::from_millis(self.body_read_timeout_ms),
+            idle: Duration::from_millis(self.idle_timeout_ms),
+        }
+    }
+}
+
 impl Default for Settings {
     /// The documented defaults, but on port 0 of 127.0.0.1 for both
     /// listeners, in memory, as tests want them.
@@ -250,6 +285,9 @@ impl Default for Settings {
             max_concurrent_requests: 512,
             max_concurrent_streams: 256,
             shutdown_grace_ms: 1_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
             log_format: "auto".to_owned(),
             order_tls_ca: None,
             order_tls_server_name: None,

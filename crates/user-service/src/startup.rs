@@ -34,10 +34,9 @@ pub struct Application {
     state: AppState,
     /// TLS on both listeners, when the settings name a certificate.
     tls: Option<tls::ServerTls>,
-    /// How long an idle HTTP/1.1 connection may still send one request at shutdown.
-    shutdown_grace: std::time::Duration,
-    /// SETTINGS_MAX_CONCURRENT_STREAMS of every HTTP/2 connection (REST, gRPC).
-    max_concurrent_streams: u32,
+    /// Every connection's time bounds, the drain's, and the HTTP/2 stream
+    /// cap (REST and gRPC).
+    conn: negotiate::serve::ConnLimits,
 }
 
 /// The store the settings ask for: Postgres (migrated, optionally seeded) or
@@ -98,8 +97,7 @@ impl Application {
             rest,
             grpc,
             tls,
-            shutdown_grace: std::time::Duration::from_millis(settings.shutdown_grace_ms),
-            max_concurrent_streams: settings.max_concurrent_streams,
+            conn: settings.conn_limits(),
             state: AppState {
                 service: Service::new(store, upstreams),
                 metrics,
@@ -145,8 +143,7 @@ impl Application {
             self.rest,
             rest::router(self.state.clone()),
             stop.clone().cancelled_owned(),
-            self.shutdown_grace,
-            self.max_concurrent_streams,
+            self.conn,
             rest_tls,
         );
 
@@ -158,8 +155,12 @@ impl Application {
             .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
             .build_v1()
             .context("building the reflection service")?;
+        let conn = self.conn;
         let grpc = tonic::transport::Server::builder()
-            .max_concurrent_streams(self.max_concurrent_streams)
+            .max_concurrent_streams(conn.max_streams)
+            .timeout(conn.body_read)
+            .http2_keepalive_interval(Some(conn.idle))
+            .http2_keepalive_timeout(Some(negotiate::preface::KEEPALIVE_TIMEOUT))
             .trace_fn(telemetry::propagation::server_span::<()>)
             .layer(telemetry::metrics::RecordLayer::new(
                 self.state.metrics.requests.clone(),
@@ -175,27 +176,34 @@ impl Application {
             .add_service(reflection)
             .add_service(UserApi::server(self.state.service.clone()));
         let grpc_stop = stop.clone().cancelled_owned();
-        let grpc = async move {
+        let serving = async move {
             match grpc_tls {
                 None => {
                     grpc.serve_with_incoming_shutdown(
-                        // Nagle's algorithm would hold small frames back until the
-                        // peer's delayed ACK: about 40 ms on small calls.
-                        tonic::transport::server::TcpIncoming::from(self.grpc)
-                            .with_nodelay(Some(true)),
+                        negotiate::preface::deadlined(
+                            // Nagle's algorithm would hold small frames back until the
+                            // peer's delayed ACK: about 40 ms on small calls.
+                            tonic::transport::server::TcpIncoming::from(self.grpc)
+                                .with_nodelay(Some(true)),
+                            conn.header_read,
+                        ),
                         grpc_stop,
                     )
                     .await
                 }
                 Some(acceptor) => {
                     grpc.serve_with_incoming_shutdown(
-                        tls::incoming::incoming(self.grpc, acceptor),
+                        negotiate::preface::deadlined(
+                            tls::incoming::incoming(self.grpc, acceptor),
+                            conn.header_read,
+                        ),
                         grpc_stop,
                     )
                     .await
                 }
             }
         };
+        let grpc = negotiate::preface::bounded_drain(serving, &stop, conn);
 
         // Whichever server ends first (an error) stops the other one too.
         let (rest, grpc) = tokio::join!(

@@ -14,6 +14,7 @@ mod postgres_outage;
 mod resilience;
 mod schemathesis;
 mod sigterm;
+mod slow_clients;
 mod traces;
 mod transports;
 mod users;

@@ -1,0 +1,149 @@
+//! The header-read timeout of a tonic listener: a connection must send its
+//! first bytes (the HTTP/2 preface, or a gRPC-web request's head) within
+//! the limit, or its reads fail and tonic closes it.
+//!
+//! tonic serves each connection itself, so the bound lives in the socket:
+//! [`Deadlined`] wraps every incoming connection, and once [`ENOUGH`] bytes
+//! have arrived it gets out of the way. What follows is bounded by tonic's
+//! own settings (the per-call timeout, HTTP/2 keep-alive pings).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt as _};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+/// The bytes that end the deadline: the HTTP/2 connection preface's length.
+pub const ENOUGH: usize = 24;
+
+/// A connection whose first [`ENOUGH`] bytes must arrive by a deadline.
+pub struct Deadlined<I> {
+    inner: I,
+    seen: usize,
+    limit: Duration,
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+impl<I> Deadlined<I> {
+    pub fn new(inner: I, limit: Duration) -> Self {
+        Deadlined {
+            inner,
+            seen: 0,
+            limit,
+            deadline: Some(Box::pin(tokio::time::sleep(limit))),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Deadlined<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let Some(deadline) = self.deadline.as_mut() else {
+            return r;
+        };
+        match r {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len() - before;
+                self.seen += n;
+                if self.seen >= ENOUGH || n == 0 {
+                    self.deadline = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => match deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no request within the header-read timeout of {} ms",
+                        self.limit.as_millis()
+                    ),
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+            other => other,
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Deadlined<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl<I: tonic::transport::server::Connected> tonic::transport::server::Connected for Deadlined<I> {
+    type ConnectInfo = I::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// Every connection of `incoming`, [`Deadlined`] by `limit`.
+pub fn deadlined<S, I, E>(
+    incoming: S,
+    limit: Duration,
+) -> impl Stream<Item = Result<Deadlined<I>, E>>
+where
+    S: Stream<Item = Result<I, E>>,
+{
+    incoming.map(move |r| r.map(|io| Deadlined::new(io, limit)))
+}
+
+/// How long an HTTP/2 keep-alive ping may go unanswered before the
+/// connection is closed.
+pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Runs a tonic server to its end, but no longer than `grace` plus
+/// [`crate::serve::DRAIN_SLACK`] after `shutdown`: tonic's own drain
+/// waits for every connection with no deadline.
+pub async fn bounded_drain<E>(
+    serving: impl std::future::Future<Output = Result<(), E>>,
+    shutdown: &tokio_util::sync::CancellationToken,
+    conn: crate::serve::ConnLimits,
+) -> Result<(), E> {
+    tokio::pin!(serving);
+    tokio::select! {
+        r = &mut serving => return r,
+        () = shutdown.cancelled() => {}
+    }
+    match tokio::time::timeout(conn.grace + crate::serve::DRAIN_SLACK, serving).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!("the gRPC drain's time is up: dropping the connections still open");
+            Ok(())
+        }
+    }
+}

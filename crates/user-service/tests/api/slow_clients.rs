@@ -1,0 +1,50 @@
+//! user-service's listeners bound slow clients as order-service's do (one
+//! implementation, `negotiate::serve` and `negotiate::preface`): a silent
+//! connection is cut at the header-read timeout on REST and gRPC, and an
+//! idle REST keep-alive connection at the idle timeout.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::helpers::{OrderService, spawn_users_with};
+
+async fn closed_within(c: &mut TcpStream, within: Duration) {
+    tokio::time::timeout(within, async {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = c.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the server closes the connection in time");
+}
+
+#[tokio::test]
+async fn silent_and_idle_connections_are_cut_at_their_timeouts() {
+    let orders = OrderService::start().await;
+    let users = spawn_users_with(&orders, |s| {
+        s.header_read_timeout_ms = 300;
+        s.idle_timeout_ms = 400;
+    })
+    .await;
+    for addr in [users.rest, users.grpc] {
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let started = Instant::now();
+        closed_within(&mut silent, Duration::from_secs(5)).await;
+        assert!(started.elapsed() < Duration::from_secs(5), "{addr}");
+    }
+    let mut idle = TcpStream::connect(users.rest).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = idle.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    closed_within(&mut idle, Duration::from_secs(5)).await;
+    users.stop().await;
+    orders.stop().await;
+}
