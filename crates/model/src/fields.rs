@@ -86,7 +86,11 @@ impl std::str::FromStr for OrderField {
                 let names: Vec<&str> = OrderField::ALL.iter().map(|f| f.name()).collect();
                 ParseError::new(
                     "fields",
-                    format!("unknown field {s:?}; known fields: {}", names.join(", ")),
+                    format!(
+                        "unknown field {}; known fields: {}",
+                        crate::quoted(s),
+                        names.join(", ")
+                    ),
                 )
             })
     }

@@ -24,6 +24,20 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use uuid::Uuid;
 
+/// The most characters of a bad value an error quotes back.
+pub const QUOTED_CHARS: usize = 64;
+
+/// A bad value as an error quotes it: whole (debug-quoted) when short, else
+/// its first [`QUOTED_CHARS`] characters and its length, so that a huge
+/// value never becomes a huge error (or a gRPC `grpc-message` header past
+/// a client's metadata limit).
+pub fn quoted(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{s:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &s[..end], s.len()),
+    }
+}
+
 /// A request field that could not be parsed, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]

@@ -70,7 +70,10 @@ impl std::str::FromStr for OrderStatus {
             .ok_or_else(|| {
                 ParseError::new(
                     "status",
-                    format!("{s:?} is not one of PENDING, PAID, SHIPPED, DELIVERED, CANCELLED"),
+                    format!(
+                        "{} is not one of PENDING, PAID, SHIPPED, DELIVERED, CANCELLED",
+                        crate::quoted(s)
+                    ),
                 )
             })
     }
@@ -125,7 +128,10 @@ impl std::str::FromStr for Currency {
         } else {
             Err(ParseError::new(
                 "currency",
-                format!("{s:?} is not an ISO 4217 code (three capital letters)"),
+                format!(
+                    "{} is not an ISO 4217 code (three capital letters)",
+                    crate::quoted(s)
+                ),
             ))
         }
     }

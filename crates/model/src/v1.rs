@@ -20,7 +20,12 @@ pub fn money(minor: i64) -> String {
 
 /// A decimal string with up to two places as minor units: "12.5" -> 1250.
 pub fn parse_money(field: &str, s: &str) -> Result<i64, ParseError> {
-    let bad = || ParseError::new(field, format!("{s:?} is not an amount like 12.50"));
+    let bad = || {
+        ParseError::new(
+            field,
+            format!("{} is not an amount like 12.50", crate::quoted(s)),
+        )
+    };
     let (neg, digits) = match s.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, s),
@@ -51,7 +56,12 @@ fn time(t: DateTime<Utc>) -> String {
 fn parse_time(field: &str, s: &str) -> Result<DateTime<Utc>, ParseError> {
     DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| ParseError::new(field, format!("{s:?} is not an RFC 3339 time")))
+        .map_err(|_| {
+            ParseError::new(
+                field,
+                format!("{} is not an RFC 3339 time", crate::quoted(s)),
+            )
+        })
 }
 
 /// The all-strings form of an order.

@@ -28,7 +28,8 @@ pub fn from_timestamp(field: &str, t: &Timestamp) -> Result<DateTime<Utc>, Parse
 
 /// A UUID from its text, naming the field when it is not one.
 pub fn parse_uuid(field: &str, s: &str) -> Result<Uuid, ParseError> {
-    Uuid::try_parse(s).map_err(|_| ParseError::new(field, format!("{s:?} is not a UUID")))
+    Uuid::try_parse(s)
+        .map_err(|_| ParseError::new(field, format!("{} is not a UUID", crate::quoted(s))))
 }
 
 fn parse_uuid_or_nil(field: &str, s: &str) -> Result<Uuid, ParseError> {

@@ -349,3 +349,52 @@ async fn raw_tcp_refuses_oversized_and_garbage_frames_and_reports_bad_lookups() 
     assert_eq!(read_answer(&mut s).await.orders.len(), 5);
     app.stop().await;
 }
+
+/// A huge bad value comes back as a short prefix and its length, on every
+/// surface: REST, gRPC (where the message is the `grpc-message` header, and
+/// a long one trips clients' metadata limits) and raw TCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_bad_value_is_quoted_short_with_its_length_everywhere() {
+    let app = spawn(Backend::Memory).await;
+    // A URL has at most 64 KiB: REST gets 20,000 characters.
+    let junk = "z".repeat(100_000);
+    let short = |m: &str, surface: &str, len: usize| {
+        assert!(m.len() < 400, "{surface}: a {}-byte message", m.len());
+        assert!(m.contains(&format!("({len} bytes)")), "{surface}: {m}");
+        assert!(m.contains(&"z".repeat(64)), "{surface}");
+    };
+    let e = rest_error(
+        &app,
+        app.h1()
+            .get(app.url(&format!("/v2/orders?user_id={}&limit=1", &junk[..20_000]))),
+        400,
+    )
+    .await;
+    short(&e.message, "REST", 20_000);
+
+    let mut g = app.grpc_v2().await;
+    let s = g
+        .list_orders(pb2::ListOrdersRequest {
+            user_id: junk.clone(),
+            page_size: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    short(s.message(), "gRPC", 100_000);
+
+    let mut tcp = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
+    let req = pb2::LookupOrdersRequest {
+        request_id: 3,
+        user_id: junk,
+        page_size: 1,
+        ..Default::default()
+    };
+    tcp.write_all(&order_service::tcp::encode_frame(&req))
+        .await
+        .unwrap();
+    let a = read_answer(&mut tcp).await;
+    short(&a.error.unwrap().message, "raw TCP", 100_000);
+    app.stop().await;
+}

@@ -58,7 +58,7 @@ impl std::str::FromStr for Gender {
             "OTHER" => Ok(Gender::Other),
             _ => Err(ParseError::new(
                 "gender",
-                format!("{s:?} is not one of FEMALE, MALE, OTHER"),
+                format!("{} is not one of FEMALE, MALE, OTHER", model::quoted(s)),
             )),
         }
     }

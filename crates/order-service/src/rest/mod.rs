@@ -190,7 +190,7 @@ fn parse_limit(s: Option<&str>) -> Result<Option<i64>, RestError> {
         s.parse::<i64>().map_err(|_| {
             AppError::Invalid(model::ParseError::new(
                 "limit",
-                format!("{s:?} is not a whole number"),
+                format!("{} is not a whole number", model::quoted(s)),
             ))
             .into()
         })

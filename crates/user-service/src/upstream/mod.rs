@@ -126,7 +126,8 @@ impl std::fmt::Display for Transport {
 /// A `via` that names no transport.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown transport {name:?}; valid transports are: {}",
+    "unknown transport {}; valid transports are: {}",
+    model::quoted(name),
     Transport::names()
 )]
 pub struct UnknownTransport {

@@ -303,3 +303,47 @@ async fn many_users_with_order_service_down_is_a_503() {
     users.stop().await;
     orders.stop().await;
 }
+
+/// A huge bad value comes back as a short prefix and its length, over REST
+/// and gRPC alike.
+#[tokio::test]
+async fn a_huge_bad_value_is_quoted_short_with_its_length() {
+    let orders = OrderService::start().await;
+    let users = spawn_users(&orders).await;
+    let junk = "q".repeat(50_000);
+    for (path, len) in [
+        (format!("/v1/users/{junk}/orders"), 50_000),
+        (
+            format!(
+                "/v1/users/{}/orders?via={}",
+                dataset::fixed_user_id(1),
+                &junk[..10_000]
+            ),
+            10_000,
+        ),
+        (format!("/v1/orders?users={}", &junk[..20_000]), 20_000),
+    ] {
+        let res = users.http.get(users.url(&path)).send().await.unwrap();
+        assert_eq!(res.status(), 400);
+        let body = res.text().await.unwrap();
+        assert!(body.len() < 600, "a {}-byte error", body.len());
+        assert!(body.contains(&format!("({len} bytes)")), "{body}");
+    }
+    let mut g = users.grpc_client().await;
+    let s = g
+        .get_user_with_orders(proto::user::v1::GetUserWithOrdersRequest {
+            id: junk.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    assert!(
+        s.message().len() < 400,
+        "a {}-byte message",
+        s.message().len()
+    );
+    assert!(s.message().contains("(50000 bytes)"), "{}", s.message());
+    users.stop().await;
+    orders.stop().await;
+}
