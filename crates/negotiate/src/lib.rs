@@ -16,6 +16,7 @@
 //! - [`serve`]: serving a router with a shutdown that loses no request.
 
 pub mod deadline;
+pub mod health;
 pub mod preface;
 pub mod serve;
 pub mod shed;

@@ -364,12 +364,22 @@ pub async fn serve(
     tls: Option<tls::Acceptor>,
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<pb2::order_service_server::OrderServiceServer<OrderServiceV2>>()
-        .await;
-    health
-        .set_serving::<pb1::order_service_server::OrderServiceServer<OrderServiceV1>>()
-        .await;
+    // Known before the first call can ask, then followed.
+    let ready = orders.ready().await.is_ok();
+    negotiate::health::set(&health, HEALTH_NAMES, ready).await;
+    let readiness = tokio::spawn({
+        let orders = orders.clone();
+        negotiate::health::follow_readiness(
+            health,
+            HEALTH_NAMES,
+            move || {
+                let orders = orders.clone();
+                async move { orders.ready().await.is_ok() }
+            },
+            shutdown.clone(),
+            ready,
+        )
+    });
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -441,6 +451,12 @@ pub async fn serve(
             }
         }
     };
-    negotiate::preface::bounded_drain(serving, &shutdown, conn).await?;
+    let served = negotiate::preface::bounded_drain(serving, &shutdown, conn).await;
+    readiness.abort();
+    served?;
     Ok(())
 }
+
+/// The services the gRPC health check answers for: the whole server ("")
+/// and each API.
+const HEALTH_NAMES: &[&str] = &["", "order.v2.OrderService", "order.v1.OrderService"];

@@ -148,9 +148,21 @@ impl Application {
         );
 
         let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<proto::user::v1::user_service_server::UserServiceServer<UserApi>>()
-            .await;
+        // Known before the first call can ask, then followed like /readyz.
+        const HEALTH_NAMES: &[&str] = &["", "user.v1.UserService"];
+        let store = self.state.service.store().clone();
+        let ready = store.ready().await.is_ok();
+        negotiate::health::set(&health, HEALTH_NAMES, ready).await;
+        let readiness = tokio::spawn(negotiate::health::follow_readiness(
+            health,
+            HEALTH_NAMES,
+            move || {
+                let store = store.clone();
+                async move { store.ready().await.is_ok() }
+            },
+            stop.clone(),
+            ready,
+        ));
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
             .build_v1()
@@ -218,6 +230,7 @@ impl Application {
                 r
             }
         );
+        readiness.abort();
         rest.and(grpc)
     }
 }

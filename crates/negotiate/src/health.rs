@@ -1,0 +1,59 @@
+//! gRPC health that tells the truth: it follows the service's readiness
+//! (the store answers) as REST's `/readyz` does, and turns NOT_SERVING the
+//! moment shutdown starts. Liveness stays REST's `/healthz`, up while the
+//! process runs, so that a database outage restarts nothing.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+/// How often readiness is checked.
+pub const EVERY: Duration = Duration::from_secs(1);
+
+/// SERVING or NOT_SERVING for every one of `names` ("" is the whole server).
+pub async fn set(health: &HealthReporter, names: &[&str], serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    for name in names {
+        health.set_service_status(*name, status).await;
+    }
+}
+
+/// Keeps `names` SERVING while `ready()` says so and NOT_SERVING while it
+/// does not, checked every [`EVERY`] (`was`: the status already set), and
+/// NOT_SERVING from the moment `shutdown` is cancelled.
+pub async fn follow_readiness<F, Fut>(
+    health: HealthReporter,
+    names: &'static [&'static str],
+    ready: F,
+    shutdown: CancellationToken,
+    mut was: bool,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut every = tokio::time::interval(EVERY);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = every.tick() => {}
+        }
+        let now = tokio::select! {
+            () = shutdown.cancelled() => break,
+            r = ready() => r,
+        };
+        if now != was {
+            tracing::warn!(ready = now, "gRPC health follows readiness");
+            set(&health, names, now).await;
+            was = now;
+        }
+    }
+    set(&health, names, false).await;
+}
