@@ -15,6 +15,7 @@
 //! - [`shed`]: load shedding, the concurrency bound of every listener;
 //! - [`serve`]: serving a router with a shutdown that loses no request.
 
+pub mod cap;
 pub mod deadline;
 pub mod health;
 pub mod preface;

@@ -22,15 +22,18 @@ pub const ENOUGH: usize = 24;
 /// A connection whose first [`ENOUGH`] bytes must arrive by a deadline.
 pub struct Deadlined<I> {
     inner: I,
+    /// The connection's slot under its listener's cap.
+    _admitted: crate::cap::Admitted,
     seen: usize,
     limit: Duration,
     deadline: Option<Pin<Box<Sleep>>>,
 }
 
 impl<I> Deadlined<I> {
-    pub fn new(inner: I, limit: Duration) -> Self {
+    pub fn new(inner: I, admitted: crate::cap::Admitted, limit: Duration) -> Self {
         Deadlined {
             inner,
+            _admitted: admitted,
             seen: 0,
             limit,
             deadline: Some(Box::pin(tokio::time::sleep(limit))),
@@ -111,15 +114,23 @@ impl<I: tonic::transport::server::Connected> tonic::transport::server::Connected
     }
 }
 
-/// Every connection of `incoming`, [`Deadlined`] by `limit`.
+/// Every connection of `incoming` that `cap` admits, [`Deadlined`] by
+/// `limit`; the others are closed as they come.
 pub fn deadlined<S, I, E>(
     incoming: S,
     limit: Duration,
+    cap: crate::cap::ConnCap,
 ) -> impl Stream<Item = Result<Deadlined<I>, E>>
 where
     S: Stream<Item = Result<I, E>>,
 {
-    incoming.map(move |r| r.map(|io| Deadlined::new(io, limit)))
+    incoming.filter_map(move |r| {
+        let admitted = match r {
+            Ok(io) => cap.admit().map(|a| Ok(Deadlined::new(io, a, limit))),
+            Err(e) => Some(Err(e)),
+        };
+        std::future::ready(admitted)
+    })
 }
 
 /// How long an HTTP/2 keep-alive ping may go unanswered before the

@@ -48,6 +48,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
+pub use crate::cap::ConnCap;
+
 /// How long a connection may take over each of its parts: settings both
 /// services give their HTTP listeners alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,16 +99,19 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send,
     limits: ConnLimits,
+    cap: ConnCap,
 ) -> std::io::Result<()> {
-    serve_with_tls(listener, router, shutdown, limits, None).await
+    serve_with_tls(listener, router, shutdown, limits, cap, None).await
 }
 
-/// [`serve`], with every connection TLS first when `tls` is given.
+/// [`serve`], with every connection TLS first when `tls` is given. At most
+/// `cap` connections are open at once; past it one is closed as it comes.
 pub async fn serve_with_tls(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send,
     limits: ConnLimits,
+    cap: ConnCap,
     tls: Option<tls::Acceptor>,
 ) -> std::io::Result<()> {
     let closing = Arc::new(AtomicBool::new(false));
@@ -130,9 +135,13 @@ pub async fn serve_with_tls(
                 }
             },
         };
+        let Some(admitted) = cap.admit() else {
+            drop(io);
+            continue;
+        };
         spawn_connection(
             &mut connections,
-            io,
+            (io, admitted),
             &router,
             &stop_rx,
             limits,
@@ -155,9 +164,12 @@ pub async fn serve_with_tls(
         );
     }
     for io in backlog {
+        let Some(admitted) = cap.admit() else {
+            continue;
+        };
         spawn_connection(
             &mut connections,
-            io,
+            (io, admitted),
             &router,
             &stop_rx,
             limits,
@@ -183,7 +195,7 @@ pub async fn serve_with_tls(
 /// `grace` of idleness, then shuts it gracefully.
 fn spawn_connection(
     connections: &mut JoinSet<()>,
-    io: TcpStream,
+    (io, admitted): (TcpStream, crate::cap::Admitted),
     router: &Router,
     stop_rx: &tokio::sync::watch::Receiver<bool>,
     limits: ConnLimits,
@@ -196,6 +208,8 @@ fn spawn_connection(
     let tls = tls.cloned();
     let router = router.clone();
     connections.spawn(async move {
+        // The slot is held for as long as the connection lives.
+        let _admitted = admitted;
         match tls {
             None => serve_connection(io, router, stop, limits).await,
             // The handshake is bounded by `tls::HANDSHAKE_TIMEOUT`, so a
@@ -549,6 +563,7 @@ mod tests {
             router,
             std::future::ready(()),
             ConnLimits::new(Duration::from_secs(5), 256),
+            ConnCap::new("rest", 64),
         ));
         for mut c in clients {
             let mut answer = String::new();
@@ -613,6 +628,7 @@ mod tests {
                 let _ = rx.await;
             },
             limits,
+            ConnCap::new("rest", 64),
         ));
         (addr, tx, server)
     }

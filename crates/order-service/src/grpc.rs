@@ -362,6 +362,7 @@ pub async fn serve(
     metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
     tls: Option<tls::Acceptor>,
+    cap: negotiate::cap::ConnCap,
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     // Known before the first call can ask, then followed.
@@ -433,6 +434,7 @@ pub async fn serve(
                             tonic::transport::server::TcpIncoming::from(listener)
                                 .with_nodelay(Some(true)),
                             conn.header_read,
+                            cap.clone(),
                         ),
                         shutdown.clone().cancelled_owned(),
                     )
@@ -444,6 +446,7 @@ pub async fn serve(
                         negotiate::preface::deadlined(
                             tls::incoming::incoming(listener, acceptor),
                             conn.header_read,
+                            cap.clone(),
                         ),
                         shutdown.clone().cancelled_owned(),
                     )

@@ -99,6 +99,12 @@ pub struct Settings {
     #[arg(long, env = "ORDER_GRPC_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
     pub grpc_gzip: bool,
 
+    /// Connections open at once on each HTTP listener (REST; gRPC). Past it
+    /// a new connection is accepted and closed at once, counted on /metrics
+    /// (`*_connections_refused_total`) and logged at most once a second.
+    #[arg(long, env = "ORDER_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
     /// Raw-TCP connections open at once; one more gets a RESOURCE_EXHAUSTED
     /// error frame (request id 0) and is closed.
     #[arg(long, env = "ORDER_MAX_TCP_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]

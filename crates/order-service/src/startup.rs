@@ -140,6 +140,12 @@ impl Application {
             max_concurrent_requests: s.max_concurrent_requests,
         });
         let limits = s.conn_limits();
+        let rest_cap = negotiate::cap::ConnCap::new("rest", s.max_connections as usize);
+        let grpc_cap = negotiate::cap::ConnCap::new("grpc", s.max_connections as usize);
+        {
+            let caps = [rest_cap.clone(), grpc_cap.clone()];
+            metrics.add_section(move |out| negotiate::cap::render(out, "order", &caps));
+        }
         let rest = tokio::spawn({
             let t = token.clone();
             let listener = self.rest;
@@ -149,6 +155,7 @@ impl Application {
                     rest_router,
                     t.cancelled_owned(),
                     limits,
+                    rest_cap,
                     rest_tls,
                 )
                 .await
@@ -169,6 +176,7 @@ impl Application {
             metrics.clone(),
             token.clone(),
             grpc_tls,
+            grpc_cap,
         ));
         let tcp = tokio::spawn(crate::tcp::serve(
             self.tcp,

@@ -187,3 +187,41 @@ async fn sigterm_ends_the_process_in_time_whatever_its_clients_do() {
     );
     trickler.abort();
 }
+
+/// Past `ORDER_MAX_CONNECTIONS`, a new REST or gRPC connection is closed at
+/// once and counted; one freed slot serves the next caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_connection_cap_a_connection_is_closed_at_once_and_counted() {
+    let app = spawn_with(Backend::Memory, |s| {
+        s.max_connections = 3;
+        s.header_read_timeout_ms = 60_000;
+    })
+    .await;
+    for (name, addr) in [("rest", app.rest), ("grpc", app.grpc)] {
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut over = TcpStream::connect(addr).await.unwrap();
+        let got = closed_within(&mut over, Duration::from_secs(2)).await;
+        assert!(got.is_empty(), "{name}: {got:?}");
+        drop(held);
+    }
+    // Slots free again: /metrics is answered, and counts one refusal each.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let text = app
+        .h1()
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in ["rest", "grpc"] {
+        let line = format!("order_connections_refused_total{{listener=\"{name}\"}} 1");
+        assert!(text.contains(&line), "{line} in\n{text}");
+    }
+    app.stop().await;
+}

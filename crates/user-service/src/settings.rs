@@ -189,6 +189,12 @@ pub struct Settings {
     #[arg(long, env = "USER_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
 
+    /// Connections open at once on each HTTP listener (REST; gRPC). Past it
+    /// a new connection is accepted and closed at once, counted on /metrics
+    /// (`*_connections_refused_total`) and logged at most once a second.
+    #[arg(long, env = "USER_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
     /// Log format: `json`, `pretty`, or `auto` (JSON unless stdout is a terminal).
     #[arg(long, env = "USER_LOG_FORMAT", default_value = "auto")]
     pub log_format: String,
@@ -288,6 +294,7 @@ impl Default for Settings {
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,
+            max_connections: 1024,
             log_format: "auto".to_owned(),
             order_tls_ca: None,
             order_tls_server_name: None,

@@ -37,6 +37,8 @@ pub struct Application {
     /// Every connection's time bounds, the drain's, and the HTTP/2 stream
     /// cap (REST and gRPC).
     conn: negotiate::serve::ConnLimits,
+    /// Connections open at once on each listener.
+    max_connections: usize,
 }
 
 /// The store the settings ask for: Postgres (migrated, optionally seeded) or
@@ -98,6 +100,7 @@ impl Application {
             grpc,
             tls,
             conn: settings.conn_limits(),
+            max_connections: settings.max_connections as usize,
             state: AppState {
                 service: Service::new(store, upstreams),
                 metrics,
@@ -139,11 +142,21 @@ impl Application {
 
         // axum::serve speaks HTTP/1.1 and, with axum's `http2` feature, h2c
         // by prior knowledge on the same listener.
+        let rest_cap = negotiate::cap::ConnCap::new("rest", self.max_connections);
+        let grpc_cap = negotiate::cap::ConnCap::new("grpc", self.max_connections);
+        {
+            let caps = [rest_cap.clone(), grpc_cap.clone()];
+            self.state
+                .metrics
+                .requests
+                .add_section(move |out| negotiate::cap::render(out, "user", &caps));
+        }
         let rest = negotiate::serve::serve_with_tls(
             self.rest,
             rest::router(self.state.clone()),
             stop.clone().cancelled_owned(),
             self.conn,
+            rest_cap,
             rest_tls,
         );
 
@@ -198,6 +211,7 @@ impl Application {
                             tonic::transport::server::TcpIncoming::from(self.grpc)
                                 .with_nodelay(Some(true)),
                             conn.header_read,
+                            grpc_cap.clone(),
                         ),
                         grpc_stop,
                     )
@@ -208,6 +222,7 @@ impl Application {
                         negotiate::preface::deadlined(
                             tls::incoming::incoming(self.grpc, acceptor),
                             conn.header_read,
+                            grpc_cap.clone(),
                         ),
                         grpc_stop,
                     )
