@@ -158,3 +158,23 @@ pub async fn bounded_drain<E>(
         }
     }
 }
+
+/// tonic answers a request message over the size limit with OUT_OF_RANGE; the
+/// gRPC spec (and every other implementation) says RESOURCE_EXHAUSTED, which
+/// is what clients retry-classify on. The refusal comes before any handler
+/// runs, as a trailers-only response, so fixing its header is enough.
+pub fn oversize_is_resource_exhausted<B>(
+    mut res: axum::http::Response<B>,
+) -> axum::http::Response<B> {
+    let h = res.headers();
+    let oversize = h.get("grpc-status").is_some_and(|s| s == "11")
+        && h.get("grpc-message").is_some_and(|m| {
+            let has = |needle: &[u8]| m.as_bytes().windows(needle.len()).any(|w| w == needle);
+            has(b"too%20large") || has(b"too large")
+        });
+    if oversize {
+        res.headers_mut()
+            .insert("grpc-status", axum::http::HeaderValue::from_static("8"));
+    }
+    res
+}

@@ -45,8 +45,10 @@ fn lookup_error(s: &Status) -> pb2::LookupError {
 /// gRPC limits, all configurable.
 #[derive(Debug, Clone, Copy)]
 pub struct GrpcLimits {
-    /// The largest message sent or received, in bytes.
-    pub max_message_bytes: usize,
+    /// The largest message received, in bytes (the service's request cap).
+    pub max_request_bytes: usize,
+    /// The largest message sent, in bytes.
+    pub max_response_bytes: usize,
     /// Lookups one bidi stream may have in flight; more wait for a slot.
     pub max_lookups_in_flight: usize,
     /// Calls in service at once on the listener; past it, RESOURCE_EXHAUSTED at once.
@@ -221,6 +223,16 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
                     Some(Ok(r)) => r,
                     Some(Err(status)) => {
                         tracing::debug!(%status, "lookup stream broke");
+                        // Say why to the caller: a message over the request
+                        // cap is RESOURCE_EXHAUSTED, as on a unary call.
+                        let status = if status.code() == tonic::Code::OutOfRange
+                            && status.message().contains("too large")
+                        {
+                            Status::resource_exhausted(status.message().to_owned())
+                        } else {
+                            status
+                        };
+                        let _ = tx.send(Err(status)).await;
                         break;
                     }
                     None => break,
@@ -330,24 +342,6 @@ impl pb1::order_service_server::OrderService for OrderServiceV1 {
     }
 }
 
-/// tonic answers a request message over the size limit with OUT_OF_RANGE; the
-/// gRPC spec (and every other implementation) says RESOURCE_EXHAUSTED, which
-/// is what clients retry-classify on. The refusal comes before any handler
-/// runs, as a trailers-only response, so fixing its header is enough.
-fn oversize_is_resource_exhausted<B>(mut res: http::Response<B>) -> http::Response<B> {
-    let h = res.headers();
-    let oversize = h.get("grpc-status").is_some_and(|s| s == "11")
-        && h.get("grpc-message").is_some_and(|m| {
-            let has = |needle: &[u8]| m.as_bytes().windows(needle.len()).any(|w| w == needle);
-            has(b"too%20large") || has(b"too large")
-        });
-    if oversize {
-        res.headers_mut()
-            .insert("grpc-status", http::HeaderValue::from_static("8"));
-    }
-    res
-}
-
 /// The answer to a call shed by the concurrency limit.
 fn overloaded() -> http::Response<tonic::body::Body> {
     Status::resource_exhausted("the service is at its limit of concurrent requests: retry later")
@@ -391,15 +385,15 @@ pub async fn serve(
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
     })
-    .max_decoding_message_size(limits.max_message_bytes)
-    .max_encoding_message_size(limits.max_message_bytes)
+    .max_decoding_message_size(limits.max_request_bytes)
+    .max_encoding_message_size(limits.max_response_bytes)
     .accept_compressed(CompressionEncoding::Gzip);
     if limits.send_gzip {
         v2 = v2.send_compressed(CompressionEncoding::Gzip);
     }
     let v1 = pb1::order_service_server::OrderServiceServer::new(OrderServiceV1 { orders })
-        .max_decoding_message_size(limits.max_message_bytes)
-        .max_encoding_message_size(limits.max_message_bytes);
+        .max_decoding_message_size(limits.max_request_bytes)
+        .max_encoding_message_size(limits.max_response_bytes);
     let conn = limits.conn;
     let router = tonic::transport::Server::builder()
         .accept_http1(true)
@@ -412,7 +406,7 @@ pub async fn serve(
         .layer(RecordLayer::new(metrics))
         .layer(tonic_web::GrpcWebLayer::new())
         .layer(tower::util::MapResponseLayer::new(
-            oversize_is_resource_exhausted::<tonic::body::Body>,
+            negotiate::preface::oversize_is_resource_exhausted::<tonic::body::Body>,
         ))
         // Inside gRPC-web, so a gRPC-web caller gets its own framing of the refusal.
         .layer(

@@ -63,17 +63,18 @@ pub struct Settings {
     #[arg(long, env = "ORDER_MAX_PAGE_SIZE", default_value_t = 10_000)]
     pub max_page_size: u32,
 
-    /// The largest REST request body, in bytes; more is 413.
-    #[arg(long, env = "ORDER_MAX_BODY_BYTES", default_value_t = 1 << 20)]
-    pub max_body_bytes: usize,
+    /// The largest request, in bytes, on every surface: a REST body (413
+    /// past it), a gRPC message, bidi ones included (RESOURCE_EXHAUSTED), a
+    /// raw-TCP frame (a RESOURCE_EXHAUSTED frame, then the close). Each is
+    /// refused on its announced length, before it is read whole. A batch
+    /// of a thousand queries is under 256 KiB.
+    #[arg(long, env = "ORDER_MAX_REQUEST_BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_request_bytes: u32,
 
-    /// The largest gRPC message sent or received, in bytes; more is RESOURCE_EXHAUSTED.
-    #[arg(long, env = "ORDER_MAX_MESSAGE_BYTES", default_value_t = 64 << 20)]
-    pub max_message_bytes: usize,
-
-    /// The largest raw-TCP request frame, in bytes; a longer length prefix closes the connection.
-    #[arg(long, env = "ORDER_MAX_FRAME_BYTES", default_value_t = 1 << 20)]
-    pub max_frame_bytes: usize,
+    /// The largest gRPC answer message, in bytes: 10,000 orders are about
+    /// 3 MB.
+    #[arg(long, env = "ORDER_MAX_RESPONSE_BYTES", default_value_t = 64 << 20)]
+    pub max_response_bytes: usize,
 
     /// Lookups in flight per bidi stream or raw-TCP connection; more wait.
     #[arg(long, env = "ORDER_MAX_LOOKUPS_IN_FLIGHT", default_value_t = 256)]

@@ -135,7 +135,7 @@ impl Application {
         let [rest_tls, grpc_tls, tcp_tls] = tls_acceptors(self.tls.as_ref(), &metrics);
         let rest_router = crate::rest::router(RestState {
             orders: self.orders.clone(),
-            max_body_bytes: s.max_body_bytes,
+            max_body_bytes: s.max_request_bytes as usize,
             metrics: metrics.clone(),
             max_concurrent_requests: s.max_concurrent_requests,
         });
@@ -166,7 +166,8 @@ impl Application {
             self.grpc,
             self.orders.clone(),
             GrpcLimits {
-                max_message_bytes: s.max_message_bytes,
+                max_request_bytes: s.max_request_bytes as usize,
+                max_response_bytes: s.max_response_bytes,
                 max_lookups_in_flight: s.max_lookups_in_flight,
                 max_concurrent_requests: s.max_concurrent_requests,
                 max_concurrent_streams: s.max_concurrent_streams,
@@ -182,7 +183,7 @@ impl Application {
             self.tcp,
             self.orders.clone(),
             TcpLimits {
-                max_frame_bytes: s.max_frame_bytes,
+                max_frame_bytes: s.max_request_bytes as usize,
                 max_in_flight: s.max_lookups_in_flight,
                 max_connections: s.max_tcp_connections as usize,
                 conn: limits,

@@ -102,7 +102,7 @@ fn new_order_json() -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_bodies_are_400_and_oversized_ones_413() {
-    let app = spawn_with(Backend::Memory, |s| s.max_body_bytes = 4096).await;
+    let app = spawn_with(Backend::Memory, |s| s.max_request_bytes = 4096).await;
     let c = app.h1();
     let post = || {
         c.post(app.url("/v2/orders"))
@@ -198,7 +198,7 @@ async fn malformed_bodies_are_400_and_oversized_ones_413() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
-    let app = spawn_with(Backend::Memory, |s| s.max_message_bytes = 4096).await;
+    let app = spawn_with(Backend::Memory, |s| s.max_request_bytes = 4096).await;
     let mut g = app.grpc_v2().await;
     let list = |user: &str, size: i32, paths: &[&str]| pb2::ListOrdersRequest {
         user_id: user.into(),
@@ -291,7 +291,7 @@ async fn read_answer(s: &mut tokio::net::TcpStream) -> pb2::LookupOrdersResponse
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_tcp_refuses_oversized_and_garbage_frames_and_reports_bad_lookups() {
-    let app = spawn_with(Backend::Memory, |s| s.max_frame_bytes = 1024).await;
+    let app = spawn_with(Backend::Memory, |s| s.max_request_bytes = 1024).await;
 
     // A bad lookup gets its own error; the connection goes on.
     let mut s = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
@@ -396,5 +396,66 @@ async fn a_huge_bad_value_is_quoted_short_with_its_length_everywhere() {
         .unwrap();
     let a = read_answer(&mut tcp).await;
     short(&a.error.unwrap().message, "raw TCP", 100_000);
+    app.stop().await;
+}
+
+/// One request cap on every surface, at its default (1 MiB): a 2 MiB gRPC
+/// request, unary or on a bidi stream, is RESOURCE_EXHAUSTED before its
+/// fields are looked at; a 2 MiB REST body is 413; a 2 MiB raw-TCP frame
+/// gets a RESOURCE_EXHAUSTED frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_surface_refuses_a_request_over_the_one_request_cap() {
+    let app = spawn(Backend::Memory).await;
+    let big = "t".repeat(2 << 20);
+    let mut g = app.grpc_v2().await;
+    let s = g
+        .list_orders(pb2::ListOrdersRequest {
+            user_id: USER.into(),
+            page_size: 1,
+            page_token: big.clone(),
+            read_mask: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(pb2::LookupOrdersRequest {
+        request_id: 1,
+        user_id: USER.into(),
+        page_token: big.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let outcome = match g
+        .lookup_orders(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+    {
+        Err(s) => s.code(),
+        Ok(r) => match r.into_inner().message().await {
+            Err(s) => s.code(),
+            Ok(m) => panic!("the bidi stream answered {m:?}"),
+        },
+    };
+    assert_eq!(outcome, tonic::Code::ResourceExhausted);
+
+    let res = app
+        .h1()
+        .post(app.url("/v2/orders"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", "big")
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 413);
+
+    let mut tcp = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
+    tcp.write_all(&((2u32 << 20) + 1).to_be_bytes())
+        .await
+        .unwrap();
+    let a = read_answer(&mut tcp).await;
+    assert_eq!(a.error.unwrap().code, tonic::Code::ResourceExhausted as i32);
     app.stop().await;
 }

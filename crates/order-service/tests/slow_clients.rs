@@ -98,7 +98,7 @@ fn rss_kib() -> u64 {
 async fn raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_memory() {
     let app = spawn_with(Backend::Memory, |s| {
         s.header_read_timeout_ms = 60_000;
-        s.max_frame_bytes = 1 << 20;
+        s.max_request_bytes = 1 << 20;
     })
     .await;
     let before = rss_kib();

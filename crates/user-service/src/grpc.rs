@@ -23,11 +23,12 @@ pub struct UserApi {
 }
 
 impl UserApi {
-    /// The service, ready to add to a tonic router, with message limits large
+    /// The service, ready to add to a tonic router: requests up to
+    /// `max_request_bytes` (the service's request cap), answers large
     /// enough for 10,000 orders.
-    pub fn server(service: Service) -> UserServiceServer<UserApi> {
+    pub fn server(service: Service, max_request_bytes: usize) -> UserServiceServer<UserApi> {
         UserServiceServer::new(UserApi { service })
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_decoding_message_size(max_request_bytes)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 }

@@ -189,6 +189,12 @@ pub struct Settings {
     #[arg(long, env = "USER_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
 
+    /// The largest request, in bytes, on every surface: a REST body (413
+    /// past it) and a gRPC message (RESOURCE_EXHAUSTED), refused on its
+    /// announced length before it is read whole.
+    #[arg(long, env = "USER_MAX_REQUEST_BYTES", default_value_t = 64 * 1024, value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_request_bytes: u32,
+
     /// Connections open at once on each HTTP listener (REST; gRPC). Past it
     /// a new connection is accepted and closed at once, counted on /metrics
     /// (`*_connections_refused_total`) and logged at most once a second.
@@ -295,6 +301,7 @@ impl Default for Settings {
             body_read_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,
             max_connections: 1024,
+            max_request_bytes: 64 * 1024,
             log_format: "auto".to_owned(),
             order_tls_ca: None,
             order_tls_server_name: None,

@@ -105,6 +105,7 @@ impl Application {
                 service: Service::new(store, upstreams),
                 metrics,
                 max_concurrent_requests: settings.max_concurrent_requests,
+                max_request_bytes: settings.max_request_bytes as usize,
             },
         })
     }
@@ -190,6 +191,9 @@ impl Application {
             .layer(telemetry::metrics::RecordLayer::new(
                 self.state.metrics.requests.clone(),
             ))
+            .layer(tower::util::MapResponseLayer::new(
+                negotiate::preface::oversize_is_resource_exhausted::<tonic::body::Body>,
+            ))
             .layer(
                 negotiate::shed::ShedLayer::new(
                     self.state.max_concurrent_requests,
@@ -199,7 +203,10 @@ impl Application {
             )
             .add_service(health_service)
             .add_service(reflection)
-            .add_service(UserApi::server(self.state.service.clone()));
+            .add_service(UserApi::server(
+                self.state.service.clone(),
+                self.state.max_request_bytes,
+            ));
         let grpc_stop = stop.clone().cancelled_owned();
         let serving = async move {
             match grpc_tls {

@@ -314,7 +314,7 @@ async fn get_order(
         (status = 200, description = "Replayed: the key was seen before", body = CreatedOrderJson),
         (status = 400, description = "A malformed body or field", body = ErrorJson),
         (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 413, description = "The body is over the size limit (ORDER_MAX_BODY_BYTES)", body = ErrorJson),
+        (status = 413, description = "The body is over the size limit (ORDER_MAX_REQUEST_BYTES)", body = ErrorJson),
         (status = 415, description = "Neither JSON nor protobuf", body = ErrorJson),
         (status = 422, description = "The key was used for a different order", body = ErrorJson),
         (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),

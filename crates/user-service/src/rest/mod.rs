@@ -47,9 +47,6 @@ pub const X_UPSTREAM_MICROS: HeaderName = HeaderName::from_static("x-upstream-mi
 /// The calls to order-service one answer took.
 pub const X_UPSTREAM_CALLS: HeaderName = HeaderName::from_static("x-upstream-calls");
 
-/// The largest registration body read.
-const MAX_BODY: usize = 64 * 1024;
-
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -57,6 +54,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// API requests in service at once; past it, 503 `overloaded` at once.
     pub max_concurrent_requests: usize,
+    /// The largest request body read (USER_MAX_REQUEST_BYTES); more is 413.
+    pub max_request_bytes: usize,
 }
 
 /// Every route.
@@ -105,7 +104,7 @@ fn parse_id(id: &str) -> Result<Uuid, RestError> {
         (status = 400, description = "A field is invalid; `field` names it", body = ErrorJson),
         (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
         (status = 409, description = "The username is taken", body = ErrorJson),
-        (status = 413, description = "The body is over 64 KiB", body = ErrorJson),
+        (status = 413, description = "The body is over the request cap (USER_MAX_REQUEST_BYTES, 64 KiB by default)", body = ErrorJson),
         (status = 415, description = "Neither JSON nor protobuf", body = ErrorJson),
         (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
@@ -117,7 +116,7 @@ async fn register(
     body: Body,
 ) -> Result<Response, RestError> {
     let out = Format::accepted(&headers)?;
-    let bytes = negotiate::read_body(&headers, body, MAX_BODY).await?;
+    let bytes = negotiate::read_body(&headers, body, st.max_request_bytes).await?;
     let new = match Format::content_type(&headers)? {
         Format::Json => {
             let form: RegisterUserJson = serde_json::from_slice(&bytes)

@@ -48,3 +48,34 @@ async fn silent_and_idle_connections_are_cut_at_their_timeouts() {
     users.stop().await;
     orders.stop().await;
 }
+
+/// One request cap (USER_MAX_REQUEST_BYTES, 64 KiB by default) on REST and
+/// gRPC alike: 100 KB is 413 / RESOURCE_EXHAUSTED before it is looked at.
+#[tokio::test]
+async fn a_request_over_the_cap_is_refused_on_rest_and_grpc() {
+    let orders = OrderService::start().await;
+    let users = crate::helpers::spawn_users(&orders).await;
+    let big = "v".repeat(100_000);
+    let res = users
+        .http
+        .post(users.url("/v1/users"))
+        .header("content-type", "application/json")
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 413);
+    let s = users
+        .grpc_client()
+        .await
+        .get_user_with_orders(proto::user::v1::GetUserWithOrdersRequest {
+            id: dataset::fixed_user_id(1).to_string(),
+            via: big,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+    users.stop().await;
+    orders.stop().await;
+}
