@@ -28,13 +28,35 @@ pub fn overloaded() -> axum::response::Response {
     let mut res = crate::error_response(
         StatusCode::SERVICE_UNAVAILABLE,
         "overloaded",
-        "the service is at its limit of concurrent requests: retry later".to_owned(),
+        OVERLOADED.to_owned(),
         None,
     );
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     res
 }
+
+/// One service's limit of work in service, shared by all its surfaces:
+/// REST requests and gRPC calls (through [`ShedLayer::shared`]), and each
+/// lookup on a bidi stream or a raw-TCP connection ([`Limiter::try_acquire`]).
+#[derive(Debug, Clone)]
+pub struct Limiter(Arc<Semaphore>);
+
+impl Limiter {
+    /// At most `max` (at least one) in service at once.
+    pub fn new(max: usize) -> Self {
+        Limiter(Arc::new(Semaphore::new(max.max(1))))
+    }
+
+    /// A slot, held until dropped, or `None` when every slot is taken: the
+    /// caller refuses the work at once.
+    pub fn try_acquire(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.0.clone().try_acquire_owned().ok()
+    }
+}
+
+/// The message every refusal by the limit carries, on every surface.
+pub const OVERLOADED: &str = "the service is at its limit of concurrent requests: retry later";
 
 /// Limits requests in service to `max`; the rest get `reject()` at once.
 #[derive(Clone)]
@@ -59,6 +81,16 @@ impl<R> ShedLayer<R> {
     pub fn new(max: usize, reject: R) -> Self {
         ShedLayer {
             permits: Arc::new(Semaphore::new(max.max(1))),
+            reject,
+            exempt: &[],
+        }
+    }
+
+    /// Requests in service count against `limiter`, shared with the
+    /// service's other listeners and streams.
+    pub fn shared(limiter: &Limiter, reject: R) -> Self {
+        ShedLayer {
+            permits: limiter.0.clone(),
             reject,
             exempt: &[],
         }

@@ -43,7 +43,7 @@ fn lookup_error(s: &Status) -> pb2::LookupError {
 }
 
 /// gRPC limits, all configurable.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct GrpcLimits {
     /// The largest message received, in bytes (the service's request cap).
     pub max_request_bytes: usize,
@@ -51,8 +51,10 @@ pub struct GrpcLimits {
     pub max_response_bytes: usize,
     /// Lookups one bidi stream may have in flight; more wait for a slot.
     pub max_lookups_in_flight: usize,
-    /// Calls in service at once on the listener; past it, RESOURCE_EXHAUSTED at once.
-    pub max_concurrent_requests: usize,
+    /// The service's one limit of work in service: each call, and each
+    /// lookup on a bidi stream, takes a slot; past it, RESOURCE_EXHAUSTED
+    /// at once (for a lookup, in its answer, and the stream goes on).
+    pub limiter: negotiate::shed::Limiter,
     /// Streams open at once on one HTTP/2 connection (announced to clients).
     pub max_concurrent_streams: u32,
     /// Answers gzip-compressed for clients that accept gzip.
@@ -102,6 +104,19 @@ async fn lookup_in(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::LookupO
             error: Some(lookup_error(&Status::from(e))),
             ..Default::default()
         },
+    }
+}
+
+/// The answer to a lookup refused by the service's limit of work in
+/// service: RESOURCE_EXHAUSTED, as a unary call gets it.
+pub fn overloaded_lookup(request_id: u64) -> pb2::LookupOrdersResponse {
+    pb2::LookupOrdersResponse {
+        request_id,
+        error: Some(pb2::LookupError {
+            code: tonic::Code::ResourceExhausted as i32,
+            message: negotiate::shed::OVERLOADED.to_owned(),
+        }),
+        ..Default::default()
     }
 }
 
@@ -211,6 +226,7 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
         let orders = self.orders.clone();
         let metrics = self.metrics.clone();
         let slots = Arc::new(Semaphore::new(self.limits.max_lookups_in_flight));
+        let limiter = self.limits.limiter.clone();
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             loop {
@@ -240,13 +256,19 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
                 let Ok(permit) = slots.clone().acquire_owned().await else {
                     break;
                 };
+                let Some(admitted) = limiter.try_acquire() else {
+                    let answer = overloaded_lookup(r.request_id);
+                    record_lookup(&metrics, "grpc-bidi", &answer, std::time::Duration::ZERO);
+                    let _ = tx.send(Ok(answer)).await;
+                    continue;
+                };
                 let (orders, tx, metrics) = (orders.clone(), tx.clone(), metrics.clone());
                 tokio::spawn(async move {
                     let started = std::time::Instant::now();
                     let answer = lookup(&orders, r).await;
                     record_lookup(&metrics, "grpc-bidi", &answer, started.elapsed());
                     let _ = tx.send(Ok(answer)).await;
-                    drop(permit);
+                    drop((permit, admitted));
                 });
             }
             // The stream ends when the last in-flight lookup drops its sender.
@@ -344,8 +366,7 @@ impl pb1::order_service_server::OrderService for OrderServiceV1 {
 
 /// The answer to a call shed by the concurrency limit.
 fn overloaded() -> http::Response<tonic::body::Body> {
-    Status::resource_exhausted("the service is at its limit of concurrent requests: retry later")
-        .into_http()
+    Status::resource_exhausted(negotiate::shed::OVERLOADED).into_http()
 }
 
 /// Serves gRPC (and gRPC-web) on `listener` until `shutdown` is cancelled.
@@ -381,7 +402,7 @@ pub async fn serve(
         .build_v1()?;
     let mut v2 = pb2::order_service_server::OrderServiceServer::new(OrderServiceV2 {
         orders: orders.clone(),
-        limits,
+        limits: limits.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
     })
@@ -410,7 +431,7 @@ pub async fn serve(
         ))
         // Inside gRPC-web, so a gRPC-web caller gets its own framing of the refusal.
         .layer(
-            negotiate::shed::ShedLayer::new(limits.max_concurrent_requests, overloaded)
+            negotiate::shed::ShedLayer::shared(&limits.limiter, overloaded)
                 .exempt(&["/grpc.health.", "/grpc.reflection."]),
         )
         .add_service(health_service)

@@ -80,9 +80,11 @@ pub struct Settings {
     #[arg(long, env = "ORDER_MAX_LOOKUPS_IN_FLIGHT", default_value_t = 256)]
     pub max_lookups_in_flight: usize,
 
-    /// Requests in service at once, per listener (REST; gRPC); past it a
-    /// request is answered at once with 503 / RESOURCE_EXHAUSTED instead of
-    /// queueing. Health, metrics and reflection are never refused.
+    /// Work in service at once, one limit for the whole service: REST requests, gRPC calls, and
+    /// each lookup on a bidi stream or raw-TCP connection, all count
+    /// against it. Past it the work is refused at once with 503 /
+    /// RESOURCE_EXHAUSTED instead of queueing. Health, metrics and
+    /// reflection are never refused.
     #[arg(long, env = "ORDER_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
     pub max_concurrent_requests: usize,
 

@@ -133,11 +133,13 @@ impl Application {
         let s = &self.settings;
         let metrics = Arc::new(RequestMetrics::new("order"));
         let [rest_tls, grpc_tls, tcp_tls] = tls_acceptors(self.tls.as_ref(), &metrics);
+        // One limit of work in service for every surface.
+        let limiter = negotiate::shed::Limiter::new(s.max_concurrent_requests);
         let rest_router = crate::rest::router(RestState {
             orders: self.orders.clone(),
             max_body_bytes: s.max_request_bytes as usize,
             metrics: metrics.clone(),
-            max_concurrent_requests: s.max_concurrent_requests,
+            limiter: limiter.clone(),
         });
         let limits = s.conn_limits();
         let rest_cap = negotiate::cap::ConnCap::new("rest", s.max_connections as usize);
@@ -169,7 +171,7 @@ impl Application {
                 max_request_bytes: s.max_request_bytes as usize,
                 max_response_bytes: s.max_response_bytes,
                 max_lookups_in_flight: s.max_lookups_in_flight,
-                max_concurrent_requests: s.max_concurrent_requests,
+                limiter: limiter.clone(),
                 max_concurrent_streams: s.max_concurrent_streams,
                 send_gzip: s.grpc_gzip,
                 conn: limits,
@@ -187,6 +189,7 @@ impl Application {
                 max_in_flight: s.max_lookups_in_flight,
                 max_connections: s.max_tcp_connections as usize,
                 conn: limits,
+                limiter,
             },
             metrics,
             token.clone(),

@@ -37,7 +37,7 @@ use crate::service::Orders;
 use telemetry::metrics::RequestMetrics;
 
 /// Raw-TCP limits, all configurable.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TcpLimits {
     /// The largest request frame accepted, in bytes.
     pub max_frame_bytes: usize,
@@ -49,6 +49,9 @@ pub struct TcpLimits {
     /// Time bounds: a frame whole within `header_read`, a connection
     /// idle no longer than `idle`, the drain within `grace` plus 1 s.
     pub conn: negotiate::serve::ConnLimits,
+    /// The service's one limit of work in service: each lookup takes a
+    /// slot; past it, RESOURCE_EXHAUSTED in the lookup's answer.
+    pub limiter: negotiate::shed::Limiter,
 }
 
 /// A frame holding `msg`.
@@ -183,7 +186,7 @@ pub async fn serve(
         // Held for the connection's life; none left: refused with a frame.
         let slot = open.clone().try_acquire_owned().ok();
         let (orders, shutdown, metrics) = (orders.clone(), shutdown.clone(), metrics.clone());
-        let tls = tls.clone();
+        let (tls, limits) = (tls.clone(), limits.clone());
         tracker.spawn(async move {
             let served = match tls {
                 None => {
@@ -295,13 +298,19 @@ where
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
+        let Some(admitted) = limits.limiter.try_acquire() else {
+            let answer = crate::grpc::overloaded_lookup(request.request_id);
+            crate::grpc::record_lookup(&metrics, "tcp", &answer, Duration::ZERO);
+            let _ = tx.send(encode_frame(&answer)).await;
+            continue;
+        };
         let (orders, tx, metrics) = (orders.clone(), tx.clone(), metrics.clone());
         tokio::spawn(async move {
             let started = std::time::Instant::now();
             let answer = crate::grpc::lookup(&orders, request).await;
             crate::grpc::record_lookup(&metrics, "tcp", &answer, started.elapsed());
             let _ = tx.send(encode_frame(&answer)).await;
-            drop(permit);
+            drop((permit, admitted));
         });
     }
     drop(tx);

@@ -6,6 +6,9 @@
 //! service together (the in-memory store answers without ever yielding, so a
 //! two-thread runtime would never have more than two at once).
 
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};
@@ -141,5 +144,96 @@ async fn past_the_limit_grpc_calls_get_resource_exhausted_and_health_still_answe
     .expect("an answer in time")
     .expect("served");
     assert_eq!(again.into_inner().orders.len(), 10_000);
+    app.stop().await;
+}
+
+/// One raw-TCP answer frame.
+async fn read_frame(s: &mut tokio::net::TcpStream) -> pb2::LookupOrdersResponse {
+    use tokio::io::AsyncReadExt as _;
+    let len = s.read_u32().await.unwrap() as usize;
+    let mut buf = vec![0; len];
+    s.read_exact(&mut buf).await.unwrap();
+    <pb2::LookupOrdersResponse as prost::Message>::decode(&buf[..]).unwrap()
+}
+
+/// One limit for every surface: with the only slot held by a REST request
+/// whose body has not arrived, a gRPC call, a lookup on a bidi stream opened
+/// before, and a raw-TCP lookup are all refused at once with
+/// RESOURCE_EXHAUSTED (the lookups in their answers, the streams going on);
+/// once the slot is free, the same stream and connection are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_on_streams_and_connections_share_the_one_limit() {
+    use tokio::io::AsyncWriteExt as _;
+    let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 1).await;
+    let user = "00000000-0000-0000-0000-000000000010";
+    let lookup = |id| pb2::LookupOrdersRequest {
+        request_id: id,
+        user_id: user.into(),
+        page_size: 1,
+        ..Default::default()
+    };
+    // A bidi stream and a raw-TCP connection, each served once while the
+    // slot is free.
+    let mut g = app.grpc_v2().await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(lookup(1)).await.unwrap();
+    let mut answers = g
+        .lookup_orders(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answers.message().await.unwrap().unwrap().error.is_none());
+    let mut tcp = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
+    tcp.write_all(&order_service::tcp::encode_frame(&lookup(7)))
+        .await
+        .unwrap();
+    assert!(read_frame(&mut tcp).await.error.is_none());
+
+    // The slot taken: a create whose body stops short.
+    let mut hold = tokio::net::TcpStream::connect(app.rest).await.unwrap();
+    hold.write_all(
+        b"POST /v2/orders HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nidempotency-key: k\r\ncontent-length: 100\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let s = g
+        .list_orders(pb2::ListOrdersRequest {
+            user_id: user.into(),
+            page_size: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+    let exhausted = Some(tonic::Code::ResourceExhausted as i32);
+    tx.send(lookup(2)).await.unwrap();
+    let refused = answers.message().await.unwrap().unwrap();
+    assert_eq!(
+        (refused.request_id, refused.error.map(|e| e.code)),
+        (2, exhausted)
+    );
+    tcp.write_all(&order_service::tcp::encode_frame(&lookup(8)))
+        .await
+        .unwrap();
+    let refused = read_frame(&mut tcp).await;
+    assert_eq!(
+        (refused.request_id, refused.error.map(|e| e.code)),
+        (8, exhausted)
+    );
+
+    // The slot frees: the same stream and connection are served again.
+    drop(hold);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tx.send(lookup(3)).await.unwrap();
+    let served = answers.message().await.unwrap().unwrap();
+    assert!(served.error.is_none(), "{served:?}");
+    assert_eq!(served.orders.len(), 1);
+    tcp.write_all(&order_service::tcp::encode_frame(&lookup(9)))
+        .await
+        .unwrap();
+    let served = read_frame(&mut tcp).await;
+    assert!(served.error.is_none(), "{served:?}");
     app.stop().await;
 }

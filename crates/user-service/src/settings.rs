@@ -149,9 +149,11 @@ pub struct Settings {
     #[arg(long, env = "USER_UPSTREAM_TIMEOUT_MS", default_value_t = 5000)]
     pub upstream_timeout_ms: u64,
 
-    /// Requests in service at once, per listener (REST; gRPC); past it a
-    /// request is answered at once with 503 / RESOURCE_EXHAUSTED instead of
-    /// queueing. Health, metrics and reflection are never refused.
+    /// Work in service at once, one limit for the whole service: REST requests and gRPC calls
+    /// count
+    /// against it. Past it the work is refused at once with 503 /
+    /// RESOURCE_EXHAUSTED instead of queueing. Health, metrics and
+    /// reflection are never refused.
     #[arg(long, env = "USER_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
     pub max_concurrent_requests: usize,
 

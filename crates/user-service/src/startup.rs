@@ -104,7 +104,8 @@ impl Application {
             state: AppState {
                 service: Service::new(store, upstreams),
                 metrics,
-                max_concurrent_requests: settings.max_concurrent_requests,
+                // One limit of work in service for REST and gRPC alike.
+                limiter: negotiate::shed::Limiter::new(settings.max_concurrent_requests),
                 max_request_bytes: settings.max_request_bytes as usize,
             },
         })
@@ -195,11 +196,8 @@ impl Application {
                 negotiate::preface::oversize_is_resource_exhausted::<tonic::body::Body>,
             ))
             .layer(
-                negotiate::shed::ShedLayer::new(
-                    self.state.max_concurrent_requests,
-                    crate::grpc::overloaded,
-                )
-                .exempt(&["/grpc.health.", "/grpc.reflection."]),
+                negotiate::shed::ShedLayer::shared(&self.state.limiter, crate::grpc::overloaded)
+                    .exempt(&["/grpc.health.", "/grpc.reflection."]),
             )
             .add_service(health_service)
             .add_service(reflection)

@@ -36,8 +36,9 @@ pub struct RestState {
     pub max_body_bytes: usize,
     /// Requests served on every API, for /metrics.
     pub metrics: Arc<RequestMetrics>,
-    /// API requests in service at once; past it, 503 `overloaded` at once.
-    pub max_concurrent_requests: usize,
+    /// The service's one limit of work in service (shared with gRPC and
+    /// the streams' lookups); past it, 503 `overloaded` at once.
+    pub limiter: negotiate::shed::Limiter,
 }
 
 /// The REST router.
@@ -48,8 +49,8 @@ pub fn router(state: RestState) -> Router {
         .route("/v1/orders", get(list_orders_v1))
         // Only the routes above are shed: health checks and /metrics still
         // answer on an overloaded instance, which is alive and worth watching.
-        .route_layer(negotiate::shed::ShedLayer::new(
-            state.max_concurrent_requests,
+        .route_layer(negotiate::shed::ShedLayer::shared(
+            &state.limiter,
             negotiate::shed::overloaded,
         ))
         .route("/healthz", get(healthz))

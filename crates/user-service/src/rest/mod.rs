@@ -52,8 +52,9 @@ pub const X_UPSTREAM_CALLS: HeaderName = HeaderName::from_static("x-upstream-cal
 pub struct AppState {
     pub service: Service,
     pub metrics: Arc<Metrics>,
-    /// API requests in service at once; past it, 503 `overloaded` at once.
-    pub max_concurrent_requests: usize,
+    /// The service's one limit of API requests in service, shared by REST
+    /// and gRPC; past it, 503 `overloaded` at once.
+    pub limiter: negotiate::shed::Limiter,
     /// The largest request body read (USER_MAX_REQUEST_BYTES); more is 413.
     pub max_request_bytes: usize,
 }
@@ -67,8 +68,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/orders", get(orders_of_users))
         // Only the routes above are shed: health checks and /metrics still
         // answer on an overloaded instance, which is alive and worth watching.
-        .route_layer(negotiate::shed::ShedLayer::new(
-            state.max_concurrent_requests,
+        .route_layer(negotiate::shed::ShedLayer::shared(
+            &state.limiter,
             negotiate::shed::overloaded,
         ))
         .route("/healthz", get(|| async { "ok" }))
