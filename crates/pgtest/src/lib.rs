@@ -16,7 +16,10 @@
 //! - this file: [`fresh_database`] and [`TestDb`];
 //! - [`proxy`]: a TCP proxy a test can cut or make kill connections, to put
 //!   between a service and Postgres (or another service).
+//! - [`flood`]: floods of bad connections (idle, trickling, announcing large
+//!   frames) for the services' flood tests.
 
+pub mod flood;
 pub mod proxy;
 pub mod schemathesis;
 

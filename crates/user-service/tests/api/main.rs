@@ -6,6 +6,7 @@
 
 mod budget;
 mod caps;
+mod flood;
 mod helpers;
 mod many_users;
 mod over_tls;

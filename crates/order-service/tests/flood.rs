@@ -1,0 +1,116 @@
+//! A thousand bad connections of each kind against every listener, one kind
+//! at a time: idle, trickling a request, and (raw TCP) announcing a 1 MiB
+//! frame. While each flood is on, the process grows by under 64 MiB and a
+//! well-behaved client is answered on the flooded listener. Bounded in
+//! count (1,000 a kind) and time (about a second of trickle a kind).
+
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, TestApp, spawn};
+use pgtest::flood::{self, Kind};
+use proto::order::v2 as pb2;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const N: usize = 1_000;
+const USER: &str = "00000000-0000-0000-0000-000000000010";
+
+/// A good request on `listener` is answered with the 10 orders asked for.
+async fn good_client_is_answered(app: &TestApp, listener: &str) {
+    match listener {
+        "rest" => {
+            let res = app
+                .h1()
+                .get(app.url(&format!("/v2/orders?user_id={USER}&limit=10")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+        }
+        "grpc" => {
+            let page = app
+                .grpc_v2()
+                .await
+                .list_orders(pb2::ListOrdersRequest {
+                    user_id: USER.into(),
+                    page_size: 10,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(page.orders.len(), 10);
+        }
+        _ => {
+            let mut c = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
+            let req = pb2::LookupOrdersRequest {
+                request_id: 1,
+                user_id: USER.into(),
+                page_size: 10,
+                ..Default::default()
+            };
+            c.write_all(&order_service::tcp::encode_frame(&req))
+                .await
+                .unwrap();
+            let len = c.read_u32().await.unwrap() as usize;
+            let mut buf = vec![0; len];
+            c.read_exact(&mut buf).await.unwrap();
+            let a = <pb2::LookupOrdersResponse as prost::Message>::decode(&buf[..]).unwrap();
+            assert_eq!(a.orders.len(), 10, "{a:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() {
+    let app = spawn(Backend::Memory).await;
+    for listener in ["rest", "grpc", "tcp"] {
+        good_client_is_answered(&app, listener).await;
+    }
+    let baseline = flood::rss_kib();
+    let trickle_head: &[u8] = b"GET /v2/orders HTTP/1.1\r\nx-slow: ";
+    let trickle_preface: &[u8] = b"PRI * HTTP/2.0\r\n";
+    let floods = [
+        ("rest", app.rest, Kind::Idle),
+        (
+            "rest",
+            app.rest,
+            Kind::Trickle {
+                first: trickle_head,
+            },
+        ),
+        ("grpc", app.grpc, Kind::Idle),
+        (
+            "grpc",
+            app.grpc,
+            Kind::Trickle {
+                first: trickle_preface,
+            },
+        ),
+        ("tcp", app.tcp, Kind::Idle),
+        ("tcp", app.tcp, Kind::LargeFrame { bytes: 1 << 20 }),
+    ];
+    for (listener, addr, kind) in floods {
+        let mut conns = flood::open(addr, N, kind).await;
+        if matches!(kind, Kind::Trickle { .. }) {
+            flood::trickle(&mut conns, 5, Duration::from_millis(200)).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let grown_mib = flood::rss_kib().saturating_sub(baseline) / 1024;
+        assert!(
+            grown_mib < 64,
+            "{listener} {kind:?}: RSS grew by {grown_mib} MiB with {} connections",
+            conns.len()
+        );
+        good_client_is_answered(&app, listener).await;
+        drop(conns);
+        // Let the server see them go before the next kind.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    app.stop().await;
+}
