@@ -270,6 +270,15 @@ async fn serve_connection<I>(
             return;
         }
     }
+    // HTTP/2 gets GOAWAY at once: it names the last stream served, so no
+    // request is lost. HTTP/1.1 has no such message: an idle connection
+    // gets `grace` to send one more request, answered with
+    // `Connection: close` (closing it now could reset a request already on
+    // the wire).
+    if activity.h2.load(Ordering::Relaxed) {
+        conn.as_mut().graceful_shutdown();
+        return log_end(conn.await);
+    }
     tokio::select! {
         r = conn.as_mut() => return log_end(r),
         () = tokio::time::sleep(limits.grace) => {}
@@ -763,5 +772,45 @@ mod tests {
             .expect("no panic")
             .expect("no error");
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn at_shutdown_http2_gets_goaway_at_once_and_idle_http1_its_grace() {
+        let mut l = limits(60_000, 60_000, 60_000);
+        l.grace = Duration::from_secs(3);
+        let (addr, stop, _server) = bounded(l).await;
+        let mut h2 = TcpStream::connect(addr).await.expect("connects");
+        h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            .await
+            .expect("writes");
+        let mut h1 = TcpStream::connect(addr).await.expect("connects");
+        h1.write_all(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .expect("writes");
+        let mut buf = [0u8; 512];
+        let n = h1.read(&mut buf).await.expect("answered");
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        let _ = stop.send(());
+        // A GOAWAY frame (length 8, type 7) arrives at once, not after the grace.
+        let mut got = Vec::new();
+        let goaway = tokio::time::timeout(Duration::from_millis(1500), async {
+            let mut chunk = [0u8; 1024];
+            loop {
+                let n = h2.read(&mut chunk).await.expect("reads");
+                assert!(n > 0, "closed before a GOAWAY: {got:?}");
+                got.extend_from_slice(&chunk[..n]);
+                if got.windows(4).any(|w| w == [0, 0, 8, 7]) {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(goaway.is_ok(), "no GOAWAY within 1.5 s");
+        assert!(started.elapsed() < Duration::from_millis(1500));
+        // The idle HTTP/1.1 connection is still open within its grace.
+        let still = tokio::time::timeout(Duration::from_millis(500), h1.read(&mut buf)).await;
+        assert!(still.is_err(), "closed before its grace: {still:?}");
     }
 }
