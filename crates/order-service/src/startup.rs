@@ -144,8 +144,9 @@ impl Application {
         let limits = s.conn_limits();
         let rest_cap = negotiate::cap::ConnCap::new("rest", s.max_connections as usize);
         let grpc_cap = negotiate::cap::ConnCap::new("grpc", s.max_connections as usize);
+        let tcp_cap = negotiate::cap::ConnCap::new("tcp", s.max_tcp_connections as usize);
         {
-            let caps = [rest_cap.clone(), grpc_cap.clone()];
+            let caps = [rest_cap.clone(), grpc_cap.clone(), tcp_cap.clone()];
             metrics.add_section(move |out| negotiate::cap::render(out, "order", &caps));
         }
         let rest = tokio::spawn({
@@ -194,6 +195,7 @@ impl Application {
             metrics,
             token.clone(),
             tcp_tls,
+            tcp_cap,
         ));
         // Stop on the signal, or as soon as one server fails.
         let watcher = {

@@ -29,7 +29,7 @@ use prost::Message as _;
 use proto::order::v2 as pb2;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _, BufReader, BufWriter};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -166,9 +166,12 @@ pub async fn serve(
     metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
     tls: Option<tls::Acceptor>,
+    cap: negotiate::cap::ConnCap,
 ) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
-    let open = Arc::new(Semaphore::new(limits.max_connections));
+    // `open` refuses past `limits.max_connections`, logging at most once a
+    // second; its counts are on /metrics.
+    let open = cap;
     loop {
         let (socket, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -184,7 +187,7 @@ pub async fn serve(
         };
         let _ = socket.set_nodelay(true);
         // Held for the connection's life; none left: refused with a frame.
-        let slot = open.clone().try_acquire_owned().ok();
+        let slot = open.admit();
         let (orders, shutdown, metrics) = (orders.clone(), shutdown.clone(), metrics.clone());
         let (tls, limits) = (tls.clone(), limits.clone());
         tracker.spawn(async move {
@@ -231,7 +234,7 @@ async fn connection<R, W>(
     limits: TcpLimits,
     metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
-    slot: Option<OwnedSemaphorePermit>,
+    slot: Option<negotiate::cap::Admitted>,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -326,7 +329,6 @@ async fn refuse<R: AsyncRead + Unpin>(
     max: usize,
     metrics: &RequestMetrics,
 ) -> std::io::Result<()> {
-    tracing::debug!(max, "raw-TCP connection refused: at the connection limit");
     metrics.record("tcp", "connect", "grpc-8", false, Duration::ZERO);
     let msg = format!(
         "too many raw-TCP connections: the limit is {max} (ORDER_MAX_TCP_CONNECTIONS); retry later"

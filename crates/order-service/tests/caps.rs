@@ -121,6 +121,14 @@ async fn a_raw_tcp_connection_past_the_limit_gets_one_error_frame_and_is_closed_
         .parse()
         .unwrap();
     assert!(refused >= 1, "{refused}");
+    // The same refusals, under the listener's connection counts.
+    let by_listener: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"order_connections_refused_total{listener="tcp"} "#))
+        .expect("the raw-TCP listener's refusals")
+        .parse()
+        .unwrap();
+    assert_eq!(by_listener, refused);
     app.stop().await;
 }
 
