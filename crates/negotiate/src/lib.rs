@@ -16,11 +16,14 @@
 //! - [`serve`]: serving a router with a shutdown that loses no request.
 
 pub mod cap;
+pub mod db;
 pub mod deadline;
 pub mod health;
 pub mod preface;
 pub mod serve;
 pub mod shed;
+pub mod signal;
+pub mod supervise;
 
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};

@@ -142,7 +142,7 @@ pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// waits for every connection with no deadline.
 pub async fn bounded_drain<E>(
     serving: impl std::future::Future<Output = Result<(), E>>,
-    shutdown: &tokio_util::sync::CancellationToken,
+    shutdown: tokio_util::sync::CancellationToken,
     conn: crate::serve::ConnLimits,
 ) -> Result<(), E> {
     tokio::pin!(serving);

@@ -469,7 +469,7 @@ pub async fn serve(
             }
         }
     };
-    let served = negotiate::preface::bounded_drain(serving, &shutdown, conn).await;
+    let served = negotiate::preface::bounded_drain(serving, shutdown.clone(), conn).await;
     readiness.abort();
     served?;
     Ok(())

@@ -149,7 +149,7 @@ impl Application {
             let caps = [rest_cap.clone(), grpc_cap.clone(), tcp_cap.clone()];
             metrics.add_section(move |out| negotiate::cap::render(out, "order", &caps));
         }
-        let rest = tokio::spawn({
+        let rest = {
             let t = token.clone();
             let listener = self.rest;
             async move {
@@ -162,10 +162,10 @@ impl Application {
                     rest_tls,
                 )
                 .await
-                .context("serving REST")
+                .map_err(anyhow::Error::from)
             }
-        });
-        let grpc = tokio::spawn(crate::grpc::serve(
+        };
+        let grpc = crate::grpc::serve(
             self.grpc,
             self.orders.clone(),
             GrpcLimits {
@@ -181,8 +181,8 @@ impl Application {
             token.clone(),
             grpc_tls,
             grpc_cap,
-        ));
-        let tcp = tokio::spawn(crate::tcp::serve(
+        );
+        let tcp = crate::tcp::serve(
             self.tcp,
             self.orders.clone(),
             TcpLimits {
@@ -196,32 +196,18 @@ impl Application {
             token.clone(),
             tcp_tls,
             tcp_cap,
-        ));
-        // Stop on the signal, or as soon as one server fails.
-        let watcher = {
-            let t = token.clone();
-            tokio::spawn(async move {
-                shutdown.await;
-                tracing::info!("shutting down: draining requests in flight");
-                t.cancel();
-            })
-        };
-        let mut first_error = None;
-        for (name, handle) in [("REST", rest), ("gRPC", grpc), ("raw-TCP", tcp)] {
-            let result = handle
-                .await
-                .with_context(|| format!("the {name} server panicked"))
-                .and_then(|r| r);
-            if let Err(e) = result {
-                token.cancel();
-                first_error.get_or_insert(e);
-            }
-        }
-        watcher.abort();
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        );
+        // The signal stops every listener; so does the first to fail.
+        negotiate::supervise::supervise(
+            shutdown,
+            token,
+            vec![
+                ("REST", Box::pin(rest)),
+                ("gRPC", Box::pin(grpc)),
+                ("raw TCP", Box::pin(tcp)),
+            ],
+        )
+        .await
     }
 }
 
@@ -259,24 +245,5 @@ fn tls_acceptors(
     acceptors.map(|(_, a)| Some(a))
 }
 
-/// Completes on ctrl-c or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-}
+/// Completes on Ctrl-C or SIGTERM: the one both services share.
+pub use negotiate::signal::shutdown_signal;

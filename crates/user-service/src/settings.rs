@@ -60,20 +60,8 @@ pub struct DatabaseUrl(pub String);
 impl DatabaseUrl {
     /// The URL with any password replaced by `***`, for logs.
     pub fn redacted(&self) -> String {
-        match url_parts(&self.0) {
-            Some((scheme, userinfo, rest)) => match userinfo.split_once(':') {
-                Some((user, _)) => format!("{scheme}://{user}:***@{rest}"),
-                None => self.0.clone(),
-            },
-            None => self.0.clone(),
-        }
+        negotiate::db::redact(&self.0)
     }
-}
-
-fn url_parts(url: &str) -> Option<(&str, &str, &str)> {
-    let (scheme, after) = url.split_once("://")?;
-    let (userinfo, rest) = after.split_once('@')?;
-    Some((scheme, userinfo, rest))
 }
 
 impl std::fmt::Debug for DatabaseUrl {

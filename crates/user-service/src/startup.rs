@@ -133,12 +133,6 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let stop = CancellationToken::new();
-        let trigger = stop.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            tracing::info!("shutting down");
-            trigger.cancel();
-        });
         tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, tls = self.tls.is_some(), "user-service listening");
         let (rest_tls, grpc_tls) = self.tls_acceptors();
 
@@ -235,23 +229,20 @@ impl Application {
                 }
             }
         };
-        let grpc = negotiate::preface::bounded_drain(serving, &stop, conn);
+        let grpc = negotiate::preface::bounded_drain(serving, stop.clone(), conn);
 
-        // Whichever server ends first (an error) stops the other one too.
-        let (rest, grpc) = tokio::join!(
-            async {
-                let r = rest.await.context("serving REST");
-                stop.cancel();
-                r
-            },
-            async {
-                let r = grpc.await.context("serving gRPC");
-                stop.cancel();
-                r
-            }
-        );
+        // The signal stops both listeners; so does the first to fail.
+        let served = negotiate::supervise::supervise(
+            shutdown,
+            stop,
+            vec![
+                ("REST", Box::pin(async move { Ok(rest.await?) })),
+                ("gRPC", Box::pin(async move { Ok(grpc.await?) })),
+            ],
+        )
+        .await;
         readiness.abort();
-        rest.and(grpc)
+        served
     }
 }
 
@@ -280,30 +271,5 @@ impl Application {
     }
 }
 
-/// Resolves on ctrl-c or SIGTERM: the one shutdown signal of `main`.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for ctrl-c");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-}
+/// Completes on Ctrl-C or SIGTERM: the one both services share.
+pub use negotiate::signal::shutdown_signal;

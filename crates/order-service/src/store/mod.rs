@@ -13,12 +13,8 @@ use std::sync::Arc;
 use model::{FieldSet, NewOrder, Order, PageToken};
 use uuid::Uuid;
 
-/// The time a new order is stamped with, cut to the microsecond Postgres
-/// keeps, so that what a create returns is what a later read returns.
-pub fn now() -> chrono::DateTime<chrono::Utc> {
-    use chrono::SubsecRound as _;
-    chrono::Utc::now().trunc_subsecs(6)
-}
+/// The time a new order is stamped with: both services' one stamp.
+pub use negotiate::db::now;
 
 /// One page of one user's orders, as the store is asked for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,20 +88,11 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
-            // The server going away mid-query (shutdown, restart, crash).
-            sqlx::Error::Database(ref d)
-                if d.code()
-                    .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")) =>
-            {
-                StoreError::Unavailable(e)
+        match negotiate::db::classify(&e) {
+            negotiate::db::Failure::Unavailable => StoreError::Unavailable(e),
+            negotiate::db::Failure::Other => {
+                StoreError::Other(anyhow::Error::new(e).context("querying Postgres"))
             }
-            other => StoreError::Other(anyhow::Error::new(other).context("querying Postgres")),
         }
     }
 }

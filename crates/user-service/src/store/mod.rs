@@ -26,21 +26,11 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
-            // The server ending the connection mid-query: a restart or a
-            // shutdown (57P01 admin_shutdown …) or a lost connection (08…).
-            sqlx::Error::Database(ref d)
-                if d.code()
-                    .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")) =>
-            {
-                StoreError::Unavailable(e)
+        match negotiate::db::classify(&e) {
+            negotiate::db::Failure::Unavailable => StoreError::Unavailable(e),
+            negotiate::db::Failure::Other => {
+                StoreError::Other(anyhow::Error::new(e).context("querying the users database"))
             }
-            e => StoreError::Other(anyhow::Error::new(e).context("querying the users database")),
         }
     }
 }
@@ -63,9 +53,5 @@ pub trait UserStore: Send + Sync {
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>>;
 }
 
-/// The time a new user is stamped with, cut to the microsecond Postgres
-/// keeps, so that what a registration returns is what a later read returns.
-pub fn now() -> chrono::DateTime<chrono::Utc> {
-    use chrono::SubsecRound as _;
-    chrono::Utc::now().trunc_subsecs(6)
-}
+/// The time a new user is stamped with: both services' one stamp.
+pub use negotiate::db::now;
