@@ -17,6 +17,17 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 use model::{Address, Currency, Order, OrderStatus};
 use uuid::Uuid;
 
+/// A version of the data set: a hash (FNV-1a) of this generator's source,
+/// for names that must change when the data set does (the test databases'
+/// templates).
+pub fn version() -> String {
+    let src = include_str!("lib.rs");
+    let h = src.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("dataset-{h:016x}")
+}
+
 /// The order counts of the users with fixed ids.
 pub const FIXED_COUNTS: [u32; 6] = [0, 1, 10, 100, 1_000, 10_000];
 

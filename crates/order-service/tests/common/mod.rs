@@ -42,13 +42,18 @@ pub fn init_test_log() {
 /// A database of this test's own, holding the migrated schema and the data set.
 pub async fn orders_database() -> pgtest::TestDb {
     let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/orders");
-    pgtest::fresh_database("orders", &migrations, "dataset-v1", |url| async move {
-        let pool = sqlx::PgPool::connect(&url).await?;
-        order_service::store::postgres::MIGRATOR.run(&pool).await?;
-        PgStore::from_pool(pool.clone()).seed().await?;
-        pool.close().await;
-        Ok(())
-    })
+    pgtest::fresh_database(
+        "orders",
+        &migrations,
+        &dataset::version(),
+        |url| async move {
+            let pool = sqlx::PgPool::connect(&url).await?;
+            order_service::store::postgres::MIGRATOR.run(&pool).await?;
+            PgStore::from_pool(pool.clone()).seed().await?;
+            pool.close().await;
+            Ok(())
+        },
+    )
     .await
     .expect("a test database (is Postgres running on 127.0.0.1:5432?)")
 }

@@ -28,24 +28,13 @@ pub fn init_test_log() {
     }
 }
 
-/// A version of the data set for the template names: a hash of the
-/// generator's source, so that a changed data set builds new templates
-/// instead of comparing against stale ones.
-fn dataset_version() -> String {
-    let src = include_str!("../../../dataset/src/lib.rs");
-    let h = src.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("dataset-{h:016x}")
-}
-
 /// order-service's database: migrated and seeded with the data set.
 pub async fn orders_database() -> pgtest::TestDb {
     let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/orders");
     pgtest::fresh_database(
         "orders",
         &migrations,
-        &dataset_version(),
+        &dataset::version(),
         |url| async move {
             let pool = sqlx::PgPool::connect(&url).await?;
             order_service::store::postgres::MIGRATOR.run(&pool).await?;
@@ -63,15 +52,20 @@ pub async fn orders_database() -> pgtest::TestDb {
 /// user-service's database: migrated and seeded with the data set's users.
 pub async fn users_database() -> pgtest::TestDb {
     let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/users");
-    pgtest::fresh_database("users", &migrations, &dataset_version(), |url| async move {
-        let pool = sqlx::PgPool::connect(&url).await?;
-        user_service::store::postgres::MIGRATOR.run(&pool).await?;
-        user_service::store::postgres::PgStore::from_pool(pool.clone())
-            .seed()
-            .await?;
-        pool.close().await;
-        Ok(())
-    })
+    pgtest::fresh_database(
+        "users",
+        &migrations,
+        &dataset::version(),
+        |url| async move {
+            let pool = sqlx::PgPool::connect(&url).await?;
+            user_service::store::postgres::MIGRATOR.run(&pool).await?;
+            user_service::store::postgres::PgStore::from_pool(pool.clone())
+                .seed()
+                .await?;
+            pool.close().await;
+            Ok(())
+        },
+    )
     .await
     .expect("a users test database (is Postgres running on 127.0.0.1:5432?)")
 }
