@@ -33,8 +33,8 @@ async fn sigterm_under_load_answers_every_request_sent_and_exits_zero() {
     // an idle connection is closed, so the test gives its callers, which
     // never idle on purpose, a grace no scheduling hiccup of a loaded CI
     // machine can outlast.
-    let (mut proc, ready) = common::start_binary(&[("ORDER_SHUTDOWN_GRACE_MS", "10000")]).await;
-    let rest = ready["rest"].as_str().unwrap().to_owned();
+    let proc = common::start_binary(&[("ORDER_SHUTDOWN_GRACE_MS", "10000")]).await;
+    let rest = proc.addr("rest");
 
     let url = format!("http://{rest}/v2/orders?user_id={USER}&limit=1000");
     let answered = Arc::new(AtomicUsize::new(0));
@@ -88,7 +88,7 @@ async fn sigterm_under_load_answers_every_request_sent_and_exits_zero() {
     .await
     .expect("the load gets going");
 
-    let exit = common::sigterm(&mut proc).await;
+    let exit = proc.sigterm().await;
 
     let mut total = Tally::default();
     for c in callers {

@@ -145,13 +145,13 @@ async fn raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_me
 /// before the signal. The process still exits within its grace plus 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_the_process_in_time_whatever_its_clients_do() {
-    let (mut proc, ready) = start_binary(&[
+    let proc = start_binary(&[
         ("ORDER_SHUTDOWN_GRACE_MS", "500"),
         ("ORDER_HEADER_READ_TIMEOUT_MS", "60000"),
         ("ORDER_IDLE_TIMEOUT_MS", "60000"),
     ])
     .await;
-    let addr = |k: &str| ready[k].as_str().unwrap().to_owned();
+    let addr = |k: &str| proc.addr(k);
     let mut trickle = TcpStream::connect(addr("rest")).await.unwrap();
     trickle
         .write_all(b"GET /v2/orders HTTP/1.1\r\n")
@@ -178,7 +178,7 @@ async fn sigterm_ends_the_process_in_time_whatever_its_clients_do() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let status = common::sigterm(&mut proc).await;
+    let status = proc.sigterm().await;
     assert!(status.success(), "{status:?}");
     assert!(
         started.elapsed() < Duration::from_secs(10),

@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 
 struct Child {
-    proc: tokio::process::Child,
+    proc: common::Proc,
     rest: String,
     grpc: String,
     tcp: String,
@@ -27,23 +27,22 @@ struct Child {
 
 /// Starts the real binary on Postgres, exporting to `collector`.
 async fn start(db_url: &str, collector: &Collector, ratio: &str) -> Child {
-    let (proc, ready) = common::start_binary(&[
+    let proc = common::start_binary(&[
         ("ORDER_DATABASE_URL", db_url),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
         ("OTEL_TRACES_SAMPLER_ARG", ratio),
     ])
     .await;
-    let addr = |k: &str| ready[k].as_str().unwrap().to_owned();
     Child {
-        rest: addr("rest"),
-        grpc: addr("grpc"),
-        tcp: addr("tcp"),
+        rest: proc.addr("rest"),
+        grpc: proc.addr("grpc"),
+        tcp: proc.addr("tcp"),
         proc,
     }
 }
 
-async fn stop(mut c: Child) {
-    let exit = common::sigterm(&mut c.proc).await;
+async fn stop(c: Child) {
+    let exit = c.proc.sigterm().await;
     assert!(exit.success(), "order-service exited with {exit}");
 }
 

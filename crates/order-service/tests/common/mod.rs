@@ -29,15 +29,7 @@ pub struct TestApp {
     pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
-/// Logs go to the test output when TEST_LOG is set.
-pub fn init_test_log() {
-    if std::env::var_os("TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
-}
+pub use pgtest::process::{Proc, init_test_log};
 
 /// A database of this test's own, holding the migrated schema and the data set.
 pub async fn orders_database() -> pgtest::TestDb {
@@ -159,52 +151,19 @@ pub fn expected_orders(count: u32) -> Vec<model::Order> {
     dataset::orders_of(&u)
 }
 
-/// The real order-service binary, listening on port 0 with `env` set (and no
-/// database unless `env` names one). Returns the process and the fields of
-/// its "ready to serve" log line: `rest`, `grpc` and `tcp` addresses.
-pub async fn start_binary(env: &[(&str, &str)]) -> (tokio::process::Child, serde_json::Value) {
-    use tokio::io::AsyncBufReadExt as _;
-    let mut proc = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
-        .env("ORDER_REST_ADDR", "127.0.0.1:0")
-        .env("ORDER_GRPC_ADDR", "127.0.0.1:0")
-        .env("ORDER_TCP_ADDR", "127.0.0.1:0")
-        .env_remove("ORDER_DATABASE_URL")
-        .env("LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(proc.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if v["fields"]["message"] == "order-service ready to serve" {
-                return v["fields"].clone();
-            }
-        }
-        panic!("order-service exited before it was ready");
-    })
+/// The real order-service binary, listening on port 0 with `env` set (and
+/// no database unless `env` names one), ready to serve: its addresses are
+/// `rest`, `grpc` and `tcp`.
+pub async fn start_binary(env: &[(&str, &str)]) -> Proc {
+    let mut all: Vec<(&str, String)> = ["ORDER_REST_ADDR", "ORDER_GRPC_ADDR", "ORDER_TCP_ADDR"]
+        .into_iter()
+        .map(|k| (k, "127.0.0.1:0".to_owned()))
+        .collect();
+    all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    pgtest::process::start_binary(
+        std::path::Path::new(env!("CARGO_BIN_EXE_order-service")),
+        &all,
+        "order-service ready to serve",
+    )
     .await
-    .unwrap();
-    // Keep draining the log so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (proc, ready)
-}
-
-/// Sends SIGTERM, so that the service drains and flushes its spans, and
-/// waits for it to exit (30 s at most).
-pub async fn sigterm(proc: &mut tokio::process::Child) -> std::process::ExitStatus {
-    let pid = proc.id().unwrap().to_string();
-    let kill = tokio::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .unwrap();
-    assert!(kill.success());
-    tokio::time::timeout(std::time::Duration::from_secs(30), proc.wait())
-        .await
-        .expect("order-service exits within 30 s of SIGTERM")
-        .unwrap()
 }

@@ -19,14 +19,7 @@ use user_service::metrics::{Metrics, TransportSnapshot};
 use user_service::upstream::Transport;
 use uuid::Uuid;
 
-pub fn init_test_log() {
-    if std::env::var_os("TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
-}
+pub use pgtest::process::{init_test_log, start_binary};
 
 /// order-service's database: migrated and seeded with the data set.
 pub async fn orders_database() -> pgtest::TestDb {
@@ -333,74 +326,5 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
             "timed out waiting until {what}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A service binary, running, with the fields of the log line it wrote
-/// when ready (its addresses).
-pub struct Proc {
-    child: tokio::process::Child,
-    ready: serde_json::Value,
-}
-
-/// Starts `bin` with `env` and waits for its `ready_message` log line.
-pub async fn start_binary(
-    bin: &std::path::Path,
-    env: &[(&str, String)],
-    ready_message: &str,
-) -> Proc {
-    use tokio::io::AsyncBufReadExt as _;
-    assert!(
-        bin.exists(),
-        "{} is not built: the workspace test command builds it (cargo build -p order-service)",
-        bin.display()
-    );
-    let mut child = tokio::process::Command::new(bin)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .env("LOG_FORMAT", "json")
-        .env("USER_LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if v["fields"]["message"] == ready_message {
-                return v["fields"].clone();
-            }
-        }
-        panic!("{} exited before it was ready", bin.display());
-    })
-    .await
-    .unwrap();
-    // Keep draining the log so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Proc { child, ready }
-}
-
-impl Proc {
-    /// An address from the ready line: `rest`, `grpc`, `tcp`.
-    pub fn addr(&self, key: &str) -> String {
-        self.ready[key].as_str().unwrap().to_owned()
-    }
-
-    /// SIGTERM, so the service drains (and flushes its spans), then its
-    /// exit status (30 s at most).
-    pub async fn sigterm(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().unwrap().to_string();
-        let ok = tokio::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .await
-            .unwrap()
-            .success();
-        assert!(ok);
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .expect("the service exits within 30 s of SIGTERM")
-            .unwrap()
     }
 }

@@ -1,0 +1,88 @@
+//! The services' binaries under test, and the tests' log: what both
+//! services' black-box tests share.
+
+use std::path::Path;
+use std::time::Duration;
+
+/// Logs go to the test output when `TEST_LOG` is set.
+pub fn init_test_log() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// A service binary, running, with the fields of the log line it wrote
+/// when ready (its addresses).
+pub struct Proc {
+    child: tokio::process::Child,
+    ready: serde_json::Value,
+}
+
+/// Starts `bin` with exactly `env` (plus `PATH`, JSON logs at info: the
+/// caller's shell cannot change what is tested) and waits, 30 s at most,
+/// for its `ready_message` log line.
+pub async fn start_binary(bin: &Path, env: &[(&str, String)], ready_message: &str) -> Proc {
+    use tokio::io::AsyncBufReadExt as _;
+    assert!(
+        bin.exists(),
+        "{} is not built: the workspace test command builds it (cargo build -p order-service -p user-service)",
+        bin.display()
+    );
+    let mut child = tokio::process::Command::new(bin)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LOG_FORMAT", "json")
+        .env("USER_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().expect("a piped stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["fields"]["message"] == ready_message {
+                return v["fields"].clone();
+            }
+        }
+        panic!("{} exited before it was ready", bin.display());
+    })
+    .await
+    .expect("the binary is ready within 30 s");
+    // Keep draining the log so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Proc { child, ready }
+}
+
+impl Proc {
+    /// An address from the ready line: `rest`, `grpc`, `tcp`.
+    pub fn addr(&self, key: &str) -> String {
+        self.ready[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {key:?} in the ready line {}", self.ready))
+            .to_owned()
+    }
+
+    /// SIGTERM, so the service drains (and flushes its spans), then its
+    /// exit status (30 s at most).
+    pub async fn sigterm(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("the process runs").to_string();
+        let ok = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -TERM {pid}");
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the service exits within 30 s of SIGTERM")
+            .expect("its exit status")
+    }
+}
