@@ -219,30 +219,19 @@ fn tls_acceptors(
     tls: Option<&tls::ServerTls>,
     metrics: &RequestMetrics,
 ) -> [Option<tls::Acceptor>; 3] {
-    let Some(tls) = tls else {
-        return [None, None, None];
-    };
-    let listeners: [(&str, &[&[u8]]); 3] = [
-        ("rest", tls::ALPN_H2_HTTP1),
-        ("grpc", tls::ALPN_H2_HTTP1),
-        ("tcp", &[]),
-    ];
-    let acceptors = listeners.map(|(name, alpn)| {
-        let counters = Arc::new(tls::HandshakeCounters::default());
-        (name, tls.acceptor(alpn, counters))
-    });
-    let counted: Vec<_> = acceptors
-        .iter()
-        .map(|(name, a)| (format!("listener=\"{name}\""), a.counters().clone()))
-        .collect();
-    metrics.add_section(move |out| {
-        let rows: Vec<_> = counted
-            .iter()
-            .map(|(l, c)| (l.clone(), c.snapshot()))
-            .collect();
-        tls::render_handshakes(out, "order", &rows);
-    });
-    acceptors.map(|(_, a)| Some(a))
+    let (acceptors, render) = tls::listener_acceptors(
+        tls,
+        [
+            ("rest", tls::ALPN_H2_HTTP1),
+            ("grpc", tls::ALPN_H2_HTTP1),
+            ("tcp", &[]),
+        ],
+        "order",
+    );
+    if let Some(render) = render {
+        metrics.add_section(render);
+    }
+    acceptors
 }
 
 /// Completes on Ctrl-C or SIGTERM: the one both services share.

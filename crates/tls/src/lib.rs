@@ -484,3 +484,34 @@ pub fn render_handshakes(out: &mut String, prefix: &str, rows: &[(String, Handsh
         );
     }
 }
+
+/// One acceptor per listener of a service, each offering its ALPN and
+/// counting its own handshakes, and the renderer of those counts as
+/// `{prefix}_tls_handshakes_total{listener=…}` (see [`render_handshakes`])
+/// for the service's `/metrics`. All `None`, and nothing to render, when
+/// TLS is off. Both services build their listeners' TLS this way.
+pub fn listener_acceptors<const N: usize>(
+    tls: Option<&ServerTls>,
+    listeners: [(&'static str, &'static [&'static [u8]]); N],
+    prefix: &'static str,
+) -> (
+    [Option<Acceptor>; N],
+    Option<impl Fn(&mut String) + Send + Sync + 'static>,
+) {
+    let Some(tls) = tls else {
+        return (std::array::from_fn(|_| None), None);
+    };
+    let acceptors = listeners.map(|(name, alpn)| (name, tls.acceptor(alpn, Arc::default())));
+    let counted: Vec<(String, Arc<HandshakeCounters>)> = acceptors
+        .iter()
+        .map(|(name, a)| (format!("listener=\"{name}\""), a.counters().clone()))
+        .collect();
+    let render = move |out: &mut String| {
+        let rows: Vec<_> = counted
+            .iter()
+            .map(|(l, c)| (l.clone(), c.snapshot()))
+            .collect();
+        render_handshakes(out, prefix, &rows);
+    };
+    (acceptors.map(|(_, a)| Some(a)), Some(render))
+}

@@ -251,23 +251,15 @@ impl Application {
     /// is on, their handshakes counted on `/metrics` as
     /// `user_tls_handshakes_total{listener=…}`.
     fn tls_acceptors(&self) -> (Option<tls::Acceptor>, Option<tls::Acceptor>) {
-        let Some(t) = &self.tls else {
-            return (None, None);
-        };
-        let rest = t.acceptor(tls::ALPN_H2_HTTP1, Arc::default());
-        let grpc = t.acceptor(tls::ALPN_H2, Arc::default());
-        let counted = [
-            ("listener=\"rest\"", rest.counters().clone()),
-            ("listener=\"grpc\"", grpc.counters().clone()),
-        ];
-        self.state.metrics.requests.add_section(move |out| {
-            let rows: Vec<_> = counted
-                .iter()
-                .map(|(l, c)| ((*l).to_owned(), c.snapshot()))
-                .collect();
-            tls::render_handshakes(out, "user", &rows);
-        });
-        (Some(rest), Some(grpc))
+        let ([rest, grpc], render) = tls::listener_acceptors(
+            self.tls.as_ref(),
+            [("rest", tls::ALPN_H2_HTTP1), ("grpc", tls::ALPN_H2)],
+            "user",
+        );
+        if let Some(render) = render {
+            self.state.metrics.requests.add_section(render);
+        }
+        (rest, grpc)
     }
 }
 
