@@ -16,11 +16,14 @@
 //! - this file: [`fresh_database`] and [`TestDb`];
 //! - [`proxy`]: a TCP proxy a test can cut or make kill connections, to put
 //!   between a service and Postgres (or another service).
+//! - [`compose`]: docker-compose.yml read as both services' compose tests
+//!   read it.
 //! - [`process`]: a service binary started and stopped by SIGTERM, and the
 //!   tests' log.
 //! - [`flood`]: floods of bad connections (idle, trickling, announcing large
 //!   frames) for the services' flood tests.
 
+pub mod compose;
 pub mod flood;
 pub mod process;
 pub mod proxy;
