@@ -79,6 +79,25 @@ pub struct ConnLimits {
 pub const DRAIN_SLACK: Duration = Duration::from_secs(1);
 
 impl ConnLimits {
+    /// The bounds from settings in milliseconds, as both services name them
+    /// (`*_SHUTDOWN_GRACE_MS`, `*_HEADER_READ_TIMEOUT_MS`,
+    /// `*_BODY_READ_TIMEOUT_MS`, `*_IDLE_TIMEOUT_MS`).
+    pub fn from_millis(
+        grace: u64,
+        max_streams: u32,
+        header_read: u64,
+        body_read: u64,
+        idle: u64,
+    ) -> Self {
+        ConnLimits {
+            grace: Duration::from_millis(grace),
+            max_streams,
+            header_read: Duration::from_millis(header_read),
+            body_read: Duration::from_millis(body_read),
+            idle: Duration::from_millis(idle),
+        }
+    }
+
     /// The defaults besides `grace` and `max_streams`: 10 s to send a
     /// request's head, 30 s for its body, 60 s idle.
     pub fn new(grace: Duration, max_streams: u32) -> Self {
@@ -543,6 +562,8 @@ async fn close_after_answer(
 
 #[cfg(test)]
 mod tests {
+    use pgtest::flood::closed_within;
+
     use super::*;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -650,23 +671,6 @@ mod tests {
             body_read: Duration::from_millis(body_read),
             idle: Duration::from_millis(idle),
         }
-    }
-
-    /// Reads until the server closes, failing if it has not by `within`.
-    async fn closed_within(c: &mut TcpStream, within: Duration) -> String {
-        let mut got = Vec::new();
-        tokio::time::timeout(within, async {
-            let mut buf = [0u8; 1024];
-            loop {
-                match c.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-        })
-        .await
-        .expect("the server closes the connection in time");
-        String::from_utf8_lossy(&got).into_owned()
     }
 
     #[tokio::test]

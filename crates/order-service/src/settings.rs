@@ -3,7 +3,6 @@
 //! 50052, raw TCP on 50062.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -159,13 +158,13 @@ pub struct Settings {
 impl Settings {
     /// The time bounds of every connection.
     pub fn conn_limits(&self) -> negotiate::serve::ConnLimits {
-        negotiate::serve::ConnLimits {
-            grace: Duration::from_millis(self.shutdown_grace_ms),
-            max_streams: self.max_concurrent_streams,
-            header_read: Duration::from_millis(self.header_read_timeout_ms),
-            body_read: Duration::from_millis(self.body_read_timeout_ms),
-            idle: Duration::from_millis(self.idle_timeout_ms),
-        }
+        negotiate::serve::ConnLimits::from_millis(
+            self.shutdown_grace_ms,
+            self.max_concurrent_streams,
+            self.header_read_timeout_ms,
+            self.body_read_timeout_ms,
+            self.idle_timeout_ms,
+        )
     }
 
     /// The TLS files, when TLS is on (certificate and key both set).

@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{Backend, TestApp, spawn};
 use pgtest::flood::{self, Kind};
 use proto::order::v2 as pb2;
@@ -71,7 +69,6 @@ async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() 
     for listener in ["rest", "grpc", "tcp"] {
         good_client_is_answered(&app, listener).await;
     }
-    let baseline = flood::rss_kib();
     let trickle_head: &[u8] = b"GET /v2/orders HTTP/1.1\r\nx-slow: ";
     let trickle_preface: &[u8] = b"PRI * HTTP/2.0\r\n";
     let floods = [
@@ -94,23 +91,6 @@ async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() 
         ("tcp", app.tcp, Kind::Idle),
         ("tcp", app.tcp, Kind::LargeFrame { bytes: 1 << 20 }),
     ];
-    for (listener, addr, kind) in floods {
-        let mut conns = flood::open(addr, N, kind).await;
-        if matches!(kind, Kind::Trickle { .. }) {
-            flood::trickle(&mut conns, 5, Duration::from_millis(200)).await;
-        } else {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        let grown_mib = flood::rss_kib().saturating_sub(baseline) / 1024;
-        assert!(
-            grown_mib < 64,
-            "{listener} {kind:?}: RSS grew by {grown_mib} MiB with {} connections",
-            conns.len()
-        );
-        good_client_is_answered(&app, listener).await;
-        drop(conns);
-        // Let the server see them go before the next kind.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    flood::each_kind(&floods, N, |l| good_client_is_answered(&app, l)).await;
     app.stop().await;
 }

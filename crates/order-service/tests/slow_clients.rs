@@ -12,28 +12,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Backend, spawn_with, start_binary};
+use pgtest::flood::closed_within;
 use prost::Message as _;
 use proto::order::v2 as pb2;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-
-/// Reads until the server closes, failing if it has not by `within`;
-/// returns what it sent.
-async fn closed_within(c: &mut TcpStream, within: Duration) -> Vec<u8> {
-    let mut got = Vec::new();
-    tokio::time::timeout(within, async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match c.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await
-    .expect("the server closes the connection in time");
-    got
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_listener_cuts_a_silent_client_at_the_header_read_timeout() {

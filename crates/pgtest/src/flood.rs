@@ -58,6 +58,58 @@ pub async fn trickle(conns: &mut [TcpStream], ticks: usize, every: Duration) {
     }
 }
 
+/// The most a flood may grow the process, in MiB.
+pub const MAX_GROWTH_MIB: u64 = 64;
+
+/// Each flood of `floods` in turn, `n` connections each (a trickle goes on
+/// for a second): while it is on, the process must have grown by under
+/// [`MAX_GROWTH_MIB`] since the start and `good(listener)` must pass on the
+/// flooded listener. The connections are closed before the next flood.
+pub async fn each_kind<F, Fut>(floods: &[(&'static str, SocketAddr, Kind)], n: usize, good: F)
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let baseline = rss_kib();
+    for &(listener, addr, kind) in floods {
+        let mut conns = open(addr, n, kind).await;
+        if matches!(kind, Kind::Trickle { .. }) {
+            trickle(&mut conns, 5, Duration::from_millis(200)).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let grown_mib = rss_kib().saturating_sub(baseline) / 1024;
+        assert!(
+            grown_mib < MAX_GROWTH_MIB,
+            "{listener} {kind:?}: RSS grew by {grown_mib} MiB with {} connections",
+            conns.len()
+        );
+        good(listener).await;
+        drop(conns);
+        // Let the server see them go before the next kind.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Reads until the server closes `c`, failing the test if it has not by
+/// `within`; returns what the server sent.
+pub async fn closed_within(c: &mut TcpStream, within: Duration) -> Vec<u8> {
+    use tokio::io::AsyncReadExt as _;
+    let mut got = Vec::new();
+    tokio::time::timeout(within, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match c.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the server closes the connection in time");
+    got
+}
+
 /// This process's resident memory, in KiB (the services under test run in
 /// it).
 pub fn rss_kib() -> u64 {

@@ -6,7 +6,6 @@
 //! change what they run.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -258,13 +257,13 @@ fn parse_transport(s: &str) -> Result<Transport, String> {
 impl Settings {
     /// The time bounds of every connection to user-service.
     pub fn conn_limits(&self) -> negotiate::serve::ConnLimits {
-        negotiate::serve::ConnLimits {
-            grace: Duration::from_millis(self.shutdown_grace_ms),
-            max_streams: self.max_concurrent_streams,
-            header_read: Duration::from_millis(self.header_read_timeout_ms),
-            body_read: Duration::from_millis(self.body_read_timeout_ms),
-            idle: Duration::from_millis(self.idle_timeout_ms),
-        }
+        negotiate::serve::ConnLimits::from_millis(
+            self.shutdown_grace_ms,
+            self.max_concurrent_streams,
+            self.header_read_timeout_ms,
+            self.body_read_timeout_ms,
+            self.idle_timeout_ms,
+        )
     }
 }
 

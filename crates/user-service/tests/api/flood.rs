@@ -3,8 +3,6 @@
 //! grows by under 64 MiB and a well-behaved client is answered on the
 //! flooded listener meanwhile.
 
-use std::time::Duration;
-
 use pgtest::flood::{self, Kind};
 use user_service::upstream::Transport;
 
@@ -40,7 +38,6 @@ async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() 
     for listener in ["rest", "grpc"] {
         good_client_is_answered(&users, listener).await;
     }
-    let baseline = flood::rss_kib();
     let floods = [
         ("rest", users.rest, Kind::Idle),
         (
@@ -59,23 +56,7 @@ async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() 
             },
         ),
     ];
-    for (listener, addr, kind) in floods {
-        let mut conns = flood::open(addr, N, kind).await;
-        if matches!(kind, Kind::Trickle { .. }) {
-            flood::trickle(&mut conns, 5, Duration::from_millis(200)).await;
-        } else {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        let grown_mib = flood::rss_kib().saturating_sub(baseline) / 1024;
-        assert!(
-            grown_mib < 64,
-            "{listener} {kind:?}: RSS grew by {grown_mib} MiB with {} connections",
-            conns.len()
-        );
-        good_client_is_answered(&users, listener).await;
-        drop(conns);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    flood::each_kind(&floods, N, |l| good_client_is_answered(&users, l)).await;
     users.stop().await;
     orders.stop().await;
 }

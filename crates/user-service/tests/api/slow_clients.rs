@@ -5,23 +5,11 @@
 
 use std::time::{Duration, Instant};
 
+use pgtest::flood::closed_within;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use crate::helpers::{OrderService, spawn_users_with};
-
-async fn closed_within(c: &mut TcpStream, within: Duration) {
-    tokio::time::timeout(within, async {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = c.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("the server closes the connection in time");
-}
 
 #[tokio::test]
 async fn silent_and_idle_connections_are_cut_at_their_timeouts() {
