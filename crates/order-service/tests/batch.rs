@@ -137,15 +137,7 @@ async fn batch_answers_as_the_data_set(backend: Backend) {
     );
 
     // Each batch is one request on order-service's side.
-    let text = app
-        .h1()
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text().await;
     for method in ["BatchListOrders", "BatchStreamOrders"] {
         let line = format!(
             "order_requests_total{{protocol=\"grpc\",route=\"/order.v2.OrderService/{method}\",status=\"grpc-0\"}} 1"

@@ -12,7 +12,6 @@ mod common;
 use common::{Backend, TestApp, spawn};
 use pgtest::flood::{self, Kind};
 use proto::order::v2 as pb2;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const N: usize = 1_000;
 const USER: &str = "00000000-0000-0000-0000-000000000010";
@@ -45,19 +44,7 @@ async fn good_client_is_answered(app: &TestApp, listener: &str) {
         }
         _ => {
             let mut c = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
-            let req = pb2::LookupOrdersRequest {
-                request_id: 1,
-                user_id: USER.into(),
-                page_size: 10,
-                ..Default::default()
-            };
-            c.write_all(&order_service::tcp::encode_frame(&req))
-                .await
-                .unwrap();
-            let len = c.read_u32().await.unwrap() as usize;
-            let mut buf = vec![0; len];
-            c.read_exact(&mut buf).await.unwrap();
-            let a = <pb2::LookupOrdersResponse as prost::Message>::decode(&buf[..]).unwrap();
+            let a = common::tcp_lookup(&mut c, 1, USER, 10).await;
             assert_eq!(a.orders.len(), 10, "{a:?}");
         }
     }

@@ -44,24 +44,8 @@ async fn an_idle_raw_tcp_connection_is_closed_after_the_idle_timeout() {
     let app = spawn_with(Backend::Memory, |s| s.idle_timeout_ms = 400).await;
     let mut c = TcpStream::connect(app.tcp).await.unwrap();
     // One lookup answered, then nothing.
-    let req = pb2::LookupOrdersRequest {
-        request_id: 9,
-        user_id: dataset::fixed_user_id(1).to_string(),
-        page_size: 1,
-        ..Default::default()
-    };
-    c.write_all(&order_service::tcp::encode_frame(&req))
-        .await
-        .unwrap();
-    let len = c.read_u32().await.unwrap() as usize;
-    let mut buf = vec![0; len];
-    c.read_exact(&mut buf).await.unwrap();
-    assert_eq!(
-        pb2::LookupOrdersResponse::decode(&buf[..])
-            .unwrap()
-            .request_id,
-        9
-    );
+    let one = common::tcp_lookup(&mut c, 9, &dataset::fixed_user_id(1).to_string(), 1).await;
+    assert_eq!(one.request_id, 9);
     let got = closed_within(&mut c, Duration::from_secs(5)).await;
     assert!(got.is_empty(), "closed without a frame: {got:?}");
     app.stop().await;
@@ -99,25 +83,8 @@ async fn raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_me
     assert!(grown_mib < 64, "RSS grew by {grown_mib} MiB");
     // A well-behaved client is still answered meanwhile.
     let mut c = TcpStream::connect(app.tcp).await.unwrap();
-    let req = pb2::LookupOrdersRequest {
-        request_id: 1,
-        user_id: dataset::fixed_user_id(10).to_string(),
-        page_size: 10,
-        ..Default::default()
-    };
-    c.write_all(&order_service::tcp::encode_frame(&req))
-        .await
-        .unwrap();
-    let len = c.read_u32().await.unwrap() as usize;
-    let mut buf = vec![0; len];
-    c.read_exact(&mut buf).await.unwrap();
-    assert_eq!(
-        pb2::LookupOrdersResponse::decode(&buf[..])
-            .unwrap()
-            .orders
-            .len(),
-        10
-    );
+    let ten = common::tcp_lookup(&mut c, 1, &dataset::fixed_user_id(10).to_string(), 10).await;
+    assert_eq!(ten.orders.len(), 10);
     drop(held);
     app.stop().await;
 }
@@ -193,15 +160,7 @@ async fn past_the_connection_cap_a_connection_is_closed_at_once_and_counted() {
     }
     // Slots free again: /metrics is answered, and counts one refusal each.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let text = app
-        .h1()
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text().await;
     for name in ["rest", "grpc"] {
         let line = format!("order_connections_refused_total{{listener=\"{name}\"}} 1");
         assert!(text.contains(&line), "{line} in\n{text}");

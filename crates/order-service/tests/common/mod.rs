@@ -116,6 +116,18 @@ impl TestApp {
             .max_decoding_message_size(64 << 20)
     }
 
+    /// The text of its /metrics.
+    pub async fn metrics_text(&self) -> String {
+        self.h1()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Stops the service, waits for it to drain, and drops its database.
     pub async fn stop(self) {
         self.stop.cancel();
@@ -166,4 +178,28 @@ pub async fn start_binary(env: &[(&str, &str)]) -> Proc {
         "order-service ready to serve",
     )
     .await
+}
+
+/// Sends one raw-TCP lookup (`page_size` orders of `user`) on `c` and reads
+/// the next answer frame.
+pub async fn tcp_lookup(
+    c: &mut tokio::net::TcpStream,
+    request_id: u64,
+    user: &str,
+    page_size: i32,
+) -> pb2::LookupOrdersResponse {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let req = pb2::LookupOrdersRequest {
+        request_id,
+        user_id: user.to_owned(),
+        page_size,
+        ..Default::default()
+    };
+    c.write_all(&order_service::tcp::encode_frame(&req))
+        .await
+        .unwrap();
+    let len = c.read_u32().await.unwrap() as usize;
+    let mut buf = vec![0; len];
+    c.read_exact(&mut buf).await.unwrap();
+    <pb2::LookupOrdersResponse as prost::Message>::decode(&buf[..]).unwrap()
 }
