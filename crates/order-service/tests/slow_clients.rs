@@ -15,7 +15,7 @@ use common::{Backend, spawn_with, start_binary};
 use pgtest::flood::closed_within;
 use prost::Message as _;
 use proto::order::v2 as pb2;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,31 +101,10 @@ async fn sigterm_ends_the_process_in_time_whatever_its_clients_do() {
         ("ORDER_IDLE_TIMEOUT_MS", "60000"),
     ])
     .await;
-    let addr = |k: &str| proc.addr(k);
-    let mut trickle = TcpStream::connect(addr("rest")).await.unwrap();
-    trickle
-        .write_all(b"GET /v2/orders HTTP/1.1\r\n")
-        .await
-        .unwrap();
-    let mut idle = TcpStream::connect(addr("rest")).await.unwrap();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 256];
-    let n = idle.read(&mut buf).await.unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-    let _silent = TcpStream::connect(addr("grpc")).await.unwrap();
-    let mut frame = TcpStream::connect(addr("tcp")).await.unwrap();
+    let _bad = pgtest::flood::BadClients::connect(&proc.addr("rest"), &proc.addr("grpc")).await;
+    // And a raw-TCP frame begun, never finished.
+    let mut frame = TcpStream::connect(proc.addr("tcp")).await.unwrap();
     frame.write_all(&[0, 0, 1, 0, 1]).await.unwrap();
-    // The trickle goes on while the process shuts down.
-    let trickler = tokio::spawn(async move {
-        for _ in 0..200 {
-            if trickle.write_all(b"x").await.is_err() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
     let status = proc.sigterm().await;
@@ -135,7 +114,6 @@ async fn sigterm_ends_the_process_in_time_whatever_its_clients_do() {
         "exited after {:?} (grace 0.5 s + 1 s)",
         started.elapsed()
     );
-    trickler.abort();
 }
 
 /// Past `ORDER_MAX_CONNECTIONS`, a new REST or gRPC connection is closed at

@@ -122,3 +122,54 @@ pub fn rss_kib() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Bad clients held open against a service while it is told to stop: a
+/// REST head trickled a byte every 50 ms, an idle keep-alive connection
+/// (one `/healthz` answered), and a silent gRPC connection.
+pub struct BadClients {
+    trickler: tokio::task::JoinHandle<()>,
+    _idle: TcpStream,
+    _silent: TcpStream,
+}
+
+impl BadClients {
+    /// Connects them to `rest` and `grpc` (`host:port`).
+    pub async fn connect(rest: &str, grpc: &str) -> BadClients {
+        use tokio::io::AsyncReadExt as _;
+        let mut trickle = TcpStream::connect(rest).await.expect("REST connects");
+        trickle
+            .write_all(b"GET /healthz HTTP/1.1\r\n")
+            .await
+            .expect("writes");
+        let mut idle = TcpStream::connect(rest).await.expect("REST connects");
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .expect("writes");
+        let mut buf = [0u8; 256];
+        let n = idle.read(&mut buf).await.expect("answered");
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "the idle one was served"
+        );
+        let silent = TcpStream::connect(grpc).await.expect("gRPC connects");
+        let trickler = tokio::spawn(async move {
+            for _ in 0..400 {
+                if trickle.write_all(b"x").await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        BadClients {
+            trickler,
+            _idle: idle,
+            _silent: silent,
+        }
+    }
+}
+
+impl Drop for BadClients {
+    fn drop(&mut self) {
+        self.trickler.abort();
+    }
+}

@@ -119,6 +119,13 @@ impl GrpcSource {
         self.channels[i].clone()
     }
 
+    /// An `order.v2` client on the next channel, with the message limits.
+    fn v2(&self) -> OrderServiceClient<Channel> {
+        OrderServiceClient::new(self.channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         req.set_timeout(self.timeout);
@@ -127,9 +134,7 @@ impl GrpcSource {
     }
 
     async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
-        let mut client = OrderServiceClient::new(self.channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut client = self.v2();
         let req = self.request(list_request(q));
         let _on_wire = self.metrics.in_flight();
         let answer = client.list_orders(req).await.map_err(|s| from_status(&s))?;
@@ -137,9 +142,7 @@ impl GrpcSource {
     }
 
     async fn stream(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
-        let mut client = OrderServiceClient::new(self.channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut client = self.v2();
         let req = self.request(StreamOrdersRequest {
             user_id: q.user_id.to_string(),
             page_size: page_size(q),
@@ -167,9 +170,7 @@ impl GrpcSource {
         &self,
         qs: &[OrderQuery],
     ) -> Result<Vec<Vec<model::Order>>, UpstreamError> {
-        let mut client = OrderServiceClient::new(self.channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut client = self.v2();
         let req = self.request(BatchListOrdersRequest {
             requests: qs.iter().map(list_request).collect(),
         });
@@ -198,9 +199,7 @@ impl GrpcSource {
         &self,
         qs: &[OrderQuery],
     ) -> Result<Vec<Vec<model::Order>>, UpstreamError> {
-        let mut client = OrderServiceClient::new(self.channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut client = self.v2();
         let req = self.request(BatchStreamOrdersRequest {
             requests: qs.iter().map(list_request).collect(),
         });

@@ -222,7 +222,6 @@ async fn sigterm_under_load_answers_every_request_sent_on_rest_and_grpc_and_exit
 /// still exits within its grace plus 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_the_binary_in_time_whatever_its_clients_do() {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let orders = OrderService::start().await;
     let env = [
         ("USER_REST_ADDR", "127.0.0.1:0".to_owned()),
@@ -236,28 +235,7 @@ async fn sigterm_ends_the_binary_in_time_whatever_its_clients_do() {
     ];
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_user-service"));
     let users = start_binary(&bin, &env, "user-service listening").await;
-    let (rest, grpc) = (users.addr("rest"), users.addr("grpc"));
-    let mut trickle = tokio::net::TcpStream::connect(&rest).await.unwrap();
-    trickle
-        .write_all(b"GET /v1/users HTTP/1.1\r\n")
-        .await
-        .unwrap();
-    let mut idle = tokio::net::TcpStream::connect(&rest).await.unwrap();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 256];
-    let n = idle.read(&mut buf).await.unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-    let _silent = tokio::net::TcpStream::connect(&grpc).await.unwrap();
-    let trickler = tokio::spawn(async move {
-        for _ in 0..200 {
-            if trickle.write_all(b"x").await.is_err() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    let _bad = pgtest::flood::BadClients::connect(&users.addr("rest"), &users.addr("grpc")).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = std::time::Instant::now();
     let status = users.sigterm().await;
@@ -267,6 +245,5 @@ async fn sigterm_ends_the_binary_in_time_whatever_its_clients_do() {
         "exited after {:?} (grace 0.5 s + 1 s)",
         started.elapsed()
     );
-    trickler.abort();
     orders.stop().await;
 }
