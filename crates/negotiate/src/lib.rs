@@ -1,4 +1,5 @@
-//! JSON or protobuf over axum, the same way on both services.
+//! What both services run the same way, starting with JSON or protobuf over
+//! axum.
 //!
 //! Every route answers `application/json` unless the `Accept` header asks for
 //! `application/x-protobuf`; request bodies say which they are in
@@ -10,10 +11,18 @@
 //!
 //! # Layout
 //! - [`Format`]: negotiation, and responses in the chosen format;
-//! - [`read_body`]: the bounded body read;
+//! - [`read_body`]: the bounded body read, and [`deadline`]: its time bound;
 //! - [`WireError`] and [`error_response`]: the errors and their JSON body;
-//! - [`shed`]: load shedding, the concurrency bound of every listener;
-//! - [`serve`]: serving a router with a shutdown that loses no request.
+//! - [`shed`]: load shedding, the one limit of work in service;
+//! - [`serve`]: serving a router with time bounds per connection and a
+//!   shutdown that loses no request and ends in time; [`cap`]: the cap on
+//!   a listener's open connections;
+//! - [`preface`]: the same bounds for tonic listeners, and their bounded
+//!   drain; [`health`]: gRPC health that follows readiness;
+//! - [`signal`], [`supervise`]: the shutdown signal, and the listeners run
+//!   together;
+//! - [`db`]: Postgres errors classified, rows stamped and URLs redacted
+//!   alike.
 
 pub mod cap;
 pub mod db;
