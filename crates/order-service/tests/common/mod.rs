@@ -5,9 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::path::Path;
 
-use order_service::store::postgres::PgStore;
 use order_service::{Application, Settings};
 use proto::order::{v1 as pb1, v2 as pb2};
 use tokio_util::sync::CancellationToken;
@@ -31,24 +29,8 @@ pub struct TestApp {
 
 pub use pgtest::process::{Proc, init_test_log};
 
-/// A database of this test's own, holding the migrated schema and the data set.
-pub async fn orders_database() -> pgtest::TestDb {
-    let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/orders");
-    pgtest::fresh_database(
-        "orders",
-        &migrations,
-        &dataset::version(),
-        |url| async move {
-            let pool = sqlx::PgPool::connect(&url).await?;
-            order_service::store::postgres::MIGRATOR.run(&pool).await?;
-            PgStore::from_pool(pool.clone()).seed().await?;
-            pool.close().await;
-            Ok(())
-        },
-    )
-    .await
-    .expect("a test database (is Postgres running on 127.0.0.1:5432?)")
-}
+mod orders_db;
+pub use orders_db::orders_database;
 
 /// Starts order-service on `backend` with settings changed by `tweak`.
 pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {

@@ -21,26 +21,9 @@ use uuid::Uuid;
 
 pub use pgtest::process::{init_test_log, start_binary};
 
-/// order-service's database: migrated and seeded with the data set.
-pub async fn orders_database() -> pgtest::TestDb {
-    let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/orders");
-    pgtest::fresh_database(
-        "orders",
-        &migrations,
-        &dataset::version(),
-        |url| async move {
-            let pool = sqlx::PgPool::connect(&url).await?;
-            order_service::store::postgres::MIGRATOR.run(&pool).await?;
-            order_service::store::postgres::PgStore::from_pool(pool.clone())
-                .seed()
-                .await?;
-            pool.close().await;
-            Ok(())
-        },
-    )
-    .await
-    .expect("an orders test database (is Postgres running on 127.0.0.1:5432?)")
-}
+#[path = "../../../order-service/tests/common/orders_db.rs"]
+mod orders_db;
+pub use orders_db::orders_database;
 
 /// user-service's database: migrated and seeded with the data set's users.
 pub async fn users_database() -> pgtest::TestDb {
