@@ -326,6 +326,9 @@ struct Activity {
     h2: AtomicBool,
     /// Bytes read so far, up to the preface's length.
     prefix: std::sync::Mutex<Vec<u8>>,
+    /// Whether the connection is known to be HTTP/2 or not: `prefix` is
+    /// looked at no more.
+    sniffed: AtomicBool,
 }
 
 const NONE: u64 = u64::MAX;
@@ -340,6 +343,7 @@ impl Activity {
             quiet_since: 0.into(),
             h2: AtomicBool::new(false),
             prefix: std::sync::Mutex::new(Vec::new()),
+            sniffed: AtomicBool::new(false),
         }
     }
 
@@ -351,17 +355,20 @@ impl Activity {
         if bytes.is_empty() {
             return;
         }
-        if !self.h2.load(Ordering::Relaxed) {
+        if !self.sniffed.load(Ordering::Relaxed) {
             let mut p = self.prefix.lock().unwrap_or_else(|e| e.into_inner());
-            if p.len() < H2_PREFACE.len() {
-                let take = (H2_PREFACE.len() - p.len()).min(bytes.len());
-                p.extend_from_slice(&bytes[..take]);
-                if p.as_slice() == H2_PREFACE {
-                    self.h2.store(true, Ordering::Relaxed);
-                    self.head_begun.store(NONE, Ordering::Relaxed);
-                    self.quiet_since.store(self.now(), Ordering::Relaxed);
-                    return;
-                }
+            let take = (H2_PREFACE.len() - p.len()).min(bytes.len());
+            p.extend_from_slice(&bytes[..take]);
+            // Decided once the bytes part from the preface or complete it:
+            // later reads skip this.
+            if !H2_PREFACE.starts_with(&p) || p.len() == H2_PREFACE.len() {
+                self.sniffed.store(true, Ordering::Relaxed);
+            }
+            if p.as_slice() == H2_PREFACE {
+                self.h2.store(true, Ordering::Relaxed);
+                self.head_begun.store(NONE, Ordering::Relaxed);
+                self.quiet_since.store(self.now(), Ordering::Relaxed);
+                return;
             }
         }
         if self.h2.load(Ordering::Relaxed) || self.in_service.load(Ordering::Relaxed) > 0 {
