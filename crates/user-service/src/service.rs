@@ -1,14 +1,13 @@
 //! The use cases both boundaries (REST and gRPC) call, and the one error type
 //! they map to a status each.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use model::{FieldSet, Order, ParseError};
 use uuid::Uuid;
 
 use crate::domain::{NewUser, User};
-use crate::store::{StoreError, UserStore};
+use crate::store::{Store, StoreError, UserStore};
 use crate::upstream::{OrderQuery, Transport, UnknownTransport, UpstreamError, Upstreams};
 
 /// The most orders one request may ask for (order-service's own maximum).
@@ -144,7 +143,7 @@ pub enum Fanout {
 /// The use cases.
 #[derive(Clone)]
 pub struct Service {
-    store: Arc<dyn UserStore>,
+    store: Store,
     upstreams: Upstreams,
 }
 
@@ -159,12 +158,12 @@ impl std::fmt::Debug for Service {
 
 impl Service {
     /// The use cases over this store and these adapters.
-    pub fn new(store: Arc<dyn UserStore>, upstreams: Upstreams) -> Self {
+    pub fn new(store: Store, upstreams: Upstreams) -> Self {
         Service { store, upstreams }
     }
 
     /// The store, for readiness.
-    pub fn store(&self) -> &Arc<dyn UserStore> {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 

@@ -19,9 +19,9 @@ use crate::metrics::Metrics;
 use crate::rest::{self, AppState};
 use crate::service::Service;
 use crate::settings::Settings;
-use crate::store::UserStore;
 use crate::store::memory::MemoryStore;
 use crate::store::postgres::PgStore;
+use crate::store::{Store, UserStore};
 use crate::upstream::Upstreams;
 
 /// A built, not yet running, user-service.
@@ -43,7 +43,7 @@ pub struct Application {
 
 /// The store the settings ask for: Postgres (migrated, optionally seeded) or
 /// the in-memory data set.
-pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn UserStore>> {
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
     Ok(match &settings.database_url {
         Some(url) => {
             let store = PgStore::connect(&url.0, settings.database_pool_size).await?;
@@ -52,7 +52,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn UserStore
                 tracing::info!(inserted = n, "seeded the data set's users");
             }
             tracing::info!(store = "postgres", database = %url.redacted(), "users are in Postgres");
-            Arc::new(store)
+            Store::Postgres(store)
         }
         None => {
             let store = MemoryStore::seeded();
@@ -61,7 +61,7 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn UserStore
                 users = store.len(),
                 "users are in memory, from the data set"
             );
-            Arc::new(store)
+            Store::Memory(Arc::new(store))
         }
     })
 }
@@ -160,14 +160,14 @@ impl Application {
         // Known before the first call can ask, then followed like /readyz.
         const HEALTH_NAMES: &[&str] = &["", "user.v1.UserService"];
         let store = self.state.service.store().clone();
-        let ready = store.ready().await.is_ok();
+        let ready = store.ping().await.is_ok();
         negotiate::health::set(&health, HEALTH_NAMES, ready).await;
         let readiness = tokio::spawn(negotiate::health::follow_readiness(
             health,
             HEALTH_NAMES,
             move || {
                 let store = store.clone();
-                async move { store.ready().await.is_ok() }
+                async move { store.ping().await.is_ok() }
             },
             stop.clone(),
             ready,

@@ -98,6 +98,13 @@ impl From<sqlx::Error> for StoreError {
 }
 
 /// What order-service needs from a store.
+///
+/// Both services' stores follow one pattern: a trait whose methods return
+/// `impl Future` (no boxed future, no allocation per call), and an enum of
+/// the two stores ([`Store`]) that the application holds, chosen once at
+/// start. The set of stores is closed, so dispatching over an enum costs a
+/// branch where a `dyn` store would cost a heap allocation per query, a cost
+/// the lab would otherwise measure as part of every transport's hop.
 pub trait OrderStore: Send + Sync {
     /// "memory" or "postgres", for logs and metrics labels.
     fn kind(&self) -> &'static str;

@@ -38,6 +38,7 @@ use crate::domain::{
 };
 use crate::metrics::Metrics;
 use crate::service::{AppError, DEFAULT_LIMIT, Fanout, MAX_USERS, Service};
+use crate::store::UserStore;
 use negotiate::{Format, WireError};
 
 /// The transport that fetched the orders (also a request header choosing it).
@@ -425,7 +426,7 @@ async fn orders_of_users(
 /// user-service unready: `GET /v1/users/{id}` still works, and the order
 /// routes answer 503 quickly rather than being taken out of rotation.
 async fn readyz(State(st): State<AppState>) -> Response {
-    match st.service.store().ready().await {
+    match st.service.store().ping().await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "not ready");

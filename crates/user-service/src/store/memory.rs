@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock};
 
-use futures::future::BoxFuture;
 use uuid::Uuid;
 
 use super::{StoreError, UserStore, now};
@@ -57,7 +56,7 @@ impl UserStore for MemoryStore {
         "memory"
     }
 
-    fn get(&self, id: Uuid) -> BoxFuture<'_, Result<Option<User>, StoreError>> {
+    async fn get(&self, id: Uuid) -> Result<Option<User>, StoreError> {
         let user = self
             .inner
             .read()
@@ -65,26 +64,23 @@ impl UserStore for MemoryStore {
             .by_id
             .get(&id)
             .cloned();
-        Box::pin(async move { Ok(user) })
+        Ok(user)
     }
 
-    fn register(&self, new: NewUser) -> BoxFuture<'_, Result<User, StoreError>> {
-        let result = {
-            let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-            if inner.by_name.contains_key(&new.username) {
-                Err(StoreError::UsernameTaken(new.username))
-            } else {
-                let user = new.into_user(Uuid::new_v4(), now());
-                inner.by_name.insert(user.username.clone(), user.id);
-                inner.by_id.insert(user.id, user.clone());
-                Ok(user)
-            }
-        };
-        Box::pin(async move { result })
+    async fn register(&self, new: NewUser) -> Result<User, StoreError> {
+        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        if inner.by_name.contains_key(&new.username) {
+            Err(StoreError::UsernameTaken(new.username))
+        } else {
+            let user = new.into_user(Uuid::new_v4(), now());
+            inner.by_name.insert(user.username.clone(), user.id);
+            inner.by_id.insert(user.id, user.clone());
+            Ok(user)
+        }
     }
 
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::{DateTime, NaiveDate, Utc};
-use futures::future::BoxFuture;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
@@ -128,52 +127,46 @@ impl UserStore for PgStore {
         "postgres"
     }
 
-    fn get(&self, id: Uuid) -> BoxFuture<'_, Result<Option<User>, StoreError>> {
-        Box::pin(async move {
-            let row: Option<UserRow> = sqlx::query_as(
-                "SELECT id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at
-                 FROM users WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-            row.map(User::try_from).transpose()
-        })
+    async fn get(&self, id: Uuid) -> Result<Option<User>, StoreError> {
+        let row: Option<UserRow> = sqlx::query_as(
+            "SELECT id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at
+             FROM users WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(User::try_from).transpose()
     }
 
-    fn register(&self, new: NewUser) -> BoxFuture<'_, Result<User, StoreError>> {
-        Box::pin(async move {
-            let user = new.into_user(Uuid::new_v4(), now());
-            let inserted = sqlx::query(
-                "INSERT INTO users (id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            )
-            .bind(user.id)
-            .bind(&user.username)
-            .bind(&user.first_name)
-            .bind(&user.last_name)
-            .bind(&user.email)
-            .bind(&user.phone)
-            .bind(user.gender.as_i16())
-            .bind(user.birth_date)
-            .bind(user.created_at)
-            .bind(user.updated_at)
-            .execute(&self.pool)
-            .await;
-            match inserted {
-                Ok(_) => Ok(user),
-                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                    Err(StoreError::UsernameTaken(user.username))
-                }
-                Err(e) => Err(e.into()),
+    async fn register(&self, new: NewUser) -> Result<User, StoreError> {
+        let user = new.into_user(Uuid::new_v4(), now());
+        let inserted = sqlx::query(
+            "INSERT INTO users (id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(user.id)
+        .bind(&user.username)
+        .bind(&user.first_name)
+        .bind(&user.last_name)
+        .bind(&user.email)
+        .bind(&user.phone)
+        .bind(user.gender.as_i16())
+        .bind(user.birth_date)
+        .bind(user.created_at)
+        .bind(user.updated_at)
+        .execute(&self.pool)
+        .await;
+        match inserted {
+            Ok(_) => Ok(user),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                Err(StoreError::UsernameTaken(user.username))
             }
-        })
+            Err(e) => Err(e.into()),
+        }
     }
 
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            sqlx::query("SELECT 1").execute(&self.pool).await?;
-            Ok(())
-        })
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 }
