@@ -1,5 +1,69 @@
-//! What both services do alike with their Postgres: how a driver error is
-//! classified, how a row's time is stamped, and how a URL is logged.
+//! What both services do alike with their Postgres: how the pool is opened
+//! and bounded, how a driver error is classified, how a row's time is
+//! stamped, and how a URL is logged.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+/// A Postgres URL whose `Debug` never shows its password, so that settings
+/// can be logged whole.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(pub String);
+
+impl DatabaseUrl {
+    /// The URL with any password replaced by `***`, for logs.
+    pub fn redacted(&self) -> String {
+        redact(&self.0)
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl std::str::FromStr for DatabaseUrl {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(DatabaseUrl(s.to_owned()))
+    }
+}
+
+/// How a service reaches its Postgres: one pool, bounded in connections and
+/// in how long a query waits for one.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub url: DatabaseUrl,
+    /// Connections in the pool (at least 1).
+    pub max_connections: u32,
+    /// How long a query waits for a pooled connection before its request
+    /// gets 503: this bounds how long a request hangs while Postgres is down.
+    pub acquire_timeout: Duration,
+}
+
+/// Opens the pool, failing fast when Postgres is not there, and applies
+/// `migrator`'s migrations (`what` names them in an error).
+pub async fn connect(
+    s: &PoolSettings,
+    migrator: &sqlx::migrate::Migrator,
+    what: &str,
+) -> anyhow::Result<PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(s.max_connections.max(1))
+        .acquire_timeout(s.acquire_timeout)
+        .connect(&s.url.0)
+        .await
+        .with_context(|| format!("connecting to Postgres at {}", s.url.redacted()))?;
+    migrator
+        .run(&pool)
+        .await
+        .with_context(|| format!("applying the migrations in {what}"))?;
+    Ok(pool)
+}
 
 /// What a database error means for the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +135,8 @@ mod tests {
         );
         assert_eq!(redact("postgres://postgres@h/x"), "postgres://postgres@h/x");
         assert_eq!(redact("not a url"), "not a url");
+        let url: DatabaseUrl = "postgres://app:secret@db/orders".parse().unwrap();
+        assert_eq!(format!("{url:?}"), "postgres://app:***@db/orders");
     }
 
     #[test]

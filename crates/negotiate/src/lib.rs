@@ -21,8 +21,10 @@
 //!   drain; [`health`]: gRPC health that follows readiness;
 //! - [`signal`], [`supervise`]: the shutdown signal, and the listeners run
 //!   together;
-//! - [`db`]: Postgres errors classified, rows stamped and URLs redacted
-//!   alike.
+//! - [`db`]: the Postgres pool opened and bounded, errors classified, rows
+//!   stamped and URLs redacted alike;
+//! - [`settings`]: renamed settings kept working for a release, and the
+//!   defaults without the environment.
 
 pub mod cap;
 pub mod db;
@@ -30,6 +32,7 @@ pub mod deadline;
 pub mod health;
 pub mod preface;
 pub mod serve;
+pub mod settings;
 pub mod shed;
 pub mod signal;
 pub mod supervise;

@@ -1,17 +1,18 @@
 //! The order-service binary: read settings, start logging, run.
 
-use clap::Parser as _;
-use order_service::settings::{Cli, Command};
+use order_service::settings::{Cli, Command, RENAMED};
 use order_service::startup::{Application, open_store, shutdown_signal};
 use order_service::store::Store;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(
-        "order-service",
-        env!("CARGO_PKG_VERSION"),
-    )?)?;
+    let (cli, renamed) = negotiate::settings::parse::<Cli>(RENAMED);
+    let mut t = telemetry::TelemetrySettings::from_env("order-service", env!("CARGO_PKG_VERSION"))?;
+    t.log_format.clone_from(&cli.settings.log_format);
+    let telemetry = telemetry::init(&t)?;
+    for warning in renamed {
+        tracing::warn!("{warning}");
+    }
     let result = run(cli).await;
     if let Err(e) = &result {
         tracing::error!(error = format!("{e:#}"), "order-service failed");

@@ -5,6 +5,28 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
+use negotiate::db::DatabaseUrl;
+use negotiate::settings::Renamed;
+
+/// Settings renamed to match user-service's, which still work for one
+/// release, with a warning in the log.
+pub const RENAMED: &[Renamed] = &[
+    Renamed {
+        old_env: "ORDER_DB_MAX_CONNECTIONS",
+        old_flag: Some("db-max-connections"),
+        new_env: "ORDER_DATABASE_MAX_CONNECTIONS",
+    },
+    Renamed {
+        old_env: "ORDER_DB_ACQUIRE_TIMEOUT_MS",
+        old_flag: Some("db-acquire-timeout-ms"),
+        new_env: "ORDER_DATABASE_ACQUIRE_TIMEOUT_MS",
+    },
+    Renamed {
+        old_env: "LOG_FORMAT",
+        old_flag: None,
+        new_env: "ORDER_LOG_FORMAT",
+    },
+];
 
 /// order-service: serves users' orders over REST, gRPC and raw TCP.
 #[derive(Debug, Parser)]
@@ -44,19 +66,27 @@ pub struct Settings {
     /// Postgres URL. Unset: the in-memory store, loaded with the data set.
     /// Set: migrations/orders is applied at start.
     #[arg(long, env = "ORDER_DATABASE_URL")]
-    pub database_url: Option<String>,
+    pub database_url: Option<DatabaseUrl>,
 
     /// With Postgres, load the data set at start (as `seed` does) before serving.
     #[arg(long, env = "ORDER_SEED", default_value_t = false)]
     pub seed: bool,
 
     /// Postgres connections in the pool.
-    #[arg(long, env = "ORDER_DB_MAX_CONNECTIONS", default_value_t = 10)]
-    pub db_max_connections: u32,
+    #[arg(long, env = "ORDER_DATABASE_MAX_CONNECTIONS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub database_max_connections: u32,
 
     /// How long a query waits for a Postgres connection before answering 503.
-    #[arg(long, env = "ORDER_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 2_000)]
-    pub db_acquire_timeout_ms: u64,
+    #[arg(
+        long,
+        env = "ORDER_DATABASE_ACQUIRE_TIMEOUT_MS",
+        default_value_t = 2_000
+    )]
+    pub database_acquire_timeout_ms: u64,
+
+    /// Log format: `json`, `pretty`, or `auto` (JSON unless stdout is a terminal).
+    #[arg(long, env = "ORDER_LOG_FORMAT", default_value = "auto")]
+    pub log_format: String,
 
     /// The largest page (`limit`, `page_size`) a caller may ask for.
     #[arg(long, env = "ORDER_MAX_PAGE_SIZE", default_value_t = 10_000)]
@@ -176,14 +206,23 @@ impl Settings {
         })
     }
 
+    /// How to reach Postgres, when the settings name it.
+    pub fn pool(&self) -> Option<negotiate::db::PoolSettings> {
+        Some(negotiate::db::PoolSettings {
+            url: self.database_url.clone()?,
+            max_connections: self.database_max_connections,
+            acquire_timeout: std::time::Duration::from_millis(self.database_acquire_timeout_ms),
+        })
+    }
+
     /// Settings for a test: every listener on 127.0.0.1 port 0, the given store.
     pub fn for_tests(database_url: Option<String>) -> Self {
-        let mut s = Cli::parse_from(["order-service"]).settings;
+        let mut s = negotiate::settings::defaults::<Cli>().settings;
         let any: SocketAddr = ([127, 0, 0, 1], 0).into();
         s.rest_addr = any;
         s.grpc_addr = any;
         s.tcp_addr = any;
-        s.database_url = database_url;
+        s.database_url = database_url.map(DatabaseUrl);
         s
     }
 }

@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use telemetry::metrics::RequestMetrics;
@@ -20,7 +19,7 @@ use crate::rest::RestState;
 use crate::service::{Limits, Orders};
 use crate::settings::Settings;
 use crate::store::memory::MemoryStore;
-use crate::store::postgres::{PgSettings, PgStore};
+use crate::store::postgres::PgStore;
 use crate::store::{OrderStore as _, Store};
 use crate::tcp::TcpLimits;
 
@@ -38,15 +37,8 @@ pub struct Application {
 
 /// Connects to Postgres (and migrates) or builds the in-memory store.
 pub async fn open_store(s: &Settings) -> anyhow::Result<Store> {
-    Ok(match &s.database_url {
-        Some(url) => Store::Postgres(
-            PgStore::connect(&PgSettings {
-                url: url.clone(),
-                max_connections: s.db_max_connections,
-                acquire_timeout: Duration::from_millis(s.db_acquire_timeout_ms),
-            })
-            .await?,
-        ),
+    Ok(match s.pool() {
+        Some(pool) => Store::Postgres(PgStore::connect(&pool).await?),
         None => Store::Memory(Arc::new(MemoryStore::with_dataset())),
     })
 }

@@ -21,8 +21,8 @@ async fn postgres_down_is_503_fast_and_service_returns_by_itself() {
         .unwrap();
     let via_proxy = proxy.url_through(&db.url);
     let app = spawn_with(Backend::Memory, |s| {
-        s.database_url = Some(via_proxy);
-        s.db_acquire_timeout_ms = 500;
+        s.database_url = Some(negotiate::db::DatabaseUrl(via_proxy));
+        s.database_acquire_timeout_ms = 500;
     })
     .await;
     let list = app.url("/v2/orders?user_id=00000000-0000-0000-0000-000000000010");
@@ -133,8 +133,8 @@ async fn grpc_health_follows_readiness_and_shutdown() {
         .unwrap();
     let via_proxy = proxy.url_through(&db.url);
     let app = spawn_with(Backend::Memory, |s| {
-        s.database_url = Some(via_proxy);
-        s.db_acquire_timeout_ms = 500;
+        s.database_url = Some(negotiate::db::DatabaseUrl(via_proxy));
+        s.database_acquire_timeout_ms = 500;
         s.shutdown_grace_ms = 2_000;
     })
     .await;

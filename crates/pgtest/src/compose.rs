@@ -247,3 +247,237 @@ pub fn healthcheck_port(cmd: &str) -> u16 {
         .collect();
     digits.parse().expect("a port after /dev/tcp/127.0.0.1/")
 }
+
+// ---------------------------------------------------------------------------
+// The checks both services' compose tests make, each given what differs.
+
+/// Jaeger all-in-one's OTLP/gRPC port.
+pub const JAEGER_OTLP_GRPC_PORT: u16 = 4317;
+
+/// Variables a service reads outside its clap settings (the telemetry
+/// crate), each with a value the binary must refuse, naming what it refuses.
+/// `RUST_LOG` is apart: a bad filter is not an error.
+pub const TELEMETRY_PROBES: &[(&str, &str, &str)] = &[
+    (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "http://[not-a-uri",
+        "OTLP exporter",
+    ),
+    ("OTEL_TRACES_SAMPLER_ARG", "2.5", "OTEL_TRACES_SAMPLER_ARG"),
+];
+
+/// The `condition` of `name`'s `depends_on` entry for `on`.
+pub fn depends_on<'a>(compose: &'a Value, name: &str, on: &str) -> Option<&'a str> {
+    service(compose, name)
+        .get("depends_on")
+        .and_then(|d| d.get(on))
+        .and_then(|d| d.get("condition"))
+        .and_then(Value::as_str)
+}
+
+/// Checks that every variable `name` sets in docker-compose.yml is a
+/// setting of its clap command `C` or a telemetry variable, and returns the
+/// command as the service builds it from them.
+pub fn every_variable_is_a_setting<C: clap::Parser>(name: &str) -> C {
+    let compose = compose();
+    let env = environment(&compose, name);
+    let known = settings_by_env::<C>();
+    for var in env.keys() {
+        if known.contains_key(var) {
+            continue;
+        }
+        let telemetry = TELEMETRY_PROBES.iter().any(|(n, ..)| n == var)
+            || var == tracing_subscriber::EnvFilter::DEFAULT_ENV;
+        assert!(
+            telemetry,
+            "{name} reads no variable {var} (its settings: {:?})",
+            known.keys().collect::<Vec<_>>()
+        );
+    }
+    parse::<C>(name, &env)
+}
+
+/// Checks that `name`'s listeners are on all interfaces (a container
+/// listening on 127.0.0.1 cannot be reached) and that it publishes exactly
+/// their ports.
+pub fn publishes_its_listeners(name: &str, listeners: &[(&str, std::net::SocketAddr)]) {
+    for (what, addr) in listeners {
+        assert!(
+            addr.ip().is_unspecified(),
+            "{name}'s {what} listener is on {addr}: unreachable from outside its container"
+        );
+    }
+    let listening: BTreeSet<u16> = listeners.iter().map(|(_, a)| a.port()).collect();
+    assert_eq!(
+        published_ports(&compose(), name),
+        listening,
+        "{name} publishes other ports than it listens on"
+    );
+}
+
+/// The ports the Dockerfile's stage `name` exposes.
+pub fn dockerfile_exposes(name: &str) -> BTreeSet<u16> {
+    let dockerfile =
+        std::fs::read_to_string(root().join("Dockerfile")).expect("reading Dockerfile");
+    let stage = dockerfile
+        .split("\nFROM ")
+        .find(|s| {
+            s.lines()
+                .next()
+                .is_some_and(|l| l.ends_with(&format!(" AS {name}")))
+        })
+        .unwrap_or_else(|| panic!("the Dockerfile has no stage {name}"));
+    stage
+        .lines()
+        .filter_map(|l| l.strip_prefix("EXPOSE "))
+        .flat_map(|l| {
+            l.split_whitespace()
+                .map(|p| p.parse::<u16>().expect("a port"))
+        })
+        .collect()
+}
+
+/// Checks that `name`'s health check asks `/readyz` on its REST port.
+pub fn health_check_asks_readyz(name: &str, rest_port: u16) {
+    let cmd = healthcheck_command(&compose(), name);
+    assert_eq!(healthcheck_port(&cmd), rest_port, "{cmd}");
+    assert!(cmd.contains("GET /readyz "), "{cmd}");
+}
+
+/// Runs `name`'s health check command, as compose would, against `port` of
+/// 127.0.0.1 instead of the port in the file.
+pub async fn run_health_check(name: &str, port: u16) -> std::process::Output {
+    let cmd = healthcheck_command(&compose(), name);
+    let in_file = format!("/dev/tcp/127.0.0.1/{}", healthcheck_port(&cmd));
+    let cmd = cmd.replace(&in_file, &format!("/dev/tcp/127.0.0.1/{port}"));
+    tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(&cmd)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("running bash")
+}
+
+/// Checks that `name`'s health check passes against a ready service on
+/// `ready_port`, and fails with nothing listening.
+pub async fn health_check_tells_ready_from_closed(name: &str, ready_port: u16) {
+    let out = run_health_check(name, ready_port).await;
+    assert!(
+        out.status.success(),
+        "the health check failed against a ready {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    assert!(
+        !run_health_check(name, closed).await.status.success(),
+        "the health check passed with nothing listening"
+    );
+}
+
+/// Checks that `name` waits for a healthy Postgres and that `database_url`
+/// names it, with its credentials, and a database its init script creates.
+pub fn waits_for_postgres_and_its_database(name: &str, database_url: &str) {
+    let compose = compose();
+    let db = url(database_url);
+    assert_eq!(db.scheme, "postgres");
+    let pg = service(&compose, &db.host);
+    assert!(
+        pg.get("healthcheck").is_some(),
+        "{} has no health check",
+        db.host
+    );
+    let pg_env = environment(&compose, &db.host);
+    assert_eq!(
+        db.user.as_deref(),
+        pg_env.get("POSTGRES_USER").map(String::as_str)
+    );
+    assert_eq!(
+        db.password.as_deref(),
+        pg_env.get("POSTGRES_PASSWORD").map(String::as_str)
+    );
+    assert_eq!(db.port.unwrap_or(5432), 5432, "Postgres listens on 5432");
+    assert_eq!(
+        depends_on(&compose, name, &db.host),
+        Some("service_healthy")
+    );
+
+    // The database is created by an init script the postgres service mounts.
+    let database = db.path.trim_start_matches('/');
+    let scripts: Vec<String> = pg
+        .get("volumes")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|v| {
+            let (host, container) = v.split_once(':')?;
+            container
+                .starts_with("/docker-entrypoint-initdb.d/")
+                .then(|| {
+                    std::fs::read_to_string(root().join(host)).expect("reading an init script")
+                })
+        })
+        .collect();
+    assert!(
+        scripts
+            .iter()
+            .any(|s| s.contains(&format!("CREATE DATABASE {database};"))),
+        "no init script of {} creates the database {database}",
+        db.host
+    );
+}
+
+/// Checks that the telemetry variables are read by the binary (it refuses
+/// a bad value of each, naming it: `quiet` is what puts its listeners on
+/// free ports) and that the stack sends `name`'s traces to Jaeger.
+pub fn telemetry_goes_to_jaeger(name: &str, binary: &Path, quiet: &[(&str, &str)]) {
+    let compose = compose();
+    let env = environment(&compose, name);
+    for (var, bad, named) in TELEMETRY_PROBES {
+        let mut given = quiet.to_vec();
+        given.push((var, bad));
+        let out = crate::process::run_to_exit(binary, &given, std::time::Duration::from_secs(60));
+        assert!(
+            !out.status.success(),
+            "{name} accepted {var}={bad} and exited successfully:\n{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(named),
+            "{var}={bad}: {name} failed, but not over {named}:\n{}",
+            out.stderr
+        );
+    }
+
+    let endpoint = url(env
+        .get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .expect("the stack exports traces"));
+    assert_eq!(endpoint.scheme, "http", "Jaeger's OTLP port is plain gRPC");
+    assert_eq!(endpoint.port, Some(JAEGER_OTLP_GRPC_PORT), "{endpoint:?}");
+    let jaeger = environment(&compose, &endpoint.host);
+    assert_eq!(
+        jaeger.get("COLLECTOR_OTLP_ENABLED").map(String::as_str),
+        Some("true")
+    );
+    assert!(
+        service(&compose, &endpoint.host)
+            .get("image")
+            .and_then(Value::as_str)
+            .is_some_and(|i| i.starts_with("jaegertracing/")),
+        "{} is not Jaeger",
+        endpoint.host
+    );
+
+    let ratio: f64 = env
+        .get("OTEL_TRACES_SAMPLER_ARG")
+        .map_or(Ok(1.0), |r| r.parse())
+        .expect("a ratio");
+    assert!(
+        (0.0..=1.0).contains(&ratio),
+        "OTEL_TRACES_SAMPLER_ARG={ratio} is not a ratio from 0 to 1"
+    );
+}

@@ -34,7 +34,7 @@ pub async fn start_binary(bin: &Path, env: &[(&str, String)], ready_message: &st
     let mut child = tokio::process::Command::new(bin)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LOG_FORMAT", "json")
+        .env("ORDER_LOG_FORMAT", "json")
         .env("USER_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -85,4 +85,79 @@ impl Proc {
             .expect("the service exits within 30 s of SIGTERM")
             .expect("its exit status")
     }
+}
+
+/// What a binary that ran to its end said.
+#[derive(Debug)]
+pub struct Exited {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `bin` with exactly `env` (and `RUST_BACKTRACE=0`) until it exits,
+/// and returns what it said. Fails if it still runs after `limit`: a service
+/// that should have refused its settings started instead.
+pub fn run_to_exit(bin: &Path, env: &[(&str, &str)], limit: Duration) -> Exited {
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(bin)
+        .env_clear()
+        .env("RUST_BACKTRACE", "0")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+    // Read both pipes as it runs, so that a chatty child never blocks.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut r) = r {
+                r.read_to_string(&mut text).ok();
+            }
+            text
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the binary") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!(
+                "{} still runs after {limit:?} with {env:?}: it did not refuse them",
+                bin.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Exited {
+        status,
+        stdout: out.join().expect("reading stdout"),
+        stderr: err.join().expect("reading stderr"),
+    }
+}
+
+/// The messages of the JSON log lines at WARN in `log`.
+pub fn warnings(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["level"] == "WARN")
+        .filter_map(|v| v["fields"]["message"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A Postgres URL where nothing listens: a service given it logs its start
+/// and then fails, which is all some tests need.
+pub fn unreachable_database() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("postgres://postgres@127.0.0.1:{port}/nothing")
 }

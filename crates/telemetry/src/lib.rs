@@ -48,7 +48,8 @@ pub struct TelemetrySettings {
 impl TelemetrySettings {
     /// Settings from the standard OpenTelemetry environment variables:
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER_ARG` (ratio, default
-    /// 1.0) and `LOG_FORMAT`.
+    /// 1.0). The log format is `auto` here: each service sets it from its
+    /// own `*_LOG_FORMAT` setting.
     pub fn from_env(service_name: &str, service_version: &str) -> anyhow::Result<Self> {
         let ratio = match std::env::var("OTEL_TRACES_SAMPLER_ARG") {
             Ok(v) => v
@@ -67,7 +68,7 @@ impl TelemetrySettings {
                 .ok()
                 .filter(|e| !e.is_empty()),
             sampling_ratio: ratio,
-            log_format: std::env::var("LOG_FORMAT").unwrap_or_else(|_| "auto".to_owned()),
+            log_format: "auto".to_owned(),
         })
     }
 }

@@ -8,8 +8,18 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
+pub use negotiate::db::DatabaseUrl;
+use negotiate::settings::Renamed;
 
 use crate::upstream::Transport;
+
+/// Settings renamed to match order-service's, which still work for one
+/// release, with a warning in the log.
+pub const RENAMED: &[Renamed] = &[Renamed {
+    old_env: "USER_DATABASE_POOL_SIZE",
+    old_flag: Some("database-pool-size"),
+    new_env: "USER_DATABASE_MAX_CONNECTIONS",
+}];
 
 /// user-service: users over REST and gRPC, with their orders fetched from
 /// order-service over a transport chosen per request.
@@ -52,30 +62,6 @@ pub enum Command {
     Seed,
 }
 
-/// A database URL whose password never reaches a log line.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl(pub String);
-
-impl DatabaseUrl {
-    /// The URL with any password replaced by `***`, for logs.
-    pub fn redacted(&self) -> String {
-        negotiate::db::redact(&self.0)
-    }
-}
-
-impl std::fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.redacted())
-    }
-}
-
-impl std::str::FromStr for DatabaseUrl {
-    type Err = std::convert::Infallible;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(DatabaseUrl(s.to_owned()))
-    }
-}
-
 /// Everything the service needs to run.
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
@@ -92,9 +78,17 @@ pub struct Settings {
     #[arg(long, env = "USER_DATABASE_URL")]
     pub database_url: Option<DatabaseUrl>,
 
-    /// Postgres connections user-service may hold.
-    #[arg(long, env = "USER_DATABASE_POOL_SIZE", default_value_t = 10)]
-    pub database_pool_size: u32,
+    /// Postgres connections in the pool.
+    #[arg(long, env = "USER_DATABASE_MAX_CONNECTIONS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub database_max_connections: u32,
+
+    /// How long a query waits for a Postgres connection before answering 503.
+    #[arg(
+        long,
+        env = "USER_DATABASE_ACQUIRE_TIMEOUT_MS",
+        default_value_t = 2_000
+    )]
+    pub database_acquire_timeout_ms: u64,
 
     /// Load the data set's users into Postgres at start (idempotent), as the
     /// `seed` command does.
@@ -255,6 +249,15 @@ fn parse_transport(s: &str) -> Result<Transport, String> {
 }
 
 impl Settings {
+    /// How to reach Postgres, when the settings name it.
+    pub fn pool(&self) -> Option<negotiate::db::PoolSettings> {
+        Some(negotiate::db::PoolSettings {
+            url: self.database_url.clone()?,
+            max_connections: self.database_max_connections,
+            acquire_timeout: std::time::Duration::from_millis(self.database_acquire_timeout_ms),
+        })
+    }
+
     /// The time bounds of every connection to user-service.
     pub fn conn_limits(&self) -> negotiate::serve::ConnLimits {
         negotiate::serve::ConnLimits::from_millis(
@@ -271,35 +274,11 @@ impl Default for Settings {
     /// The documented defaults, but on port 0 of 127.0.0.1 for both
     /// listeners, in memory, as tests want them.
     fn default() -> Self {
-        Settings {
-            rest_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            database_url: None,
-            database_pool_size: 10,
-            seed: false,
-            order_rest_url: http::Uri::from_static("http://127.0.0.1:8082"),
-            order_grpc_url: http::Uri::from_static("http://127.0.0.1:50052"),
-            order_tcp_addr: "127.0.0.1:50062".to_owned(),
-            default_via: Transport::Grpc,
-            pool_size: 4,
-            upstream_timeout_ms: 5000,
-            max_concurrent_requests: 512,
-            max_concurrent_streams: 256,
-            shutdown_grace_ms: 1_000,
-            header_read_timeout_ms: 10_000,
-            body_read_timeout_ms: 30_000,
-            idle_timeout_ms: 60_000,
-            max_connections: 1024,
-            max_request_bytes: 64 * 1024,
-            log_format: "auto".to_owned(),
-            order_tls_ca: None,
-            order_tls_server_name: None,
-            order_tls_cert: None,
-            order_tls_key: None,
-            tls_cert: None,
-            tls_key: None,
-            tls_client_ca: None,
-        }
+        let mut s = negotiate::settings::defaults::<Cli>().settings;
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        s.rest_addr = any;
+        s.grpc_addr = any;
+        s
     }
 }
 

@@ -44,14 +44,14 @@ pub struct Application {
 /// The store the settings ask for: Postgres (migrated, optionally seeded) or
 /// the in-memory data set.
 pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
-    Ok(match &settings.database_url {
-        Some(url) => {
-            let store = PgStore::connect(&url.0, settings.database_pool_size).await?;
+    Ok(match settings.pool() {
+        Some(pool) => {
+            let store = PgStore::connect(&pool).await?;
             if settings.seed {
                 let n = store.seed().await?;
                 tracing::info!(inserted = n, "seeded the data set's users");
             }
-            tracing::info!(store = "postgres", database = %url.redacted(), "users are in Postgres");
+            tracing::info!(store = "postgres", database = %pool.url.redacted(), "users are in Postgres");
             Store::Postgres(store)
         }
         None => {

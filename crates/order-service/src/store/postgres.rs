@@ -10,12 +10,11 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
 
 use anyhow::Context as _;
 use model::{Address, Currency, FieldSet, NewOrder, Order, OrderField as F, OrderStatus};
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgPoolOptions, PgRow};
+use sqlx::postgres::PgRow;
 use sqlx::{Acquire as _, AssertSqlSafe, PgPool, Postgres, Row};
 use uuid::Uuid;
 
@@ -50,35 +49,10 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// How to reach Postgres.
-#[derive(Debug, Clone)]
-pub struct PgSettings {
-    pub url: String,
-    /// Connections in the pool.
-    pub max_connections: u32,
-    /// How long a query waits for a pooled connection before the request gets
-    /// 503: this bounds how long a request hangs while Postgres is down.
-    pub acquire_timeout: Duration,
-}
-
 impl PgStore {
     /// Connects, and applies the migrations.
-    pub async fn connect(s: &PgSettings) -> anyhow::Result<Self> {
-        let pool = PgPoolOptions::new()
-            .max_connections(s.max_connections)
-            .acquire_timeout(s.acquire_timeout)
-            .connect(&s.url)
-            .await
-            .with_context(|| {
-                format!(
-                    "connecting to Postgres at {}",
-                    negotiate::db::redact(&s.url)
-                )
-            })?;
-        MIGRATOR
-            .run(&pool)
-            .await
-            .context("applying the migrations in migrations/orders")?;
+    pub async fn connect(s: &negotiate::db::PoolSettings) -> anyhow::Result<Self> {
+        let pool = negotiate::db::connect(s, &MIGRATOR, "migrations/orders").await?;
         Ok(Self::from_pool(pool))
     }
 

@@ -5,12 +5,9 @@
 //! `.sqlx/` offline data is needed to build, and nothing is ever formatted
 //! into SQL).
 
-use std::time::Duration;
-
 use anyhow::Context as _;
 use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
 
 use super::{StoreError, UserStore, now};
@@ -62,18 +59,10 @@ impl TryFrom<UserRow> for User {
 impl PgStore {
     /// Connects (failing fast if Postgres is not there) and applies the
     /// migrations.
-    pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Self> {
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            // A request waits at most this long for a connection, then 503.
-            .acquire_timeout(Duration::from_secs(3))
-            .connect(url)
+    pub async fn connect(s: &negotiate::db::PoolSettings) -> anyhow::Result<Self> {
+        let pool = negotiate::db::connect(s, &MIGRATOR, "migrations/users")
             .await
-            .context("connecting to the users database")?;
-        MIGRATOR
-            .run(&pool)
-            .await
-            .context("applying the migrations of migrations/users")?;
+            .context("opening the users database")?;
         Ok(PgStore { pool })
     }
 

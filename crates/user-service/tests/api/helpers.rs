@@ -169,7 +169,7 @@ pub async fn spawn_users_with(
     let db = users_database().await;
     let mut settings = user_service::Settings {
         database_url: Some(user_service::settings::DatabaseUrl(db.url.clone())),
-        database_pool_size: 4,
+        database_max_connections: 4,
         ..Default::default()
     };
     point_at(&mut settings, orders.rest, orders.grpc, orders.tcp);

@@ -12,6 +12,7 @@ mod many_users;
 mod over_tls;
 mod overload;
 mod postgres_outage;
+mod renamed;
 mod resilience;
 mod schemathesis;
 mod sigterm;

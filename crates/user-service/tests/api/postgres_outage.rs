@@ -21,8 +21,9 @@ use crate::helpers::{OrderService, UserService, spawn_users_with};
 /// Where the test Postgres listens (the proxy checks that the URLs name it).
 const POSTGRES: &str = "127.0.0.1:5432";
 
-/// "Quickly": far under the 5 s upstream timeout and the 3 s wait for a
-/// pooled connection, yet no bound a loaded CI machine comes near.
+/// "Quickly": far under the 5 s upstream timeout, and no more than the 1 s
+/// wait for a pooled connection the tests set plus a margin a loaded CI
+/// machine does not come near.
 const FAST: Duration = Duration::from_secs(2);
 
 /// Several fan-outs at once on every transport, so that each pool (the
@@ -207,7 +208,8 @@ async fn when_the_users_database_restarts_user_service_answers_503_fast_then_ser
         let url = s.database_url.take().unwrap();
         *db_name.lock().unwrap() = url.0.rsplit('/').next().unwrap().to_owned();
         s.database_url = Some(DatabaseUrl(proxy.url_through(&url.0)));
-        s.database_pool_size = 4;
+        s.database_max_connections = 4;
+        s.database_acquire_timeout_ms = 1_000;
     })
     .await;
     let id = dataset::fixed_user_id(10);
@@ -265,9 +267,9 @@ async fn when_the_orders_database_restarts_every_transport_answers_503_fast_then
     let proxy = Proxy::start(POSTGRES.parse().unwrap()).await.unwrap();
     let orders = OrderService::start_with(|s| {
         let url = s.database_url.take().unwrap();
-        s.database_url = Some(proxy.url_through(&url));
-        s.db_max_connections = 4;
-        s.db_acquire_timeout_ms = 1_000;
+        s.database_url = Some(DatabaseUrl(proxy.url_through(&url.0)));
+        s.database_max_connections = 4;
+        s.database_acquire_timeout_ms = 1_000;
     })
     .await;
     let users = spawn_users_with(&orders, |s| s.pool_size = 2).await;

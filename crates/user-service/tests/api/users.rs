@@ -420,7 +420,13 @@ async fn health_readiness_metrics_and_openapi_are_served() {
 async fn seeding_twice_inserts_the_data_set_once() {
     let db = users_database().await;
     // The template is seeded already: seeding again adds nothing.
-    let store = PgStore::connect(&db.url, 2).await.unwrap();
+    let store = PgStore::connect(&negotiate::db::PoolSettings {
+        url: negotiate::db::DatabaseUrl(db.url.clone()),
+        max_connections: 2,
+        acquire_timeout: std::time::Duration::from_secs(2),
+    })
+    .await
+    .unwrap();
     assert_eq!(store.seed().await.unwrap(), 0);
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM users")
         .fetch_one(store.pool())
