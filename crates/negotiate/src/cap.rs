@@ -85,6 +85,18 @@ impl ConnCap {
     }
 }
 
+/// One cap per listener, each `(name, max)`, and the renderer of them all
+/// for the service's `/metrics` under `prefix` (see [`render`]). Both
+/// services cap their listeners this way.
+pub fn listener_caps<const N: usize>(
+    prefix: &'static str,
+    listeners: [(&'static str, usize); N],
+) -> ([ConnCap; N], impl Fn(&mut String) + Send + Sync + 'static) {
+    let caps = listeners.map(|(name, max)| ConnCap::new(name, max));
+    let all = caps.to_vec();
+    (caps, move |out: &mut String| render(out, prefix, &all))
+}
+
 /// `# TYPE` and sample lines for these caps, as `{prefix}_connections_open`
 /// and `{prefix}_connections_refused_total`, by listener.
 pub fn render(out: &mut String, prefix: &str, caps: &[ConnCap]) {

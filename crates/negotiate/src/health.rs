@@ -25,6 +25,28 @@ pub async fn set(health: &HealthReporter, names: &[&str], serving: bool) {
     }
 }
 
+/// The gRPC health service for `names`, set from `ready()` before the first
+/// call can ask, then kept following it (see [`follow_readiness`]) by the
+/// task returned, until `shutdown`.
+pub async fn following<F, Fut>(
+    names: &'static [&'static str],
+    ready: F,
+    shutdown: CancellationToken,
+) -> (
+    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let (health, service) = tonic_health::server::health_reporter();
+    let was = ready().await;
+    set(&health, names, was).await;
+    let task = tokio::spawn(follow_readiness(health, names, ready, shutdown, was));
+    (service, task)
+}
+
 /// Keeps `names` SERVING while `ready()` says so and NOT_SERVING while it
 /// does not, checked every [`EVERY`] (`was`: the status already set), and
 /// NOT_SERVING from the moment `shutdown` is cancelled.

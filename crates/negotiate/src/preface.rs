@@ -159,6 +159,56 @@ pub async fn bounded_drain<E>(
     }
 }
 
+/// Serves `router` on `listener` (over TLS when `tls` is given) until
+/// `shutdown`, with the bounds of [`ConnLimits`](crate::serve::ConnLimits)
+/// that tonic does not apply itself: connections past `cap` closed at once,
+/// a deadline on each connection's first bytes, and a drain that ends in
+/// time. Both services' gRPC listeners run through here.
+pub async fn serve_tonic<L, ResBody>(
+    router: tonic::transport::server::Router<L>,
+    listener: tokio::net::TcpListener,
+    tls: Option<tls::Acceptor>,
+    conn: crate::serve::ConnLimits,
+    cap: crate::cap::ConnCap,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), tonic::transport::Error>
+where
+    L: tower::Layer<tonic::service::Routes>,
+    L::Service: tower::Service<
+            axum::http::Request<tonic::body::Body>,
+            Response = axum::http::Response<ResBody>,
+        > + Clone
+        + Send
+        + 'static,
+    <L::Service as tower::Service<axum::http::Request<tonic::body::Body>>>::Future: Send,
+    <L::Service as tower::Service<axum::http::Request<tonic::body::Body>>>::Error:
+        Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+    ResBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    ResBody::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stop = shutdown.clone().cancelled_owned();
+    let serving = async move {
+        match tls {
+            None => {
+                // Nagle's algorithm would hold small frames back until the
+                // peer's delayed ACK: about 40 ms on small calls.
+                let plain =
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+                router
+                    .serve_with_incoming_shutdown(deadlined(plain, conn.header_read, cap), stop)
+                    .await
+            }
+            Some(acceptor) => {
+                let tls = tls::incoming::incoming(listener, acceptor);
+                router
+                    .serve_with_incoming_shutdown(deadlined(tls, conn.header_read, cap), stop)
+                    .await
+            }
+        }
+    };
+    bounded_drain(serving, shutdown, conn).await
+}
+
 /// tonic answers a request message over the size limit with OUT_OF_RANGE; the
 /// gRPC spec (and every other implementation) says RESOURCE_EXHAUSTED, which
 /// is what clients retry-classify on. The refusal comes before any handler

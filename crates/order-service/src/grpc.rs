@@ -379,23 +379,18 @@ pub async fn serve(
     tls: Option<tls::Acceptor>,
     cap: negotiate::cap::ConnCap,
 ) -> anyhow::Result<()> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    // Known before the first call can ask, then followed.
-    let ready = orders.ready().await.is_ok();
-    negotiate::health::set(&health, HEALTH_NAMES, ready).await;
-    let readiness = tokio::spawn({
-        let orders = orders.clone();
-        negotiate::health::follow_readiness(
-            health,
-            HEALTH_NAMES,
+    let (health_service, readiness) = negotiate::health::following(
+        HEALTH_NAMES,
+        {
+            let orders = orders.clone();
             move || {
                 let orders = orders.clone();
                 async move { orders.ready().await.is_ok() }
-            },
-            shutdown.clone(),
-            ready,
-        )
-    });
+            }
+        },
+        shutdown.clone(),
+    )
+    .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -438,38 +433,7 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(v2)
         .add_service(v1);
-    let serving = async {
-        match tls {
-            None => {
-                router
-                    .serve_with_incoming_shutdown(
-                        negotiate::preface::deadlined(
-                            // Nagle's algorithm would hold small frames back until the
-                            // peer's delayed ACK: about 40 ms on small calls.
-                            tonic::transport::server::TcpIncoming::from(listener)
-                                .with_nodelay(Some(true)),
-                            conn.header_read,
-                            cap.clone(),
-                        ),
-                        shutdown.clone().cancelled_owned(),
-                    )
-                    .await
-            }
-            Some(acceptor) => {
-                router
-                    .serve_with_incoming_shutdown(
-                        negotiate::preface::deadlined(
-                            tls::incoming::incoming(listener, acceptor),
-                            conn.header_read,
-                            cap.clone(),
-                        ),
-                        shutdown.clone().cancelled_owned(),
-                    )
-                    .await
-            }
-        }
-    };
-    let served = negotiate::preface::bounded_drain(serving, shutdown.clone(), conn).await;
+    let served = negotiate::preface::serve_tonic(router, listener, tls, conn, cap, shutdown).await;
     readiness.abort();
     served?;
     Ok(())

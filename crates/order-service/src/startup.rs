@@ -124,7 +124,20 @@ impl Application {
         let token = CancellationToken::new();
         let s = &self.settings;
         let metrics = Arc::new(RequestMetrics::new("order"));
-        let [rest_tls, grpc_tls, tcp_tls] = tls_acceptors(self.tls.as_ref(), &metrics);
+        // TLS on every listener when it is on: REST offers h2 and HTTP/1.1
+        // by ALPN, gRPC too (HTTP/1.1 for gRPC-web), raw TCP no ALPN.
+        let ([rest_tls, grpc_tls, tcp_tls], tls_render) = tls::listener_acceptors(
+            self.tls.as_ref(),
+            [
+                ("rest", tls::ALPN_H2_HTTP1),
+                ("grpc", tls::ALPN_H2_HTTP1),
+                ("tcp", &[]),
+            ],
+            "order",
+        );
+        if let Some(render) = tls_render {
+            metrics.add_section(render);
+        }
         // One limit of work in service for every surface.
         let limiter = negotiate::shed::Limiter::new(s.max_concurrent_requests);
         let rest_router = crate::rest::router(RestState {
@@ -134,13 +147,15 @@ impl Application {
             limiter: limiter.clone(),
         });
         let limits = s.conn_limits();
-        let rest_cap = negotiate::cap::ConnCap::new("rest", s.max_connections as usize);
-        let grpc_cap = negotiate::cap::ConnCap::new("grpc", s.max_connections as usize);
-        let tcp_cap = negotiate::cap::ConnCap::new("tcp", s.max_tcp_connections as usize);
-        {
-            let caps = [rest_cap.clone(), grpc_cap.clone(), tcp_cap.clone()];
-            metrics.add_section(move |out| negotiate::cap::render(out, "order", &caps));
-        }
+        let ([rest_cap, grpc_cap, tcp_cap], caps_render) = negotiate::cap::listener_caps(
+            "order",
+            [
+                ("rest", s.max_connections as usize),
+                ("grpc", s.max_connections as usize),
+                ("tcp", s.max_tcp_connections as usize),
+            ],
+        );
+        metrics.add_section(caps_render);
         let rest = {
             let t = token.clone();
             let listener = self.rest;
@@ -201,29 +216,6 @@ impl Application {
         )
         .await
     }
-}
-
-/// One acceptor per listener (REST, gRPC, raw TCP), each counting its own
-/// handshakes into `/metrics` as `order_tls_handshakes_total{listener=…}`.
-/// REST offers h2 and HTTP/1.1 by ALPN; gRPC offers h2 and HTTP/1.1 (for
-/// gRPC-web); raw TCP offers no ALPN. All `None` when TLS is off.
-fn tls_acceptors(
-    tls: Option<&tls::ServerTls>,
-    metrics: &RequestMetrics,
-) -> [Option<tls::Acceptor>; 3] {
-    let (acceptors, render) = tls::listener_acceptors(
-        tls,
-        [
-            ("rest", tls::ALPN_H2_HTTP1),
-            ("grpc", tls::ALPN_H2_HTTP1),
-            ("tcp", &[]),
-        ],
-        "order",
-    );
-    if let Some(render) = render {
-        metrics.add_section(render);
-    }
-    acceptors
 }
 
 /// Completes on Ctrl-C or SIGTERM: the one both services share.

@@ -10,6 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Backend, orders_database, spawn_with};
+use pgtest::health::{self, ServingStatus};
 use pgtest::proxy::Proxy;
 use proto::order::v2 as pb2;
 
@@ -83,44 +84,8 @@ async fn postgres_down_is_503_fast_and_service_returns_by_itself() {
     db.drop_database().await.unwrap();
 }
 
-/// The gRPC health status of `service` ("" for the whole server).
-async fn health_of(app: &common::TestApp, service: &str) -> i32 {
-    let mut h = tonic_health::pb::health_client::HealthClient::new(
-        tonic::transport::Channel::from_shared(format!("http://{}", app.grpc))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap(),
-    );
-    h.check(tonic_health::pb::HealthCheckRequest {
-        service: service.into(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .status
-}
-
-const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
-const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
-
-/// Waits (15 s at most) until every name's gRPC health is `want`.
-async fn health_becomes(app: &common::TestApp, want: i32) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    for name in ["", "order.v2.OrderService", "order.v1.OrderService"] {
-        loop {
-            let got = health_of(app, name).await;
-            if got == want {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name:?} is still {got}, not {want}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
+/// order-service's gRPC health names: the server's and each API's.
+const HEALTH_NAMES: &[&str] = &["", "order.v2.OrderService", "order.v1.OrderService"];
 
 /// gRPC health tells what /readyz tells: NOT_SERVING while Postgres is
 /// gone, SERVING again when it returns, and NOT_SERVING from the moment
@@ -138,11 +103,11 @@ async fn grpc_health_follows_readiness_and_shutdown() {
         s.shutdown_grace_ms = 2_000;
     })
     .await;
-    health_becomes(&app, SERVING).await;
+    health::becomes(app.grpc, HEALTH_NAMES, ServingStatus::Serving).await;
     proxy.cut();
-    health_becomes(&app, NOT_SERVING).await;
+    health::becomes(app.grpc, HEALTH_NAMES, ServingStatus::NotServing).await;
     proxy.restore();
-    health_becomes(&app, SERVING).await;
+    health::becomes(app.grpc, HEALTH_NAMES, ServingStatus::Serving).await;
 
     let mut h = tonic_health::pb::health_client::HealthClient::new(
         tonic::transport::Channel::from_shared(format!("http://{}", app.grpc))
@@ -158,14 +123,17 @@ async fn grpc_health_follows_readiness_and_shutdown() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(watch.message().await.unwrap().unwrap().status, SERVING);
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status,
+        ServingStatus::Serving as i32
+    );
     app.stop.cancel();
     let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
         .await
         .expect("a status change within 5 s of the shutdown")
         .unwrap()
         .expect("a message before the stream ends");
-    assert_eq!(next.status, NOT_SERVING);
+    assert_eq!(next.status, ServingStatus::NotServing as i32);
     app.handle.await.unwrap().unwrap();
     db.drop_database().await.unwrap();
 }

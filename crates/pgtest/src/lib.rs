@@ -17,19 +17,23 @@
 //! - [`proxy`]: a TCP proxy a test can cut or make kill connections, to put
 //!   between a service and Postgres (or another service).
 //! - [`compose`]: docker-compose.yml read as both services' compose tests
-//!   read it.
-//! - [`process`]: a service binary started and stopped by SIGTERM, and the
-//!   tests' log.
+//!   read it, and the checks both make.
+//! - [`process`]: a service binary started and stopped by SIGTERM, or run
+//!   until it exits; the tests' log.
+//! - [`health`]: a service's gRPC health, asked until it becomes what a
+//!   test expects.
+//! - [`sigterm`]: callers that load a service until SIGTERM ends it, and
+//!   the tally that says whether anything sent was lost.
 //! - [`flood`]: floods of bad connections (idle, trickling, announcing large
 //!   frames) for the services' flood tests.
 
 pub mod compose;
 pub mod flood;
+pub mod health;
 pub mod process;
 pub mod proxy;
 pub mod schemathesis;
-
-use std::path::Path;
+pub mod sigterm;
 
 use anyhow::Context as _;
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
@@ -84,34 +88,57 @@ fn fnv(bytes: &[u8], mut h: u64) -> u64 {
     h
 }
 
-/// A key for the template of `migrations` plus `seed_version`.
-fn template_key(migrations: &Path, seed_version: &str) -> anyhow::Result<String> {
-    let mut files: Vec<_> = std::fs::read_dir(migrations)
-        .with_context(|| format!("reading {}", migrations.display()))?
-        .collect::<Result<_, _>>()?;
-    files.sort_by_key(std::fs::DirEntry::file_name);
+/// A key for the template of `migrator`'s migrations plus `seed_version`:
+/// a change to either makes a new template.
+fn template_key(migrator: &sqlx::migrate::Migrator, seed_version: &str) -> String {
     let mut h = fnv(seed_version.as_bytes(), 0xcbf2_9ce4_8422_2325);
-    for f in files {
-        h = fnv(f.file_name().as_encoded_bytes(), h);
-        h = fnv(&std::fs::read(f.path())?, h);
+    for m in migrator.iter() {
+        h = fnv(&m.version.to_le_bytes(), h);
+        h = fnv(&m.checksum, h);
     }
-    Ok(format!("{h:016x}"))
+    format!("{h:016x}")
 }
 
-/// A new database for one test, a copy of a template that `prepare` built
-/// (it is given the template's URL, and must close its connections).
+/// A new database for one test, a copy of a template built once per
+/// migrations and data set: `migrator` applied, then `seed` given a pool on
+/// it (which is closed after). Panics, saying so, when the test Postgres
+/// cannot be reached.
 pub async fn fresh_database<F, Fut>(
     prefix: &str,
-    migrations: &Path,
+    migrator: &sqlx::migrate::Migrator,
     seed_version: &str,
-    prepare: F,
+    seed: F,
+) -> TestDb
+where
+    F: FnOnce(sqlx::PgPool) -> Fut,
+    Fut: Future<Output = anyhow::Result<u64>>,
+{
+    copy_of_template(prefix, migrator, seed_version, seed)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("a {prefix} test database (is Postgres running on 127.0.0.1:5432?): {e:#}")
+        })
+}
+
+async fn copy_of_template<F, Fut>(
+    prefix: &str,
+    migrator: &sqlx::migrate::Migrator,
+    seed_version: &str,
+    seed: F,
 ) -> anyhow::Result<TestDb>
 where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = anyhow::Result<()>>,
+    F: FnOnce(sqlx::PgPool) -> Fut,
+    Fut: Future<Output = anyhow::Result<u64>>,
 {
     let server = server_url();
-    let template = format!("tpl_{prefix}_{}", template_key(migrations, seed_version)?);
+    let template = format!("tpl_{prefix}_{}", template_key(migrator, seed_version));
+    let prepare = |url: String| async move {
+        let pool = sqlx::PgPool::connect(&url).await?;
+        migrator.run(&pool).await?;
+        seed(pool.clone()).await?;
+        pool.close().await;
+        anyhow::Ok(())
+    };
     let mut admin = PgConnection::connect(&server)
         .await
         .with_context(|| format!("connecting to the test Postgres at {server}"))?;

@@ -134,19 +134,28 @@ impl Application {
     ) -> anyhow::Result<()> {
         let stop = CancellationToken::new();
         tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, tls = self.tls.is_some(), "user-service listening");
-        let (rest_tls, grpc_tls) = self.tls_acceptors();
+        let metrics = &self.state.metrics.requests;
+        // TLS on both listeners when it is on: REST offers h2 and HTTP/1.1
+        // by ALPN, gRPC h2 only.
+        let ([rest_tls, grpc_tls], tls_render) = tls::listener_acceptors(
+            self.tls.as_ref(),
+            [("rest", tls::ALPN_H2_HTTP1), ("grpc", tls::ALPN_H2)],
+            "user",
+        );
+        if let Some(render) = tls_render {
+            metrics.add_section(render);
+        }
 
         // axum::serve speaks HTTP/1.1 and, with axum's `http2` feature, h2c
         // by prior knowledge on the same listener.
-        let rest_cap = negotiate::cap::ConnCap::new("rest", self.max_connections);
-        let grpc_cap = negotiate::cap::ConnCap::new("grpc", self.max_connections);
-        {
-            let caps = [rest_cap.clone(), grpc_cap.clone()];
-            self.state
-                .metrics
-                .requests
-                .add_section(move |out| negotiate::cap::render(out, "user", &caps));
-        }
+        let ([rest_cap, grpc_cap], caps_render) = negotiate::cap::listener_caps(
+            "user",
+            [
+                ("rest", self.max_connections),
+                ("grpc", self.max_connections),
+            ],
+        );
+        metrics.add_section(caps_render);
         let rest = negotiate::serve::serve_with_tls(
             self.rest,
             rest::router(self.state.clone()),
@@ -156,24 +165,21 @@ impl Application {
             rest_tls,
         );
 
-        let (health, health_service) = tonic_health::server::health_reporter();
         // Known before the first call can ask, then followed like /readyz.
         const HEALTH_NAMES: &[&str] = &["", "user.v1.UserService"];
         let store = self.state.service.store().clone();
-        let ready = store.ping().await.is_ok();
-        negotiate::health::set(&health, HEALTH_NAMES, ready).await;
-        let readiness = tokio::spawn(negotiate::health::follow_readiness(
-            health,
+        let (health_service, readiness) = negotiate::health::following(
             HEALTH_NAMES,
             move || {
                 let store = store.clone();
                 async move { store.ping().await.is_ok() }
             },
             stop.clone(),
-            ready,
-        ));
+        )
+        .await;
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1()
             .context("building the reflection service")?;
         let conn = self.conn;
@@ -199,37 +205,14 @@ impl Application {
                 self.state.service.clone(),
                 self.state.max_request_bytes,
             ));
-        let grpc_stop = stop.clone().cancelled_owned();
-        let serving = async move {
-            match grpc_tls {
-                None => {
-                    grpc.serve_with_incoming_shutdown(
-                        negotiate::preface::deadlined(
-                            // Nagle's algorithm would hold small frames back until the
-                            // peer's delayed ACK: about 40 ms on small calls.
-                            tonic::transport::server::TcpIncoming::from(self.grpc)
-                                .with_nodelay(Some(true)),
-                            conn.header_read,
-                            grpc_cap.clone(),
-                        ),
-                        grpc_stop,
-                    )
-                    .await
-                }
-                Some(acceptor) => {
-                    grpc.serve_with_incoming_shutdown(
-                        negotiate::preface::deadlined(
-                            tls::incoming::incoming(self.grpc, acceptor),
-                            conn.header_read,
-                            grpc_cap.clone(),
-                        ),
-                        grpc_stop,
-                    )
-                    .await
-                }
-            }
-        };
-        let grpc = negotiate::preface::bounded_drain(serving, stop.clone(), conn);
+        let grpc = negotiate::preface::serve_tonic(
+            grpc,
+            self.grpc,
+            grpc_tls,
+            conn,
+            grpc_cap,
+            stop.clone(),
+        );
 
         // The signal stops both listeners; so does the first to fail.
         let served = negotiate::supervise::supervise(
@@ -243,23 +226,6 @@ impl Application {
         .await;
         readiness.abort();
         served
-    }
-}
-
-impl Application {
-    /// The REST (h2 and HTTP/1.1 by ALPN) and gRPC (h2) acceptors when TLS
-    /// is on, their handshakes counted on `/metrics` as
-    /// `user_tls_handshakes_total{listener=…}`.
-    fn tls_acceptors(&self) -> (Option<tls::Acceptor>, Option<tls::Acceptor>) {
-        let ([rest, grpc], render) = tls::listener_acceptors(
-            self.tls.as_ref(),
-            [("rest", tls::ALPN_H2_HTTP1), ("grpc", tls::ALPN_H2)],
-            "user",
-        );
-        if let Some(render) = render {
-            self.state.metrics.requests.add_section(render);
-        }
-        (rest, grpc)
     }
 }
 

@@ -7,7 +7,6 @@
 //! it again on the same ports. `TEST_LOG=1` shows the logs of both.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,23 +26,11 @@ pub use orders_db::orders_database;
 
 /// user-service's database: migrated and seeded with the data set's users.
 pub async fn users_database() -> pgtest::TestDb {
-    let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/users");
-    pgtest::fresh_database(
-        "users",
-        &migrations,
-        &dataset::version(),
-        |url| async move {
-            let pool = sqlx::PgPool::connect(&url).await?;
-            user_service::store::postgres::MIGRATOR.run(&pool).await?;
-            user_service::store::postgres::PgStore::from_pool(pool.clone())
-                .seed()
-                .await?;
-            pool.close().await;
-            Ok(())
-        },
-    )
+    use user_service::store::postgres::{MIGRATOR, PgStore};
+    pgtest::fresh_database("users", &MIGRATOR, &dataset::version(), |pool| async move {
+        PgStore::from_pool(pool).seed().await
+    })
     .await
-    .expect("a users test database (is Postgres running on 127.0.0.1:5432?)")
 }
 
 /// A running order-service that can be killed and brought back.

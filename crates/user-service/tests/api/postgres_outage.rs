@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use model::json::ErrorJson;
+use pgtest::health::{self, ServingStatus};
 use pgtest::proxy::Proxy;
 use proto::user::v1 as pbu;
 use user_service::settings::DatabaseUrl;
@@ -164,40 +165,8 @@ async fn terminated_mid_query_is_503_never_500(users: &Arc<UserService>, id: uui
     assert!(ok > 0);
 }
 
-const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
-const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
-
-/// Waits (15 s at most) until user-service's gRPC health, for the whole
-/// server and for its API, is `want`.
-async fn grpc_health_becomes(users: &UserService, want: i32) {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", users.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    for name in ["", "user.v1.UserService"] {
-        loop {
-            let got = h
-                .check(tonic_health::pb::HealthCheckRequest {
-                    service: name.into(),
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .status;
-            if got == want {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name:?} is still {got}, not {want}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
+/// user-service's gRPC health names: the server's and its API's.
+const HEALTH_NAMES: &[&str] = &["", "user.v1.UserService"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_users_database_restarts_user_service_answers_503_fast_then_serves_at_once() {
@@ -222,7 +191,7 @@ async fn when_the_users_database_restarts_user_service_answers_503_fast_then_ser
     let live = users.http.get(users.url("/healthz")).send().await.unwrap();
     assert_eq!(live.status(), 200, "alive all the same");
     // gRPC health says what /readyz says, within its check interval.
-    grpc_health_becomes(&users, NOT_SERVING).await;
+    health::becomes(users.grpc, HEALTH_NAMES, ServingStatus::NotServing).await;
     // A registration fails the same way, and is not half done.
     let res = users
         .http
@@ -242,7 +211,7 @@ async fn when_the_users_database_restarts_user_service_answers_503_fast_then_ser
     );
     let ready = users.http.get(users.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
-    grpc_health_becomes(&users, SERVING).await;
+    health::becomes(users.grpc, HEALTH_NAMES, ServingStatus::Serving).await;
     load_every_transport(&users, id).await;
 
     // A blip nobody asked during: every pooled connection is dead when the

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use pgtest::sigterm::{Tally, load_gets_going, nothing_lost, rest_caller};
 use proto::user::v1 as pbu;
 
 use crate::helpers::{OrderService, start_binary, users_database};
@@ -17,17 +18,6 @@ use crate::helpers::{OrderService, start_binary, users_database};
 /// A user with 1,000 orders: each answer takes a few milliseconds to build
 /// on both services, so at any moment several are in service.
 const ORDERS: u32 = 1_000;
-
-/// What happened to one caller's requests.
-#[derive(Debug, Default)]
-struct Tally {
-    answered: usize,
-    /// Refused at connect (the listener had closed) or handed back unsent:
-    /// nothing was sent.
-    refused: usize,
-    /// Sent, and no answer came: what must never happen.
-    dropped: Vec<String>,
-}
 
 /// Whether `e` says the request never left the client: a refused TCP
 /// connect, or hyper handing the request back unsent because its connection
@@ -96,41 +86,7 @@ async fn sigterm_under_load_answers_every_request_sent_on_rest_and_grpc_and_exit
         let answered = Arc::new(AtomicUsize::new(0));
         counters.push(answered.clone());
         let label = format!("REST {wire} via {via}");
-        callers.push(tokio::spawn(async move {
-            let mut t = Tally::default();
-            loop {
-                match client.get(&url).send().await {
-                    Ok(res) => {
-                        let status = res.status();
-                        match res.bytes().await {
-                            Ok(body) if status == 200 && body.len() > 100_000 => {
-                                t.answered += 1;
-                                answered.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Ok(body) => {
-                                t.dropped.push(format!(
-                                    "{label}: {status}: {}",
-                                    String::from_utf8_lossy(&body[..body.len().min(300)])
-                                ));
-                                return (label, t);
-                            }
-                            Err(e) => {
-                                t.dropped.push(format!("{label}: body cut: {e:?}"));
-                                return (label, t);
-                            }
-                        }
-                    }
-                    Err(e) if e.is_connect() => {
-                        t.refused += 1;
-                        return (label, t);
-                    }
-                    Err(e) => {
-                        t.dropped.push(format!("{label}: {e:?}"));
-                        return (label, t);
-                    }
-                }
-            }
-        }));
+        callers.push(rest_caller(label, client, url, 100_000, answered));
     }
     // gRPC callers: a channel each (one HTTP/2 connection each).
     for via in ["grpc", "grpc-bidi", "tcp-proto"] {
@@ -175,42 +131,12 @@ async fn sigterm_under_load_answers_every_request_sent_on_rest_and_grpc_and_exit
             }
         }));
     }
-    let n_callers = callers.len();
-
     // Let the load settle: every caller connected and answered a few times.
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while counters.iter().any(|c| c.load(Ordering::Relaxed) < 3) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the load gets going");
+    load_gets_going(&counters, 3).await;
 
     let exit = users.sigterm().await;
 
-    let mut total = Tally::default();
-    for c in callers {
-        let (label, t) = tokio::time::timeout(Duration::from_secs(30), c)
-            .await
-            .expect("every caller stops once the service is gone")
-            .unwrap();
-        assert!(t.answered >= 3, "{label}: {t:?}");
-        total.answered += t.answered;
-        total.refused += t.refused;
-        total.dropped.extend(t.dropped);
-    }
-    eprintln!(
-        "{} answered, {} refused before sending, {} dropped",
-        total.answered,
-        total.refused,
-        total.dropped.len()
-    );
-    assert!(
-        total.dropped.is_empty(),
-        "requests lost: {:#?}",
-        total.dropped
-    );
-    assert_eq!(total.refused, n_callers, "each caller ends on a refusal");
+    nothing_lost(callers, 3).await;
     assert!(exit.success(), "user-service exited with {exit}");
     orders.stop().await;
     users_db.drop_database().await.unwrap();
