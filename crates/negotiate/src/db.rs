@@ -45,6 +45,21 @@ pub struct PoolSettings {
     pub acquire_timeout: Duration,
 }
 
+impl PoolSettings {
+    /// The pool a service's settings describe, when they name a database.
+    pub fn of(
+        url: Option<&DatabaseUrl>,
+        max_connections: u32,
+        acquire_timeout_ms: u64,
+    ) -> Option<Self> {
+        Some(PoolSettings {
+            url: url?.clone(),
+            max_connections,
+            acquire_timeout: Duration::from_millis(acquire_timeout_ms),
+        })
+    }
+}
+
 /// Opens the pool, failing fast when Postgres is not there, and applies
 /// `migrator`'s migrations (`what` names them in an error).
 pub async fn connect(
@@ -94,6 +109,26 @@ pub fn classify(e: &sqlx::Error) -> Failure {
         }
         _ => Failure::Other,
     }
+}
+
+/// `impl From<sqlx::Error>` for a store's error type, classified by
+/// [`classify`]: an unavailability becomes its `Unavailable(sqlx::Error)`,
+/// anything else its `Other(anyhow::Error)` with `context`. Both services'
+/// store errors are built this way, so that `?` on a query classifies.
+#[macro_export]
+macro_rules! store_error_from_sqlx {
+    ($error:ident, $context:expr) => {
+        impl From<sqlx::Error> for $error {
+            fn from(e: sqlx::Error) -> Self {
+                match $crate::db::classify(&e) {
+                    $crate::db::Failure::Unavailable => $error::Unavailable(e),
+                    $crate::db::Failure::Other => {
+                        $error::Other(anyhow::Error::new(e).context($context))
+                    }
+                }
+            }
+        }
+    };
 }
 
 /// The time a new row is stamped with, cut to the microsecond Postgres

@@ -25,11 +25,12 @@ pub async fn set(health: &HealthReporter, names: &[&str], serving: bool) {
     }
 }
 
-/// The gRPC health service for `names`, set from `ready()` before the first
-/// call can ask, then kept following it (see [`follow_readiness`]) by the
-/// task returned, until `shutdown`.
-pub async fn following<F, Fut>(
+/// The gRPC health service for `names`, set from `ready(subject)` before
+/// the first call can ask, then kept following it (see [`follow_readiness`])
+/// by the task returned, until `shutdown`.
+pub async fn following<P, F, Fut>(
     names: &'static [&'static str],
+    subject: P,
     ready: F,
     shutdown: CancellationToken,
 ) -> (
@@ -37,9 +38,11 @@ pub async fn following<F, Fut>(
     tokio::task::JoinHandle<()>,
 )
 where
-    F: Fn() -> Fut + Send + 'static,
+    P: Clone + Send + Sync + 'static,
+    F: Fn(P) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = bool> + Send + 'static,
 {
+    let ready = move || ready(subject.clone());
     let (health, service) = tonic_health::server::health_reporter();
     let was = ready().await;
     set(&health, names, was).await;

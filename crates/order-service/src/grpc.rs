@@ -381,13 +381,8 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let (health_service, readiness) = negotiate::health::following(
         HEALTH_NAMES,
-        {
-            let orders = orders.clone();
-            move || {
-                let orders = orders.clone();
-                async move { orders.ready().await.is_ok() }
-            }
-        },
+        orders.clone(),
+        |o: Orders| async move { o.ready().await.is_ok() },
         shutdown.clone(),
     )
     .await;

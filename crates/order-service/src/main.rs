@@ -7,18 +7,9 @@ use order_service::store::Store;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (cli, renamed) = negotiate::settings::parse::<Cli>(RENAMED);
-    let mut t = telemetry::TelemetrySettings::from_env("order-service", env!("CARGO_PKG_VERSION"))?;
-    t.log_format.clone_from(&cli.settings.log_format);
-    let telemetry = telemetry::init(&t)?;
-    for warning in renamed {
-        tracing::warn!("{warning}");
-    }
-    let result = run(cli).await;
-    if let Err(e) = &result {
-        tracing::error!(error = format!("{e:#}"), "order-service failed");
-    }
-    telemetry.shutdown();
-    result
+    let log_format = cli.settings.log_format.clone();
+    let version = env!("CARGO_PKG_VERSION");
+    telemetry::main("order-service", version, &log_format, &renamed, run(cli)).await
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

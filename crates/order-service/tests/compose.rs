@@ -30,6 +30,17 @@ use serde_norway::Value;
 /// This service's name in docker-compose.yml and its Dockerfile target.
 const SERVICE: &str = "order-service";
 
+/// Every listener on a free port of 127.0.0.1.
+const FREE_PORTS: &[(&str, &str)] = &[
+    ("ORDER_REST_ADDR", "127.0.0.1:0"),
+    ("ORDER_GRPC_ADDR", "127.0.0.1:0"),
+    ("ORDER_TCP_ADDR", "127.0.0.1:0"),
+];
+
+fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_order-service"))
+}
+
 /// The settings order-service builds from the compose file.
 fn in_compose() -> Settings {
     parse::<Cli>(SERVICE, &environment(&compose(), SERVICE)).settings
@@ -73,17 +84,14 @@ fn the_health_check_asks_readyz_on_the_rest_port() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_health_check_command_passes_on_a_ready_service_and_fails_on_a_closed_port() {
-    let app = order_service::startup::Application::build(Settings::for_tests(None))
-        .await
-        .expect("building order-service");
-    let port = app.rest_addr().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until_stopped(async {
-        stopped.await.ok();
-    }));
-    health_check_tells_ready_from_closed(SERVICE, port).await;
-    stop.send(()).ok();
-    server.await.expect("server task").expect("server");
+    // In memory; /readyz asks nothing of another service.
+    health_check_of_binary(
+        SERVICE,
+        binary(),
+        FREE_PORTS,
+        "order-service ready to serve",
+    )
+    .await;
 }
 
 #[test]
@@ -94,15 +102,7 @@ fn it_waits_for_a_healthy_postgres_and_uses_a_database_the_init_script_creates()
 
 #[test]
 fn telemetry_variables_are_read_by_the_binary_and_point_at_jaeger() {
-    telemetry_goes_to_jaeger(
-        SERVICE,
-        Path::new(env!("CARGO_BIN_EXE_order-service")),
-        &[
-            ("ORDER_REST_ADDR", "127.0.0.1:0"),
-            ("ORDER_GRPC_ADDR", "127.0.0.1:0"),
-            ("ORDER_TCP_ADDR", "127.0.0.1:0"),
-        ],
-    );
+    telemetry_goes_to_jaeger(SERVICE, binary(), FREE_PORTS);
 }
 
 #[test]

@@ -27,15 +27,7 @@ async fn metrics_count_requests_per_protocol_and_route() {
     .await
     .unwrap();
 
-    let text = app
-        .h1()
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text().await;
     for line in [
         "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",status=\"200\"} 3",
         "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",status=\"400\"} 1",

@@ -127,13 +127,13 @@ async fn grpc_health_follows_readiness_and_shutdown() {
         watch.message().await.unwrap().unwrap().status,
         ServingStatus::Serving as i32
     );
-    app.stop.cancel();
+    app.serving.stop.cancel();
     let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
         .await
         .expect("a status change within 5 s of the shutdown")
         .unwrap()
         .expect("a message before the stream ends");
     assert_eq!(next.status, ServingStatus::NotServing as i32);
-    app.handle.await.unwrap().unwrap();
+    app.serving.handle.await.unwrap().unwrap();
     db.drop_database().await.unwrap();
 }

@@ -56,7 +56,7 @@ async fn lookups_in_flight_are_answered_before_the_service_stops() {
         10_000
     );
 
-    app.stop.cancel();
+    app.serving.stop.cancel();
 
     let mut got = 1;
     while let Some(a) = answers.message().await.unwrap() {
@@ -85,7 +85,7 @@ async fn lookups_in_flight_are_answered_before_the_service_stops() {
         "every raw-TCP lookup sent before shutdown is answered"
     );
 
-    app.handle.await.unwrap().unwrap();
+    app.serving.handle.await.unwrap().unwrap();
     assert!(
         tokio::net::TcpStream::connect(app.tcp).await.is_err(),
         "the listener is closed"

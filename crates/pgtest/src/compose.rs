@@ -359,6 +359,23 @@ pub async fn run_health_check(name: &str, port: u16) -> std::process::Output {
         .expect("running bash")
 }
 
+/// Checks `name`'s health check against its binary, started with `env`
+/// (in memory, on free ports) and ready once it logs `ready_message`, and
+/// against a closed port; then that the binary stops cleanly on SIGTERM.
+pub async fn health_check_of_binary(
+    name: &str,
+    binary: &Path,
+    env: &[(&str, &str)],
+    ready_message: &str,
+) {
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+    let proc = crate::process::start_binary(binary, &env, ready_message).await;
+    let rest: std::net::SocketAddr = proc.addr("rest").parse().expect("a REST address");
+    health_check_tells_ready_from_closed(name, rest.port()).await;
+    let exit = proc.sigterm().await;
+    assert!(exit.success(), "{name} exited with {exit}");
+}
+
 /// Checks that `name`'s health check passes against a ready service on
 /// `ready_port`, and fails with nothing listening.
 pub async fn health_check_tells_ready_from_closed(name: &str, ready_port: u16) {

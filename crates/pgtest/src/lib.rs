@@ -56,6 +56,19 @@ pub fn url_for(server: &str, db: &str) -> String {
     }
 }
 
+/// The body of a GET of `url` on `client`, as text, whatever its status
+/// (a service's `/metrics`, say).
+pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
+    let res = client
+        .get(url)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    res.text()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: the body: {e}"))
+}
+
 /// A database that belongs to one test.
 #[derive(Debug)]
 pub struct TestDb {

@@ -161,3 +161,35 @@ pub fn unreachable_database() -> String {
         .port();
     format!("postgres://postgres@127.0.0.1:{port}/nothing")
 }
+
+/// A service running inside the test's own process, on the test's runtime,
+/// until it is stopped: what both services' test harnesses hold.
+pub struct InProcess {
+    /// Cancelled: the service starts its drain.
+    pub stop: tokio_util::sync::CancellationToken,
+    /// Its `run_until_stopped`, ending once it has drained.
+    pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl InProcess {
+    /// Spawns `run`, given the future that completes when [`InProcess::stop`]
+    /// is called (a service's `run_until_stopped`).
+    pub fn spawn<F>(run: impl FnOnce(tokio_util::sync::WaitForCancellationFutureOwned) -> F) -> Self
+    where
+        F: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let handle = tokio::spawn(run(stop.clone().cancelled_owned()));
+        InProcess { stop, handle }
+    }
+
+    /// Stops it, and waits (30 s at most) for it to drain and end well.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("the service drains within 30 s")
+            .expect("the service task does not panic")
+            .expect("the service ends well");
+    }
+}

@@ -109,6 +109,31 @@ impl Drop for Guard {
 /// otherwise trace its own exports).
 const QUIET_FOR_EXPORT: &str = "info,h2=off,hyper=off,hyper_util=off,tonic=off,tower=off,opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off,sqlx=off";
 
+/// A service binary's whole life, as both services' `main` run it: logging
+/// and trace export set up (`log_format` from the service's own setting),
+/// the `warnings` gathered before logging existed written out, then `run`;
+/// its error, if any, is logged before the buffered spans are flushed.
+pub async fn main(
+    service_name: &str,
+    service_version: &str,
+    log_format: &str,
+    warnings: &[String],
+    run: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let mut settings = TelemetrySettings::from_env(service_name, service_version)?;
+    log_format.clone_into(&mut settings.log_format);
+    let guard = init(&settings)?;
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    let result = run.await;
+    if let Err(e) = &result {
+        tracing::error!(error = format!("{e:#}"), "{service_name} failed");
+    }
+    guard.shutdown();
+    result
+}
+
 /// Installs logging and, when an endpoint is set, trace export. Call once, at
 /// the start of `main`, inside the Tokio runtime (the exporter runs on it).
 pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {

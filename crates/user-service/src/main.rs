@@ -7,18 +7,15 @@ use user_service::store::postgres::PgStore;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (cli, renamed) = negotiate::settings::parse::<Cli>(RENAMED);
-    let mut t = telemetry::TelemetrySettings::from_env("user-service", env!("CARGO_PKG_VERSION"))?;
-    t.log_format.clone_from(&cli.settings.log_format);
-    let guard = telemetry::init(&t)?;
-    for warning in renamed {
-        tracing::warn!("{warning}");
-    }
-    let result = run(cli).await;
-    if let Err(e) = &result {
-        tracing::error!(error = format!("{e:#}"), "user-service failed");
-    }
-    guard.shutdown();
-    result
+    let format = cli.settings.log_format.clone();
+    telemetry::main(
+        "user-service",
+        env!("CARGO_PKG_VERSION"),
+        &format,
+        &renamed,
+        run(cli),
+    )
+    .await
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

@@ -251,11 +251,11 @@ fn parse_transport(s: &str) -> Result<Transport, String> {
 impl Settings {
     /// How to reach Postgres, when the settings name it.
     pub fn pool(&self) -> Option<negotiate::db::PoolSettings> {
-        Some(negotiate::db::PoolSettings {
-            url: self.database_url.clone()?,
-            max_connections: self.database_max_connections,
-            acquire_timeout: std::time::Duration::from_millis(self.database_acquire_timeout_ms),
-        })
+        negotiate::db::PoolSettings::of(
+            self.database_url.as_ref(),
+            self.database_max_connections,
+            self.database_acquire_timeout_ms,
+        )
     }
 
     /// The time bounds of every connection to user-service.

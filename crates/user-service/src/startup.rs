@@ -167,13 +167,10 @@ impl Application {
 
         // Known before the first call can ask, then followed like /readyz.
         const HEALTH_NAMES: &[&str] = &["", "user.v1.UserService"];
-        let store = self.state.service.store().clone();
         let (health_service, readiness) = negotiate::health::following(
             HEALTH_NAMES,
-            move || {
-                let store = store.clone();
-                async move { store.ping().await.is_ok() }
-            },
+            self.state.service.store().clone(),
+            |store: Store| async move { store.ping().await.is_ok() },
             stop.clone(),
         )
         .await;

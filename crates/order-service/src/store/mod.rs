@@ -86,16 +86,7 @@ pub enum StoreError {
     Other(#[from] anyhow::Error),
 }
 
-impl From<sqlx::Error> for StoreError {
-    fn from(e: sqlx::Error) -> Self {
-        match negotiate::db::classify(&e) {
-            negotiate::db::Failure::Unavailable => StoreError::Unavailable(e),
-            negotiate::db::Failure::Other => {
-                StoreError::Other(anyhow::Error::new(e).context("querying Postgres"))
-            }
-        }
-    }
-}
+negotiate::store_error_from_sqlx!(StoreError, "querying Postgres");
 
 /// What order-service needs from a store.
 ///

@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 
 use order_service::{Application, Settings};
 use proto::order::{v1 as pb1, v2 as pb2};
-use tokio_util::sync::CancellationToken;
 
 /// Which store a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,11 +22,10 @@ pub struct TestApp {
     pub grpc: SocketAddr,
     pub tcp: SocketAddr,
     pub db: Option<pgtest::TestDb>,
-    pub stop: CancellationToken,
-    pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+    pub serving: InProcess,
 }
 
-pub use pgtest::process::{Proc, init_test_log};
+pub use pgtest::process::{InProcess, Proc, init_test_log};
 
 mod orders_db;
 pub use orders_db::orders_database;
@@ -44,16 +42,12 @@ pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> 
     let app = Application::build(settings)
         .await
         .expect("order-service builds");
-    let (rest, grpc, tcp) = (app.rest_addr(), app.grpc_addr(), app.tcp_addr());
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(app.run_until_stopped(stop.clone().cancelled_owned()));
     TestApp {
-        rest,
-        grpc,
-        tcp,
+        rest: app.rest_addr(),
+        grpc: app.grpc_addr(),
+        tcp: app.tcp_addr(),
         db,
-        stop,
-        handle,
+        serving: InProcess::spawn(|stop| app.run_until_stopped(stop)),
     }
 }
 
@@ -100,20 +94,12 @@ impl TestApp {
 
     /// The text of its /metrics.
     pub async fn metrics_text(&self) -> String {
-        self.h1()
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        pgtest::get_text(&self.h1(), &self.url("/metrics")).await
     }
 
     /// Stops the service, waits for it to drain, and drops its database.
     pub async fn stop(self) {
-        self.stop.cancel();
-        self.handle.await.unwrap().unwrap();
+        self.serving.stop().await;
         if let Some(db) = self.db {
             db.drop_database().await.unwrap();
         }

@@ -25,25 +25,14 @@ pub enum StoreError {
     Other(#[from] anyhow::Error),
 }
 
-impl From<sqlx::Error> for StoreError {
-    fn from(e: sqlx::Error) -> Self {
-        match negotiate::db::classify(&e) {
-            negotiate::db::Failure::Unavailable => StoreError::Unavailable(e),
-            negotiate::db::Failure::Other => {
-                StoreError::Other(anyhow::Error::new(e).context("querying the users database"))
-            }
-        }
-    }
-}
+negotiate::store_error_from_sqlx!(StoreError, "querying the users database");
 
 /// The repository of users.
 ///
-/// Both services' stores follow one pattern: a trait whose methods return
-/// `impl Future` (no boxed future, no allocation per call), and an enum of
-/// the two stores that the application holds, chosen once at start. The set
-/// of stores is closed, so dispatching over an enum costs a branch where a
-/// `dyn` store would cost a heap allocation per query, and a heap allocation
-/// on the hot path is a cost the lab would measure as the service's.
+/// It follows the pattern of order-service's `OrderStore`, where the reason
+/// is written: `impl Future` methods and an enum of the two stores ([`Store`])
+/// rather than boxed futures behind `dyn`, so that no query pays for a heap
+/// allocation the lab would measure as the service's.
 pub trait UserStore: Send + Sync {
     /// "postgres" or "memory", for the start-up log and the metrics labels.
     fn kind(&self) -> &'static str;

@@ -84,31 +84,41 @@ impl PgStore {
         let users: Vec<User> = dataset::users().iter().map(from_dataset).collect();
         let mut inserted = 0;
         for chunk in users.chunks(1000) {
-            let col = |f: fn(&User) -> String| chunk.iter().map(f).collect::<Vec<String>>();
-            let result = sqlx::query(
-                "INSERT INTO users (id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at)
-                 SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                      $7::smallint[], $8::date[], $9::timestamptz[], $10::timestamptz[])
-                 -- No conflict target: an id or a username already there is skipped.
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(chunk.iter().map(|u| u.id).collect::<Vec<Uuid>>())
-            .bind(col(|u| u.username.clone()))
-            .bind(col(|u| u.first_name.clone()))
-            .bind(col(|u| u.last_name.clone()))
-            .bind(col(|u| u.email.clone()))
-            .bind(col(|u| u.phone.clone()))
-            .bind(chunk.iter().map(|u| u.gender.as_i16()).collect::<Vec<i16>>())
-            .bind(chunk.iter().map(|u| u.birth_date).collect::<Vec<NaiveDate>>())
-            .bind(chunk.iter().map(|u| u.created_at).collect::<Vec<DateTime<Utc>>>())
-            .bind(chunk.iter().map(|u| u.updated_at).collect::<Vec<DateTime<Utc>>>())
-            .execute(&self.pool)
-            .await
-            .context("inserting the data set's users")?;
+            let result = insert(chunk)
+                .execute(&self.pool)
+                .await
+                .context("inserting the data set's users")?;
             inserted += result.rows_affected();
         }
         Ok(inserted)
     }
+}
+
+/// One statement inserting `users`, each column bound as an array, skipping
+/// a user whose id or username is there already (the rows affected say how
+/// many were new): the one insert of users, for a registration and for the
+/// seed.
+fn insert(
+    users: &[User],
+) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let text = |f: fn(&User) -> &str| users.iter().map(|u| f(u).to_owned()).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO users (id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at)
+         SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                              $7::smallint[], $8::date[], $9::timestamptz[], $10::timestamptz[])
+         -- No conflict target: an id or a username already there is skipped.
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(users.iter().map(|u| u.id).collect::<Vec<Uuid>>())
+    .bind(text(|u| &u.username))
+    .bind(text(|u| &u.first_name))
+    .bind(text(|u| &u.last_name))
+    .bind(text(|u| &u.email))
+    .bind(text(|u| &u.phone))
+    .bind(users.iter().map(|u| u.gender.as_i16()).collect::<Vec<i16>>())
+    .bind(users.iter().map(|u| u.birth_date).collect::<Vec<NaiveDate>>())
+    .bind(users.iter().map(|u| u.created_at).collect::<Vec<DateTime<Utc>>>())
+    .bind(users.iter().map(|u| u.updated_at).collect::<Vec<DateTime<Utc>>>())
 }
 
 impl UserStore for PgStore {
@@ -129,29 +139,14 @@ impl UserStore for PgStore {
 
     async fn register(&self, new: NewUser) -> Result<User, StoreError> {
         let user = new.into_user(Uuid::new_v4(), now());
-        let inserted = sqlx::query(
-            "INSERT INTO users (id, username, first_name, last_name, email, phone, gender, birth_date, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(user.id)
-        .bind(&user.username)
-        .bind(&user.first_name)
-        .bind(&user.last_name)
-        .bind(&user.email)
-        .bind(&user.phone)
-        .bind(user.gender.as_i16())
-        .bind(user.birth_date)
-        .bind(user.created_at)
-        .bind(user.updated_at)
-        .execute(&self.pool)
-        .await;
-        match inserted {
-            Ok(_) => Ok(user),
-            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                Err(StoreError::UsernameTaken(user.username))
-            }
-            Err(e) => Err(e.into()),
+        let inserted = insert(std::slice::from_ref(&user))
+            .execute(&self.pool)
+            .await?;
+        // The id is new (v4), so a skipped row is a taken username.
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::UsernameTaken(user.username));
         }
+        Ok(user)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use model::Order;
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 use user_service::domain::UserWithOrdersJson;
 use user_service::metrics::{Metrics, TransportSnapshot};
 use user_service::upstream::Transport;
@@ -144,8 +143,7 @@ pub struct UserService {
     pub metrics: Arc<Metrics>,
     pub http: reqwest::Client,
     db: Option<pgtest::TestDb>,
-    stop: CancellationToken,
-    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+    serving: pgtest::process::InProcess,
 }
 
 /// Settings pointing at `orders`, on Postgres, changed by `tweak`.
@@ -190,21 +188,22 @@ pub async fn spawn_users_on(
     let app = user_service::Application::build(settings)
         .await
         .expect("user-service builds");
-    let (rest, grpc, metrics) = (app.rest_addr(), app.grpc_addr(), app.metrics());
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(app.run_until_stopped(stop.clone().cancelled_owned()));
     UserService {
-        rest,
-        grpc,
-        metrics,
+        rest: app.rest_addr(),
+        grpc: app.grpc_addr(),
+        metrics: app.metrics(),
         http: reqwest::Client::builder().http1_only().build().unwrap(),
         db,
-        stop,
-        handle,
+        serving: pgtest::process::InProcess::spawn(|stop| app.run_until_stopped(stop)),
     }
 }
 
 impl UserService {
+    /// The text of its /metrics.
+    pub async fn metrics_text(&self) -> String {
+        pgtest::get_text(&self.http, &self.url("/metrics")).await
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.rest)
     }
@@ -269,12 +268,7 @@ impl UserService {
 
     /// Stops it (draining) and drops its database.
     pub async fn stop(self) {
-        self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(30), self.handle)
-            .await
-            .expect("user-service drains within 30 s")
-            .unwrap()
-            .unwrap();
+        self.serving.stop().await;
         if let Some(db) = self.db {
             db.drop_database().await.unwrap();
         }

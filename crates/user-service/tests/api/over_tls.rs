@@ -13,7 +13,7 @@ use tls::generate::{LabCerts, write_lab_certs};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use user_service::upstream::Transport;
 
-use crate::helpers::{OrderService, UserService, spawn_users, spawn_users_on, spawn_users_with};
+use crate::helpers::{OrderService, spawn_users, spawn_users_on, spawn_users_with};
 
 fn lab_certs(name: &str) -> LabCerts {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -79,18 +79,6 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> u64 {
         .unwrap()
 }
 
-async fn user_metrics(users: &UserService) -> String {
-    users
-        .http
-        .get(users.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn every_transport_gives_over_tls_the_orders_it_gives_in_cleartext() {
     let certs = lab_certs("same-orders");
@@ -142,7 +130,7 @@ async fn every_transport_gives_over_tls_the_orders_it_gives_in_cleartext() {
     assert_eq!(after.full, before.full, "{before:?} -> {after:?}");
 
     // Both sides put the counts on /metrics.
-    let text = user_metrics(&tls).await;
+    let text = tls.metrics_text().await;
     let resumed = sample(
         &text,
         "user_upstream_tls_handshakes_total",

@@ -153,15 +153,7 @@ async fn every_transport_gives_a_byte_identical_body_and_json_on_http1_moves_mor
         json as f64 > 1.5 * proto as f64,
         "h1-json read {json} B, h1-proto {proto} B"
     );
-    let metrics = users
-        .http
-        .get(users.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = users.metrics_text().await;
     for via in Transport::ALL {
         let line = format!("user_upstream_calls_total{{via=\"{via}\",store=\"postgres\"}} 1");
         assert!(metrics.contains(&line), "missing {line}");
