@@ -115,6 +115,24 @@ pub struct Settings {
     #[arg(long, env = "USER_ORDER_TCP_ADDR", default_value = "127.0.0.1:50062")]
     pub order_tcp_addr: String,
 
+    /// order-service's replicas, for client-side balancing: addresses or
+    /// names (a Kubernetes headless Service's name gives every ready pod),
+    /// comma-separated. Each serves on the ports of the three settings
+    /// above, whose hosts then only name the TLS certificate. Unset: every
+    /// call goes to those three addresses (directly, or to a balancer there).
+    #[arg(long, env = "USER_ORDER_REPLICAS", value_delimiter = ',')]
+    pub order_replicas: Vec<String>,
+
+    /// How often the names in --order-replicas are resolved again, in
+    /// milliseconds. A failed or empty answer keeps the last set.
+    #[arg(long, env = "USER_ORDER_RESOLVE_INTERVAL_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub order_resolve_interval_ms: u64,
+
+    /// How a call picks its replica: each in turn (round-robin), or the less
+    /// busy of two (p2c, power of two choices, by calls in flight).
+    #[arg(long, env = "USER_ORDER_PICK", value_enum, default_value_t = crate::upstream::balance::Pick::RoundRobin)]
+    pub order_pick: crate::upstream::balance::Pick,
+
     /// The transport used when a request names none.
     #[arg(long, env = "USER_DEFAULT_VIA", default_value = "grpc", value_parser = parse_transport)]
     pub default_via: Transport,

@@ -39,6 +39,9 @@ pub struct Application {
     conn: negotiate::serve::ConnLimits,
     /// Connections open at once on each listener.
     max_connections: usize,
+    /// Dropped when serving ends (or the application is dropped unserved):
+    /// stops following order-service's replicas.
+    _following: tokio_util::sync::DropGuard,
 }
 
 /// The store the settings ask for: Postgres (migrated, optionally seeded) or
@@ -70,6 +73,15 @@ impl Application {
     /// Opens the store, prepares the adapters (they connect on first use) and
     /// binds both listeners.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        Self::build_with_resolver(settings, Arc::new(crate::upstream::balance::Dns)).await
+    }
+
+    /// The same, with order-service's replica names (if any) resolved by
+    /// `resolver` rather than by DNS: a test changes its answers over time.
+    pub async fn build_with_resolver(
+        settings: Settings,
+        resolver: Arc<dyn crate::upstream::balance::Resolve>,
+    ) -> anyhow::Result<Self> {
         let store = open_store(&settings).await?;
         let metrics = Arc::new(Metrics::new(store.kind(), usize::from(settings.pool_size)));
         let upstreams = Upstreams::new(&settings, metrics.clone())
@@ -81,8 +93,12 @@ impl Application {
             order_rest = %settings.order_rest_url,
             order_grpc = %settings.order_grpc_url,
             order_tcp = %settings.order_tcp_addr,
+            replicas = ?settings.order_replicas,
+            pick = %settings.order_pick,
             "order-service transports ready"
         );
+        let following = CancellationToken::new();
+        upstreams.follow_replicas(resolver, following.clone()).await;
         let tls = match settings.tls_files() {
             Some(files) => Some(tls::ServerTls::load(&files).context("setting up TLS")?),
             None => None,
@@ -101,6 +117,7 @@ impl Application {
             tls,
             conn: settings.conn_limits(),
             max_connections: settings.max_connections as usize,
+            _following: following.drop_guard(),
             state: AppState {
                 service: Service::new(store, upstreams),
                 metrics,

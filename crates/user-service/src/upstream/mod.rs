@@ -12,6 +12,7 @@
 //! it opens through [`wire::connect`] so that connections and bytes are counted
 //! on the socket itself.
 
+pub mod balance;
 pub mod grpc;
 pub mod http;
 pub mod mux;
@@ -227,7 +228,46 @@ pub struct UpstreamTls {
     pub server_name: Option<String>,
 }
 
+/// `uri` with its host replaced by `ip`, its port and path kept.
+fn with_host(uri: &::http::Uri, ip: std::net::IpAddr) -> anyhow::Result<::http::Uri> {
+    let host = match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+    };
+    let authority = match uri.port_u16() {
+        Some(port) => format!("{host}:{port}"),
+        None => host,
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.authority = Some(authority.parse()?);
+    Ok(::http::Uri::from_parts(parts)?)
+}
+
 impl Endpoints {
+    /// The same endpoints on one replica: every host replaced by `ip`, the
+    /// ports kept. With TLS, the certificate name stays the configured
+    /// host's, as a replica's certificate names the service, not the pod.
+    pub fn for_replica(&self, ip: std::net::IpAddr) -> anyhow::Result<Endpoints> {
+        let tcp_port = self
+            .tcp_addr
+            .rsplit_once(':')
+            .map(|(_, p)| p)
+            .with_context(|| format!("{} has no port", self.tcp_addr))?;
+        let tls = self.tls.clone().map(|mut t| {
+            t.server_name
+                .get_or_insert_with(|| self.rest_url.host().unwrap_or_default().to_owned());
+            t
+        });
+        Ok(Endpoints {
+            rest_url: with_host(&self.rest_url, ip)?,
+            grpc_url: with_host(&self.grpc_url, ip)?,
+            tcp_addr: std::net::SocketAddr::new(ip, tcp_port.parse()?).to_string(),
+            pool_size: self.pool_size,
+            timeout: self.timeout,
+            tls,
+        })
+    }
+
     /// How a transport offering `alpn` reaches `addr` (`host:port`): plain,
     /// or TLS counting into `metrics`' handshake counters.
     pub fn dialer(
@@ -263,6 +303,72 @@ pub struct Upstreams {
     metrics: Arc<Metrics>,
     default: Transport,
     timeout: Duration,
+    /// With replicas (client-side balancing): each transport's balancer and
+    /// what it needs to follow the replica set.
+    balanced: Option<Arc<Replicas>>,
+}
+
+/// Client-side balancing's state: the replica list, how often it is
+/// resolved, and each transport's balancer.
+struct Replicas {
+    list: Vec<String>,
+    every: Duration,
+    endpoints: Endpoints,
+    metrics: Arc<Metrics>,
+    balancers: Vec<Arc<balance::Balanced>>,
+}
+
+impl Replicas {
+    /// Makes `ips` every transport's replica set.
+    fn set(&self, ips: &std::collections::BTreeSet<std::net::IpAddr>) -> anyhow::Result<()> {
+        for b in &self.balancers {
+            let t = b.transport();
+            b.set(ips, |ip| {
+                adapter(t, &self.endpoints.for_replica(ip)?, &self.metrics)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Resolves the list once: the new set is applied and returned, or the
+    /// old one kept and the failure logged.
+    async fn refresh(&self, resolver: &dyn balance::Resolve) -> Option<Vec<std::net::IpAddr>> {
+        let resolved = balance::resolve_all(resolver, &self.list).await;
+        let applied = resolved
+            .map_err(anyhow::Error::msg)
+            .and_then(|ips| self.set(&ips).map(|()| ips));
+        match applied {
+            Ok(ips) => Some(ips.into_iter().collect()),
+            Err(e) => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "order-service's replicas could not be resolved: the last set stays"
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The adapter of transport `t` for the order-service at `ep`.
+fn adapter(
+    t: Transport,
+    ep: &Endpoints,
+    metrics: &Metrics,
+) -> anyhow::Result<Arc<dyn OrderSource>> {
+    let m = metrics.transport(t).clone();
+    Ok(match t {
+        Transport::H1Json
+        | Transport::H1JsonClose
+        | Transport::H2cJson
+        | Transport::H1Proto
+        | Transport::H2cProto => Arc::new(http::RestSource::new(t, ep, m)?),
+        Transport::Grpc | Transport::GrpcStream | Transport::GrpcV1 => {
+            Arc::new(grpc::GrpcSource::new(t, ep, m)?)
+        }
+        Transport::GrpcBidi => Arc::new(grpc::BidiSource::new(ep, m)?),
+        Transport::TcpProto => Arc::new(tcp::TcpSource::new(ep, m)),
+    })
 }
 
 impl std::fmt::Debug for Upstreams {
@@ -303,30 +409,78 @@ impl Upstreams {
                 );
             }
         }
-        let m = |t| metrics.transport(t).clone();
         let mut sources: Vec<Arc<dyn OrderSource>> = Vec::with_capacity(Transport::ALL.len());
-        for t in Transport::ALL {
-            let s: Arc<dyn OrderSource> = match t {
-                Transport::H1Json
-                | Transport::H1JsonClose
-                | Transport::H2cJson
-                | Transport::H1Proto
-                | Transport::H2cProto => Arc::new(http::RestSource::new(t, &ep, m(t))?),
-                Transport::Grpc | Transport::GrpcStream | Transport::GrpcV1 => {
-                    Arc::new(grpc::GrpcSource::new(t, &ep, m(t))?)
-                }
-                Transport::GrpcBidi => Arc::new(grpc::BidiSource::new(&ep, m(t))?),
-                Transport::TcpProto => Arc::new(tcp::TcpSource::new(&ep, m(t))),
-            };
+        let balanced = if settings.order_replicas.is_empty() {
+            for t in Transport::ALL {
+                sources.push(adapter(t, &ep, &metrics)?);
+            }
+            None
+        } else {
+            let balancers: Vec<Arc<balance::Balanced>> = Transport::ALL
+                .into_iter()
+                .map(|t| Arc::new(balance::Balanced::new(t, settings.order_pick)))
+                .collect();
+            sources.extend(balancers.iter().map(|b| b.clone() as Arc<dyn OrderSource>));
+            Some(Arc::new(Replicas {
+                list: settings.order_replicas.clone(),
+                every: Duration::from_millis(settings.order_resolve_interval_ms.max(1)),
+                endpoints: ep.clone(),
+                metrics: metrics.clone(),
+                balancers,
+            }))
+        };
+        for (t, s) in Transport::ALL.into_iter().zip(&sources) {
             debug_assert_eq!(s.transport(), t);
-            sources.push(s);
         }
         Ok(Upstreams {
             sources: Arc::new(sources),
             metrics,
             default: settings.default_via,
             timeout: ep.timeout,
+            balanced,
         })
+    }
+
+    /// With replicas, resolves them once now (so that the first calls find
+    /// them), then again every resolve interval until `stop`, following
+    /// `resolver`'s answers. Without replicas, does nothing.
+    pub async fn follow_replicas(
+        &self,
+        resolver: Arc<dyn balance::Resolve>,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let Some(r) = self.balanced.clone() else {
+            return;
+        };
+        let mut last = r.refresh(resolver.as_ref()).await;
+        tracing::info!(replicas = ?last, "order-service's replicas");
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(r.every);
+            every.tick().await;
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = every.tick() => {}
+                }
+                if let Some(now) = r.refresh(resolver.as_ref()).await
+                    && last.as_ref() != Some(&now)
+                {
+                    tracing::info!(replicas = ?now, "order-service's replicas changed");
+                    last = Some(now);
+                }
+            }
+        });
+    }
+
+    /// The replicas each call may go to now, when balancing over replicas.
+    pub fn replicas(&self) -> Option<Vec<std::net::IpAddr>> {
+        let r = self.balanced.as_ref()?;
+        Some(
+            r.balancers
+                .first()
+                .map(|b| b.replicas())
+                .unwrap_or_default(),
+        )
     }
 
     /// The transport used when a request names none.

@@ -60,6 +60,27 @@ impl OrderService {
         s
     }
 
+    /// order-service in memory, its listeners on `ip` at `ports` (REST,
+    /// gRPC, raw TCP; 0 for any): one replica of several, which serve on
+    /// the same ports at different addresses as pods do.
+    pub async fn replica_at(ip: std::net::IpAddr, ports: [u16; 3]) -> Self {
+        init_test_log();
+        let mut settings = order_service::Settings::for_tests(None);
+        settings.rest_addr = SocketAddr::new(ip, ports[0]);
+        settings.grpc_addr = SocketAddr::new(ip, ports[1]);
+        settings.tcp_addr = SocketAddr::new(ip, ports[2]);
+        Self::launch(settings).await
+    }
+
+    /// The text of its /metrics.
+    pub async fn metrics_text(&self) -> String {
+        pgtest::get_text(
+            &reqwest::Client::new(),
+            &format!("http://{}/metrics", self.rest),
+        )
+        .await
+    }
+
     async fn launch(settings: order_service::Settings) -> Self {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (kill_tx, kill_rx) = oneshot::channel::<()>();
@@ -184,8 +205,17 @@ pub async fn spawn_users_on(
     settings: user_service::Settings,
     db: Option<pgtest::TestDb>,
 ) -> UserService {
+    spawn_users_resolving(settings, db, Arc::new(user_service::upstream::balance::Dns)).await
+}
+
+/// The same, with order-service's replica names resolved by `resolver`.
+pub async fn spawn_users_resolving(
+    settings: user_service::Settings,
+    db: Option<pgtest::TestDb>,
+    resolver: Arc<dyn user_service::upstream::balance::Resolve>,
+) -> UserService {
     init_test_log();
-    let app = user_service::Application::build(settings)
+    let app = user_service::Application::build_with_resolver(settings, resolver)
         .await
         .expect("user-service builds");
     UserService {

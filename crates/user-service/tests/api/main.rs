@@ -13,6 +13,7 @@ mod over_tls;
 mod overload;
 mod postgres_outage;
 mod renamed;
+mod replicas;
 mod resilience;
 mod schemathesis;
 mod sigterm;
