@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod balancers;
 mod budget;
 mod caps;
 mod flood;

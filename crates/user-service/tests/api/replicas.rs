@@ -26,7 +26,7 @@ const ORDER_ROUTES: &[&str] = &[
 ];
 
 /// The calls for orders a replica answered well, from its own /metrics.
-async fn answered(replica: &OrderService) -> u64 {
+pub(crate) async fn answered(replica: &OrderService) -> u64 {
     let text = replica.metrics_text().await;
     text.lines()
         .filter(|l| l.starts_with("order_requests_total{"))
@@ -37,7 +37,7 @@ async fn answered(replica: &OrderService) -> u64 {
 }
 
 /// Three replicas on 127.0.0.1-3, on the ports the first one got.
-async fn three_replicas() -> Vec<OrderService> {
+pub(crate) async fn three_replicas() -> Vec<OrderService> {
     let first = OrderService::replica_at(ip(1), [0, 0, 0]).await;
     let ports = [first.rest.port(), first.grpc.port(), first.tcp.port()];
     let mut all = vec![first];
@@ -47,7 +47,7 @@ async fn three_replicas() -> Vec<OrderService> {
     all
 }
 
-fn ip(last: u8) -> IpAddr {
+pub(crate) fn ip(last: u8) -> IpAddr {
     IpAddr::from([127, 0, 0, last])
 }
 
@@ -62,7 +62,7 @@ fn settings_for(replicas: &[OrderService], list: &[&str]) -> user_service::Setti
 }
 
 /// `n` calls over `via`, one after another, each checked to be a 200.
-async fn calls(users: &UserService, via: &str, n: usize) {
+pub(crate) async fn calls(users: &UserService, via: &str, n: usize) {
     let id = dataset::fixed_user_id(10);
     for _ in 0..n {
         let res = users
@@ -77,7 +77,7 @@ async fn calls(users: &UserService, via: &str, n: usize) {
 }
 
 /// Each replica's answers since `before`.
-async fn shares(replicas: &[OrderService], before: &[u64]) -> Vec<u64> {
+pub(crate) async fn shares(replicas: &[OrderService], before: &[u64]) -> Vec<u64> {
     let mut now = Vec::new();
     for (r, b) in replicas.iter().zip(before) {
         now.push(answered(r).await - b);
@@ -85,7 +85,7 @@ async fn shares(replicas: &[OrderService], before: &[u64]) -> Vec<u64> {
     now
 }
 
-async fn counts(replicas: &[OrderService]) -> Vec<u64> {
+pub(crate) async fn counts(replicas: &[OrderService]) -> Vec<u64> {
     shares(replicas, &vec![0; replicas.len()]).await
 }
 
