@@ -72,6 +72,37 @@ pub struct ConnLimits {
     /// stays open: an idle HTTP/1.1 keep-alive connection, an HTTP/2
     /// connection with no stream (pings do not count).
     pub idle: Duration,
+    /// Connection rotation: past this age (give or take [`AGE_JITTER`]) a
+    /// connection is closed gracefully (HTTP/2 GOAWAY; HTTP/1.1 closed after
+    /// the answer in service, or at once when idle), so that a client behind
+    /// an L4 balancer reconnects and may land elsewhere. `None`: never.
+    pub max_age: Option<Duration>,
+    /// How long a rotated connection may take to finish what it serves.
+    pub max_age_grace: Duration,
+}
+
+/// A rotated connection's age varies by up to this share either way, so
+/// that connections opened together do not all close together.
+pub const AGE_JITTER: f64 = 0.1;
+
+/// `age`, give or take [`AGE_JITTER`], drawn from `seed`.
+pub fn jittered(age: Duration, seed: u64) -> Duration {
+    // SplitMix64's finaliser: a spread from any seed, without a random crate.
+    let mut x = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    let unit = (x >> 11) as f64 / (1u64 << 53) as f64;
+    age.mul_f64(1.0 - AGE_JITTER + 2.0 * AGE_JITTER * unit)
+}
+
+/// A seed that differs per call: the clock's nanoseconds and a counter.
+pub fn seed() -> u64 {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ COUNT.fetch_add(1, Ordering::Relaxed).rotate_left(32)
 }
 
 /// How long past `grace` a drain may take before the connections still
@@ -95,11 +126,13 @@ impl ConnLimits {
             header_read: Duration::from_millis(header_read),
             body_read: Duration::from_millis(body_read),
             idle: Duration::from_millis(idle),
+            max_age: None,
+            max_age_grace: Duration::ZERO,
         }
     }
 
     /// The defaults besides `grace` and `max_streams`: 10 s to send a
-    /// request's head, 30 s for its body, 60 s idle.
+    /// request's head, 30 s for its body, 60 s idle, no rotation.
     pub fn new(grace: Duration, max_streams: u32) -> Self {
         ConnLimits {
             grace,
@@ -107,6 +140,18 @@ impl ConnLimits {
             header_read: Duration::from_secs(10),
             body_read: Duration::from_secs(30),
             idle: Duration::from_secs(60),
+            max_age: None,
+            max_age_grace: Duration::ZERO,
+        }
+    }
+
+    /// The same, with connections rotated past `max_age_ms` (0: never),
+    /// given `grace_ms` to finish.
+    pub fn with_max_age(self, max_age_ms: u64, grace_ms: u64) -> Self {
+        ConnLimits {
+            max_age: (max_age_ms > 0).then(|| Duration::from_millis(max_age_ms)),
+            max_age_grace: Duration::from_millis(grace_ms),
+            ..self
         }
     }
 }
@@ -271,15 +316,29 @@ async fn serve_connection<I>(
         Ended(Result<(), Box<dyn std::error::Error + Send + Sync>>),
         Stop,
         Expired(&'static str),
+        Aged,
     }
+    let aged = async {
+        match limits.max_age {
+            Some(age) => tokio::time::sleep(jittered(age, seed())).await,
+            None => std::future::pending().await,
+        }
+    };
     let first = tokio::select! {
         r = conn.as_mut() => First::Ended(r),
         _ = stop.wait_for(|s| *s) => First::Stop,
         why = &mut watch => First::Expired(why),
+        () = aged => First::Aged,
     };
     match first {
         First::Ended(r) => return log_end(r),
         First::Stop => {}
+        First::Aged => {
+            tracing::debug!("rotating a connection past its maximum age");
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(limits.max_age_grace + DRAIN_SLACK, conn.as_mut()).await;
+            return;
+        }
         First::Expired(why) => {
             tracing::debug!(why, "closing a connection");
             conn.as_mut().graceful_shutdown();
@@ -677,6 +736,8 @@ mod tests {
             header_read: Duration::from_millis(header_read),
             body_read: Duration::from_millis(body_read),
             idle: Duration::from_millis(idle),
+            max_age: None,
+            max_age_grace: Duration::ZERO,
         }
     }
 

@@ -406,7 +406,15 @@ pub async fn serve(
         .max_decoding_message_size(limits.max_request_bytes)
         .max_encoding_message_size(limits.max_response_bytes);
     let conn = limits.conn;
-    let router = tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(age) = conn.max_age {
+        // tonic applies one age to every connection: it is jittered once
+        // per process (REST jitters per connection).
+        server = server
+            .max_connection_age(negotiate::serve::jittered(age, negotiate::serve::seed()))
+            .max_connection_age_grace(conn.max_age_grace);
+    }
+    let router = server
         .accept_http1(true)
         .max_concurrent_streams(limits.max_concurrent_streams)
         .timeout(conn.body_read)

@@ -169,6 +169,23 @@ pub struct Settings {
     #[arg(long, env = "ORDER_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
 
+    /// Connection rotation, the standard remedy for L4 balancers pinning
+    /// long-lived connections: past this age (±10%) a REST or gRPC
+    /// connection is closed gracefully (HTTP/2 GOAWAY; HTTP/1.1 after the
+    /// answer in service), so that its client reconnects, perhaps to
+    /// another replica. 0: never. Raw TCP is not rotated.
+    #[arg(long, env = "ORDER_MAX_CONNECTION_AGE_MS", default_value_t = 0)]
+    pub max_connection_age_ms: u64,
+
+    /// How long a rotated connection may take to finish the calls it
+    /// serves before it is dropped.
+    #[arg(
+        long,
+        env = "ORDER_MAX_CONNECTION_AGE_GRACE_MS",
+        default_value_t = 5_000
+    )]
+    pub max_connection_age_grace_ms: u64,
+
     /// PEM certificate chain (leaf first). With --tls-key, every listener
     /// (REST, gRPC, raw TCP) serves TLS only: HTTPS/1.1 and h2 by ALPN on
     /// REST, gRPC over TLS, TLS on the raw-TCP floor.
@@ -195,6 +212,7 @@ impl Settings {
             self.body_read_timeout_ms,
             self.idle_timeout_ms,
         )
+        .with_max_age(self.max_connection_age_ms, self.max_connection_age_grace_ms)
     }
 
     /// The TLS files, when TLS is on (certificate and key both set).
