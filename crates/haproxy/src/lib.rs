@@ -180,6 +180,11 @@ impl Haproxy {
         Ok(())
     }
 
+    /// Its process id, for its CPU.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Where frontend `i` (in the order given to [`Haproxy::start`]) listens.
     pub fn addr(&self, i: usize) -> SocketAddr {
         self.addrs[i]

@@ -266,6 +266,15 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
             None
         },
     };
+    if needs.haproxy {
+        match haproxy::binary() {
+            Some(h) => println!("haproxy: {}", h.display()),
+            None => println!(
+                "haproxy: {}; the cells behind an L4 or L7 balancer will fail at once and be listed as failed",
+                haproxy::INSTALL_HINT
+            ),
+        }
+    }
     if svc.pin
         && std::process::Command::new("taskset")
             .arg("-V")

@@ -157,6 +157,8 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         postgres_us: None,
         service_env: Default::default(),
         k6_summary: serde_json::Value::Null,
+        replicas: None,
+        balancer_cpu_us: None,
     }
 }
 

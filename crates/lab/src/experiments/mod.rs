@@ -37,6 +37,7 @@ registry! {
     pitfall::Pitfall,
     tls::Tls,
     codec::Codec,
+    replicas::Replicas,
 }
 
 /// The name that stands for every experiment.

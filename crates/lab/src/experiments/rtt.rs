@@ -97,7 +97,7 @@ impl RttPlan {
     pub fn cell(&self, via: &str, pool: u16, orders: u32, rtt_ms: u32) -> Cell {
         Cell::closed(via, orders, self.vus, pool).with_env(Env {
             rtt_ms: Some(rtt_ms),
-            tls: false,
+            ..Env::default()
         })
     }
 }

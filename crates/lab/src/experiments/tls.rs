@@ -62,7 +62,10 @@ pub struct TlsPlan {
 
 impl TlsPlan {
     pub fn cell(&self, via: &str, orders: u32, tls: bool) -> Cell {
-        Cell::closed(via, orders, self.vus, self.pool).with_env(Env { rtt_ms: None, tls })
+        Cell::closed(via, orders, self.vus, self.pool).with_env(Env {
+            tls,
+            ..Env::default()
+        })
     }
 }
 

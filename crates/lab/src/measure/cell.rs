@@ -83,6 +83,85 @@ pub struct Env {
     /// over TLS with the run's certificates; cleartext otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls: bool,
+    /// Several order-service replicas and how user-service reaches them;
+    /// `None`: one order-service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Replicas>,
+}
+
+/// The most replicas a cell may have.
+pub const MAX_REPLICAS: usize = 8;
+
+/// Several order-service replicas, on the same ports at 127.0.0.1, .2, …
+/// (as pods serve on the same ports at their own addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Replicas {
+    /// How many (2 to [`MAX_REPLICAS`]).
+    pub n: u8,
+    pub balance: Balance,
+    /// The last replica is behind a delay proxy adding [`SLOW_RTT_MS`] to
+    /// every round trip to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slow: bool,
+    /// Every replica rotates its connections past [`ROTATION_AGE_MS`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rotation: bool,
+}
+
+/// What a slow replica adds to each round trip, ms.
+pub const SLOW_RTT_MS: u32 = 20;
+/// The connection age past which replicas rotate connections, ms.
+pub const ROTATION_AGE_MS: u32 = 2_000;
+
+/// How user-service reaches the replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balance {
+    /// One address: the first replica only.
+    Direct,
+    /// One address: HAProxy in `mode tcp`, balancing connections.
+    L4,
+    /// One address: HAProxy in `mode http`, balancing requests (HTTP/2
+    /// streams and gRPC calls included).
+    L7,
+    /// Every replica's address (`USER_ORDER_REPLICAS`): user-service
+    /// balances its own calls, round robin.
+    Client,
+}
+
+impl Balance {
+    pub const ALL: [Balance; 4] = [Balance::Direct, Balance::L4, Balance::L7, Balance::Client];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Balance::Direct => "direct",
+            Balance::L4 => "l4",
+            Balance::L7 => "l7",
+            Balance::Client => "client",
+        }
+    }
+}
+
+impl Replicas {
+    fn id(&self) -> String {
+        format!(
+            "-r{}{}{}{}",
+            self.n,
+            self.balance.name(),
+            if self.slow { "-slow" } else { "" },
+            if self.rotation { "-rot" } else { "" }
+        )
+    }
+
+    fn label(&self) -> String {
+        format!(
+            ", {} replicas {}{}{}",
+            self.n,
+            self.balance.name(),
+            if self.slow { ", one slow" } else { "" },
+            if self.rotation { ", rotation" } else { "" }
+        )
+    }
 }
 
 impl Env {
@@ -90,7 +169,8 @@ impl Env {
     fn id(&self) -> String {
         let rtt = self.rtt_ms.map_or(String::new(), |r| format!("-rtt{r}"));
         let tls = if self.tls { "-tls" } else { "" };
-        format!("{rtt}{tls}")
+        let replicas = self.replicas.map_or(String::new(), |r| r.id());
+        format!("{rtt}{tls}{replicas}")
     }
 
     /// The part of a progress label that says the environment.
@@ -101,6 +181,9 @@ impl Env {
         }
         if self.tls {
             s.push_str(", TLS");
+        }
+        if let Some(r) = self.replicas {
+            s.push_str(&r.label());
         }
         s
     }
@@ -250,6 +333,26 @@ pub struct RoundRecord {
     pub service_env: std::collections::BTreeMap<String, String>,
     /// k6's full summary data, as its handleSummary wrote it.
     pub k6_summary: serde_json::Value,
+    /// With several replicas: what each did over the measured run, in
+    /// replica order (the slow one last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<ReplicaRecord>>,
+    /// HAProxy's CPU over the window, µs, when it balanced the cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balancer_cpu_us: Option<f64>,
+}
+
+/// One replica over a measured run, from its own `/metrics` and /proc.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaRecord {
+    /// The address its clients reach it at.
+    pub addr: String,
+    /// Calls for orders it answered well, every transport's route.
+    pub calls: f64,
+    /// Its CPU over the window, µs.
+    pub cpu_us: f64,
+    /// Connections open on its listeners at the end of the run.
+    pub connections: f64,
 }
 
 /// What the delay proxy between the services did during a measured run.
@@ -274,6 +377,11 @@ pub const K6_SATURATED_CORES: f64 = 0.9;
 /// Other processes' CPU, in cores, above which a round is flagged as run on
 /// a busy machine.
 pub const BUSY_NEIGHBOUR_CORES: f64 = 0.25;
+
+/// The whole machine's CPU share (every process, HAProxy and the rest
+/// included) past which a round with several replicas is flagged: the
+/// replicas then compete for cores, which can skew their shares.
+pub const MACHINE_SATURATED: f64 = 0.95;
 
 /// The share of a round's answers (shed ones aside) that may be bad before
 /// the round is failed: left out of medians and ratios.
@@ -331,6 +439,52 @@ pub struct Measures {
     /// measured run, full and resumed, per 1,000 upstream calls.
     pub tls_full_per_1k: Option<f64>,
     pub tls_resumed_per_1k: Option<f64>,
+    /// With several replicas: each one's share of the calls, CPU and
+    /// connections.
+    pub replicas: Option<ReplicaMeasures>,
+    /// HAProxy's CPU over the window, cores, when it balanced the cell.
+    pub balancer_cores: Option<f64>,
+}
+
+/// Each replica's share of a round, in replica order.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaMeasures {
+    pub n: usize,
+    /// Share of the calls the replicas answered, %; `None` when they
+    /// answered none.
+    pub share_pct: [Option<f64>; MAX_REPLICAS],
+    pub cores: [f64; MAX_REPLICAS],
+    pub connections: [f64; MAX_REPLICAS],
+}
+
+impl ReplicaMeasures {
+    fn of(rs: &[ReplicaRecord], window_s: f64) -> ReplicaMeasures {
+        let n = rs.len().min(MAX_REPLICAS);
+        let total: f64 = rs.iter().map(|r| r.calls).sum();
+        let mut m = ReplicaMeasures {
+            n,
+            share_pct: [None; MAX_REPLICAS],
+            cores: [0.0; MAX_REPLICAS],
+            connections: [0.0; MAX_REPLICAS],
+        };
+        for (i, r) in rs.iter().take(n).enumerate() {
+            m.share_pct[i] = (total > 0.0).then(|| 100.0 * r.calls / total);
+            m.cores[i] = r.cpu_us / 1e6 / window_s;
+            m.connections[i] = r.connections;
+        }
+        m
+    }
+
+    /// The largest share over the fair one (1 is even; n is all on one).
+    pub fn imbalance(&self) -> Option<f64> {
+        let fair = 100.0 / self.n.max(1) as f64;
+        let max = self.share_pct[..self.n]
+            .iter()
+            .flatten()
+            .copied()
+            .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))?;
+        Some(max / fair)
+    }
 }
 
 impl Measures {
@@ -378,6 +532,11 @@ impl Measures {
             proxy_cores: r.proxy.map(|p| p.cpu_us / 1e6 / window),
             tls_full_per_1k: per_call(d.tls_full).map(|x| x * 1000.0),
             tls_resumed_per_1k: per_call(d.tls_resumed).map(|x| x * 1000.0),
+            replicas: r
+                .replicas
+                .as_deref()
+                .map(|rs| ReplicaMeasures::of(rs, window)),
+            balancer_cores: r.balancer_cpu_us.map(|us| us / 1e6 / window),
         }
     }
 
@@ -419,6 +578,11 @@ impl Measures {
     fn per_iteration(&self, us: f64) -> Option<f64> {
         (self.sets > 0.0).then(|| us / self.sets)
     }
+}
+
+/// Replica `i`'s measures, when the round had that many replicas.
+fn replica(m: &Measures, i: u8) -> Option<&ReplicaMeasures> {
+    m.replicas.as_ref().filter(|r| usize::from(i) < r.n)
 }
 
 /// A figure a table can show; each knows how to read itself from
@@ -473,6 +637,17 @@ pub enum Metric {
     /// TLS handshakes to order-service per 1,000 upstream calls.
     TlsFullPer1k,
     TlsResumedPer1k,
+    /// Replica i's (0-based) share of the calls, %; its CPU, cores; the
+    /// connections open on it at the end of the run.
+    ReplicaShare(u8),
+    ReplicaCores(u8),
+    ReplicaConnections(u8),
+    /// The largest replica share over the fair share.
+    Imbalance,
+    /// HAProxy's CPU, cores.
+    BalancerCores,
+    /// The whole machine's CPU as a share of it, %.
+    MachineBusy,
 }
 
 impl Metric {
@@ -541,6 +716,12 @@ impl Metric {
             ProxyCores => return m.proxy_cores,
             TlsFullPer1k => return m.tls_full_per_1k,
             TlsResumedPer1k => return m.tls_resumed_per_1k,
+            ReplicaShare(i) => return replica(m, i)?.share_pct[usize::from(i)],
+            ReplicaCores(i) => replica(m, i)?.cores[usize::from(i)],
+            ReplicaConnections(i) => replica(m, i)?.connections[usize::from(i)],
+            Imbalance => return m.replicas?.imbalance(),
+            BalancerCores => return m.balancer_cores,
+            MachineBusy => 100.0 * m.machine_busy,
         })
     }
 
@@ -561,6 +742,10 @@ impl Metric {
             RssOrder | RssUser | RssK6 => "MiB",
             K6Cores | OtherCores | ProxyCores => "cores",
             TlsFullPer1k | TlsResumedPer1k => "per 1,000 calls",
+            ReplicaShare(_) | MachineBusy => "%",
+            ReplicaCores(_) | BalancerCores => "cores",
+            ReplicaConnections(_) => "",
+            Imbalance => "× fair",
         }
     }
 
@@ -642,7 +827,41 @@ mod tests {
             postgres_us: None,
             service_env: Default::default(),
             k6_summary: serde_json::Value::Null,
+            replicas: None,
+            balancer_cpu_us: None,
         }
+    }
+
+    #[test]
+    fn replica_shares_come_from_the_replicas_counts_and_none_is_not_zero() {
+        let mut r = record();
+        r.replicas = Some(
+            [60.0, 30.0, 10.0]
+                .iter()
+                .enumerate()
+                .map(|(i, calls)| ReplicaRecord {
+                    addr: format!("127.0.0.{}", i + 1),
+                    calls: *calls,
+                    cpu_us: 1e6,
+                    connections: 1.0,
+                })
+                .collect(),
+        );
+        let m = Measures::of(&r);
+        assert_eq!(Metric::ReplicaShare(0).of(&m), Some(60.0));
+        assert_eq!(Metric::ReplicaShare(2).of(&m), Some(10.0));
+        assert_eq!(Metric::ReplicaShare(3).of(&m), None, "no fourth replica");
+        let x = Metric::Imbalance.of(&m).unwrap();
+        assert!((x - 1.8).abs() < 1e-9, "{x}");
+        if let Some(rs) = r.replicas.as_mut() {
+            for rep in rs {
+                rep.calls = 0.0;
+            }
+        }
+        let m = Measures::of(&r);
+        assert_eq!(Metric::ReplicaShare(0).of(&m), None);
+        assert_eq!(Metric::Imbalance.of(&m), None);
+        assert_eq!(Metric::ReplicaShare(0).of(&Measures::of(&record())), None);
     }
 
     #[test]
@@ -774,13 +993,37 @@ mod tests {
         let g = a.clone().many_users(20, true);
         let e = a.clone().with_env(Env {
             rtt_ms: Some(5),
-            tls: false,
+            ..Env::default()
         });
         let f = a.clone().with_env(Env {
-            rtt_ms: None,
             tls: true,
+            ..Env::default()
         });
-        let ids = [a.id(), b.id(), c.id(), d.id(), e.id(), f.id(), g.id()];
+        let r = Replicas {
+            n: 3,
+            balance: Balance::L4,
+            slow: false,
+            rotation: false,
+        };
+        let h = a.clone().with_env(Env {
+            replicas: Some(r),
+            ..Env::default()
+        });
+        let i = a.clone().with_env(Env {
+            replicas: Some(Replicas { slow: true, ..r }),
+            ..Env::default()
+        });
+        let ids = [
+            a.id(),
+            b.id(),
+            c.id(),
+            d.id(),
+            e.id(),
+            f.id(),
+            g.id(),
+            h.id(),
+            i.id(),
+        ];
         for (i, x) in ids.iter().enumerate() {
             assert!(
                 x.chars()

@@ -12,6 +12,56 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+/// The routes on which an order-service replica answers a fetch of a
+/// user's orders, over every transport (REST, gRPC unary and stream, bidi
+/// and raw-TCP lookups).
+const ORDER_ROUTES: &[&str] = &[
+    "/v2/orders",
+    "/order.v2.OrderService/ListOrders",
+    "/order.v2.OrderService/StreamOrders",
+    "/order.v2.OrderService/BatchListOrders",
+    "/order.v2.OrderService/BatchStreamOrders",
+    "/order.v1.OrderService/ListOrders",
+    "LookupOrders",
+];
+
+/// What one order-service replica's `/metrics` says of its work: the calls
+/// for orders it answered well, and the connections open on its listeners.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReplicaCounters {
+    pub answered: f64,
+    pub connections: f64,
+}
+
+impl ReplicaCounters {
+    pub fn of(samples: &[Sample]) -> ReplicaCounters {
+        let answered = samples
+            .iter()
+            .filter(|s| s.name == "order_requests_total")
+            .filter(|s| {
+                s.labels
+                    .get("route")
+                    .is_some_and(|r| ORDER_ROUTES.contains(&r.as_str()))
+            })
+            .filter(|s| {
+                s.labels
+                    .get("status")
+                    .is_some_and(|st| st == "200" || st == "grpc-0")
+            })
+            .map(|s| s.value)
+            .sum();
+        let connections = samples
+            .iter()
+            .filter(|s| s.name == "order_connections_open")
+            .map(|s| s.value)
+            .sum();
+        ReplicaCounters {
+            answered,
+            connections,
+        }
+    }
+}
+
 /// One sample line: `name{label="value",...} value [timestamp]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {

@@ -25,8 +25,8 @@ use anyhow::{Context as _, bail};
 
 use crate::analysis::stats::Spread;
 use crate::measure::cell::{
-    BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, Measures,
-    ProxyRecord, RoundRecord, Rss,
+    BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, MACHINE_SATURATED,
+    Measures, ProxyRecord, ReplicaRecord, RoundRecord, Rss,
 };
 use crate::measure::k6;
 use crate::measure::procfs;
@@ -420,6 +420,21 @@ impl Lab {
             scrape("before")?
         };
         let tcp_before = procfs::tcp_states(order_port)?;
+        let replicas_before = running
+            .replicas
+            .iter()
+            .map(|r| scrape_replica(r.rest))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let replica_ticks_before = running
+            .replicas
+            .iter()
+            .map(|r| procfs::cpu_ticks(r.pid).map(|t| t.own))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let balancer_before = running
+            .balancer
+            .as_ref()
+            .map(|h| procfs::cpu_ticks(h.pid()).map(|t| t.own))
+            .transpose()?;
         // The window every CPU figure is counted over: from these readings
         // to the ones after k6 has exited.
         let window = Instant::now();
@@ -458,7 +473,22 @@ impl Lab {
         let proxy_after = running.proxy.as_ref().map(|p| p.stats());
         let order_after = procfs::cpu_ticks(running.order_pid())?;
         let user_after = procfs::cpu_ticks(running.user_pid())?;
+        let replica_ticks_after = running
+            .replicas
+            .iter()
+            .map(|r| procfs::cpu_ticks(r.pid).map(|t| t.own))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let balancer_after = running
+            .balancer
+            .as_ref()
+            .map(|h| procfs::cpu_ticks(h.pid()).map(|t| t.own))
+            .transpose()?;
         let tcp_after = procfs::tcp_states(order_port)?;
+        let replicas_after = running
+            .replicas
+            .iter()
+            .map(|r| scrape_replica(r.rest))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let upstream_after = if direct {
             prom::Upstream::default()
         } else {
@@ -468,8 +498,30 @@ impl Lab {
         let user_rss = procfs::peak_rss_kb(running.user_pid())?;
 
         let us = |ticks: u64| ticks as f64 * 1e6 / self.ticks_per_second;
+        let replicas: Option<Vec<ReplicaRecord>> = (!running.replicas.is_empty()).then(|| {
+            running
+                .replicas
+                .iter()
+                .enumerate()
+                .map(|(i, r)| ReplicaRecord {
+                    addr: r.public.to_string(),
+                    calls: replicas_after[i].answered - replicas_before[i].answered,
+                    cpu_us: us(replica_ticks_after[i].saturating_sub(replica_ticks_before[i])),
+                    connections: replicas_after[i].connections,
+                })
+                .collect()
+        });
+        let balancer_cpu_us = match (balancer_before, balancer_after) {
+            (Some(b), Some(a)) => Some(us(a.saturating_sub(b))),
+            _ => None,
+        };
+        // With replicas, order-service's CPU is every replica's together.
+        let order_us = match &replicas {
+            Some(rs) => rs.iter().map(|r| r.cpu_us).sum(),
+            None => us(order_after.own - order_before.own),
+        };
         let cpu = Cpu {
-            order_us: us(order_after.own - order_before.own),
+            order_us,
             user_us: us(user_after.own - user_before.own),
             k6_us: run.cpu_us,
         };
@@ -513,6 +565,7 @@ impl Lab {
                 - cpu.user_us
                 - cpu.k6_us
                 - proxy_us
+                - balancer_cpu_us.unwrap_or(0.0)
                 - postgres_us.unwrap_or(0.0))
             .max(0.0),
             pinning: self.services.pinning(),
@@ -522,6 +575,8 @@ impl Lab {
             postgres_us,
             service_env: running.env.clone(),
             k6_summary: run.raw,
+            replicas,
+            balancer_cpu_us,
         };
         rec.flags = flags_of(&rec);
         Ok(rec)
@@ -756,6 +811,21 @@ fn script_of(cell: &Cell) -> &'static str {
     }
 }
 
+/// One replica's counters, from its own /metrics.
+fn scrape_replica(rest: std::net::SocketAddr) -> anyhow::Result<prom::ReplicaCounters> {
+    let r = crate::measure::http::get(rest, "/metrics", Duration::from_secs(5))
+        .with_context(|| format!("scraping the order-service replica at {rest}"))?;
+    if r.status != 200 {
+        bail!(
+            "the order-service replica at {rest} answered /metrics with {}",
+            r.status
+        );
+    }
+    Ok(prom::ReplicaCounters::of(&prom::parse(
+        &String::from_utf8_lossy(&r.body),
+    )?))
+}
+
 /// Why a round should be read with care.
 pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
     let m = Measures::of(rec);
@@ -790,6 +860,16 @@ pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
     }
     if m.requests == 0.0 {
         flags.push("no request completed".to_owned());
+    }
+    // Several replicas, user-service, k6 (and HAProxy) share the cores: a
+    // saturated machine can skew the replicas' shares by itself.
+    let cores = f64::from(rec.cores.max(1));
+    let busy = m.machine_busy + (m.other_cores + m.balancer_cores.unwrap_or(0.0)) / cores;
+    if m.replicas.is_some() && busy >= MACHINE_SATURATED {
+        flags.push(format!(
+            "the machine was {:.0}% busy: CPU contention may skew the replicas' shares",
+            100.0 * busy
+        ));
     }
     flags
 }

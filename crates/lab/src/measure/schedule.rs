@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::measure::cell::{Cell, Env, Metric};
+use crate::measure::cell::{Balance, Cell, Env, Metric};
 use crate::measure::services::Running;
 
 /// One experiment's schedule.
@@ -56,6 +56,10 @@ impl Schedule {
         }
         Needs {
             certs: envs.iter().any(|e| e.tls),
+            haproxy: envs.iter().any(|e| {
+                e.replicas
+                    .is_some_and(|r| matches!(r.balance, Balance::L4 | Balance::L7))
+            }),
         }
     }
 
@@ -89,6 +93,8 @@ impl Schedule {
 pub struct Needs {
     /// A throwaway CA and server certificate (cells with TLS).
     pub certs: bool,
+    /// HAProxy (cells with replicas behind an L4 or L7 balancer).
+    pub haproxy: bool,
 }
 
 impl Needs {
@@ -96,6 +102,7 @@ impl Needs {
     pub fn and(self, o: Needs) -> Needs {
         Needs {
             certs: self.certs || o.certs,
+            haproxy: self.haproxy || o.haproxy,
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use crate::measure::Interrupted;
-use crate::measure::cell::Env;
+use crate::measure::cell::{Balance, Env, ROTATION_AGE_MS, Replicas, SLOW_RTT_MS};
 use crate::measure::http;
 
 /// The release binaries of both services.
@@ -231,11 +231,30 @@ impl ServiceConfig {
     }
 }
 
+/// One order-service replica of a cell with several.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaInfo {
+    /// Where its clients reach it (the delay proxy's address, for the slow
+    /// one).
+    pub public: IpAddr,
+    /// Where its own REST listener is, for its /metrics.
+    pub rest: SocketAddr,
+    pub pid: u32,
+}
+
 /// A running pair (or order-service alone).
 #[derive(Debug)]
 pub struct Running {
     pub ports: Ports,
+    /// order-service; with several replicas, the first.
     pub order: ChildGuard,
+    /// With several replicas: the others, then every replica's addresses.
+    pub more_orders: Vec<ChildGuard>,
+    pub replicas: Vec<ReplicaInfo>,
+    /// The delay proxy in front of the slow replica, in this process.
+    pub slow_proxy: Option<delay_proxy::Proxy>,
+    /// HAProxy, when it balances the replicas.
+    pub balancer: Option<haproxy::Haproxy>,
     pub user: Option<ChildGuard>,
     /// The delay proxy between them, in this process, when a round trip is
     /// emulated: one route per order-service port user-service dials.
@@ -259,7 +278,12 @@ impl Running {
             u.kill();
         }
         self.proxy = None;
+        self.balancer = None;
+        self.slow_proxy = None;
         self.order.kill();
+        for o in &mut self.more_orders {
+            o.kill();
+        }
     }
 }
 
@@ -338,6 +362,12 @@ pub fn start(
         (true, None) => bail!("a TLS cell, but the run made no certificates"),
     };
     let ports = Ports::pick()?;
+    if let Some(r) = env.replicas {
+        if env.tls || env.rtt_ms.is_some() {
+            bail!("a cell with replicas runs in cleartext with no emulated RTT");
+        }
+        return start_replicas(cfg, user_pool, &r, ports, header, stop);
+    }
     let order_log = log_file(&cfg.log_dir, "order-service", header)?;
     let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log)?;
     cmd.env("ORDER_REST_ADDR", format!("127.0.0.1:{}", ports.order_rest))
@@ -415,8 +445,187 @@ pub fn start(
     Ok(Running {
         ports,
         order,
+        more_orders: Vec::new(),
+        replicas: Vec::new(),
+        slow_proxy: None,
+        balancer: None,
         user,
         proxy,
+        env: service_env.into_iter().collect(),
+    })
+}
+
+/// The address of replica `i` (1-based): 127.0.0.i.
+pub fn replica_ip(i: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, i])
+}
+
+/// Starts `r.n` order-service replicas on the same ports at 127.0.0.1, .2,
+/// …; the slow one (the last) really listens at 127.0.0.(100 + i), behind a
+/// delay proxy at its public address adding [`SLOW_RTT_MS`] per round trip.
+/// Then HAProxy in front of them for `l4` and `l7`, and user-service
+/// pointed at the first replica (`direct`), at HAProxy, or at all of them
+/// (`client`).
+fn start_replicas(
+    cfg: &ServiceConfig,
+    user_pool: Option<u16>,
+    r: &Replicas,
+    ports: Ports,
+    header: &str,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Running> {
+    anyhow::ensure!(
+        (2..=crate::measure::cell::MAX_REPLICAS as u8).contains(&r.n),
+        "{} replicas: a cell has 2 to {}",
+        r.n,
+        crate::measure::cell::MAX_REPLICAS
+    );
+    if matches!(r.balance, Balance::L4 | Balance::L7) && haproxy::binary().is_none() {
+        bail!("{}", haproxy::INSTALL_HINT);
+    }
+    let at = |ip: IpAddr, port: u16| SocketAddr::new(ip, port);
+    let mut children = Vec::new();
+    let mut replicas = Vec::new();
+    let mut service_env = Vec::new();
+    for i in 1..=r.n {
+        let public = replica_ip(i);
+        let slow = r.slow && i == r.n;
+        let own = if slow { replica_ip(100 + i) } else { public };
+        let log = log_file(
+            &cfg.log_dir,
+            "order-service",
+            &format!("{header}, replica {i}"),
+        )?;
+        let mut cmd = command(cfg, &cfg.bins.order, 0, &log)?;
+        cmd.env("ORDER_REST_ADDR", at(own, ports.order_rest).to_string())
+            .env("ORDER_GRPC_ADDR", at(own, ports.order_grpc).to_string())
+            .env("ORDER_TCP_ADDR", at(own, ports.order_tcp).to_string());
+        if r.rotation {
+            cmd.env("ORDER_MAX_CONNECTION_AGE_MS", ROTATION_AGE_MS.to_string());
+        }
+        if let Some(db) = &cfg.databases {
+            cmd.env("ORDER_DATABASE_URL", &db.orders);
+        }
+        if i == 1 {
+            service_env.extend(env_of("order-service", &cmd));
+        }
+        let mut child = ChildGuard::spawn(cmd, "order-service")?;
+        wait_ready(
+            &mut child,
+            at(own, ports.order_rest),
+            None,
+            &cfg.log_dir,
+            stop,
+        )?;
+        check_pinned(cfg, &child, 0)?;
+        replicas.push(ReplicaInfo {
+            public,
+            rest: at(own, ports.order_rest),
+            pid: child.pid(),
+        });
+        children.push(child);
+    }
+    let slow_proxy = if r.slow {
+        let (public, own) = (replica_ip(r.n), replica_ip(100 + r.n));
+        let routes: Vec<delay_proxy::Route> = [ports.order_rest, ports.order_grpc, ports.order_tcp]
+            .into_iter()
+            .map(|p| delay_proxy::Route {
+                listen: at(public, p),
+                upstream: at(own, p),
+            })
+            .collect();
+        Some(
+            delay_proxy::Proxy::start(
+                delay_proxy::Config::one_way(Duration::from_micros(u64::from(SLOW_RTT_MS) * 500)),
+                &routes,
+            )
+            .context("starting the delay proxy in front of the slow replica")?,
+        )
+    } else {
+        None
+    };
+    let publics: Vec<IpAddr> = replicas.iter().map(|r| r.public).collect();
+    let backends = |port: u16| publics.iter().map(|ip| at(*ip, port)).collect::<Vec<_>>();
+    let balancer = match r.balance {
+        Balance::Direct | Balance::Client => None,
+        Balance::L4 | Balance::L7 => {
+            let (rest_mode, grpc_mode) = match r.balance {
+                Balance::L4 => (haproxy::Mode::Tcp, haproxy::Mode::Tcp),
+                _ => (
+                    haproxy::Mode::Http { h2_only: false },
+                    haproxy::Mode::Http { h2_only: true },
+                ),
+            };
+            let frontends = [
+                haproxy::Frontend {
+                    name: "rest".into(),
+                    mode: rest_mode,
+                    backends: backends(ports.order_rest),
+                },
+                haproxy::Frontend {
+                    name: "grpc".into(),
+                    mode: grpc_mode,
+                    backends: backends(ports.order_grpc),
+                },
+                // Raw TCP has no L7 form: it is balanced at L4 in both.
+                haproxy::Frontend {
+                    name: "tcp".into(),
+                    mode: haproxy::Mode::Tcp,
+                    backends: backends(ports.order_tcp),
+                },
+            ];
+            Some(
+                haproxy::Haproxy::start(&frontends, &cfg.log_dir.join("haproxy"))
+                    .context("starting HAProxy")?,
+            )
+        }
+    };
+    let first = replica_ip(1);
+    let (order_rest, order_grpc, order_tcp) = match &balancer {
+        Some(h) => (h.addr(0), h.addr(1), h.addr(2)),
+        None => (
+            at(first, ports.order_rest),
+            at(first, ports.order_grpc),
+            at(first, ports.order_tcp),
+        ),
+    };
+    let user = match user_pool {
+        None => None,
+        Some(pool) => {
+            let user_log = log_file(&cfg.log_dir, "user-service", header)?;
+            let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log)?;
+            cmd.env("USER_REST_ADDR", format!("127.0.0.1:{}", ports.user_rest))
+                .env("USER_GRPC_ADDR", format!("127.0.0.1:{}", ports.user_grpc))
+                .env("USER_ORDER_REST_URL", format!("http://{order_rest}"))
+                .env("USER_ORDER_GRPC_URL", format!("http://{order_grpc}"))
+                .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
+                .env("USER_POOL_SIZE", pool.to_string())
+                .env("USER_LOG_FORMAT", "json");
+            if r.balance == Balance::Client {
+                let list: Vec<String> = publics.iter().map(IpAddr::to_string).collect();
+                cmd.env("USER_ORDER_REPLICAS", list.join(","));
+            }
+            if let Some(db) = &cfg.databases {
+                cmd.env("USER_DATABASE_URL", &db.users);
+            }
+            service_env.extend(env_of("user-service", &cmd));
+            let mut user = ChildGuard::spawn(cmd, "user-service")?;
+            wait_ready(&mut user, ports.user_rest_addr(), None, &cfg.log_dir, stop)?;
+            check_pinned(cfg, &user, 1)?;
+            Some(user)
+        }
+    };
+    let mut children = children.into_iter();
+    let order = children.next().context("no replica started")?;
+    Ok(Running {
+        ports,
+        order,
+        more_orders: children.collect(),
+        replicas,
+        slow_proxy,
+        balancer,
+        user,
+        proxy: None,
         env: service_env.into_iter().collect(),
     })
 }
