@@ -138,7 +138,7 @@ impl Experiment for Replicas {
         });
         let (modes, variants, pools) = if knobs.quick {
             (
-                vec![Balance::L4, Balance::L7, Balance::Client],
+                vec![Balance::L4, Balance::L7, Balance::Client, Balance::ClientP2c],
                 vec![Variant::Healthy, Variant::Slow],
                 vec![1],
             )
@@ -206,6 +206,10 @@ fn mode_text(m: Balance) -> &'static str {
             "`client`: user-service knows every replica (`USER_ORDER_REPLICAS`) and picks one \
              per call, round robin, with its pool per replica"
         }
+        Balance::ClientP2c => {
+            "`client-p2c`: the same, picking the less busy of two replicas by calls in flight \
+             (power of two choices)"
+        }
     }
 }
 
@@ -218,8 +222,8 @@ fn section(p: &ReplicasPlan, cx: &Context) -> Section {
         cx.timing,
         &format!(
             "Closed loop, {} VUs, {} per call; {} order-service replicas on the same ports at \
-             127.0.0.1–{}, as pods are. Modes: {}. The pool is per transport, and in `client` \
-             mode per replica (the total is the pool times {}). A call's replica is counted by \
+             127.0.0.1–{}, as pods are. Modes: {}. The pool is per transport, and in the `client` \
+             modes per replica (the total is the pool times {}). A call's replica is counted by \
              the replica itself (its `/metrics`: the calls for orders it answered well); shares \
              are of the calls the replicas answered. Imbalance is the largest share over the fair \
              one (1 is even, {} is every call on one replica). The slow replica is the last, \
@@ -363,26 +367,41 @@ fn reading(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Strin
         Variant::Slow => {
             let fair = 100.0 / f64::from(p.n);
             let slow = p.n - 1;
-            let (mut below, mut not_below) = (Vec::new(), Vec::new());
+            let (mut below, mut not_below, mut pinned) = (Vec::new(), Vec::new(), Vec::new());
             for (via, m, c) in &cells {
                 if *m == Balance::Direct {
                     continue;
                 }
-                if let Some(share) = d.median(c, Metric::ReplicaShare(slow)) {
-                    let entry = format!("{} ({}%)", name((via, *m)), f::num(share));
-                    if share < fair * 0.9 {
-                        below.push(entry);
-                    } else {
-                        not_below.push(entry);
-                    }
+                let (Some(share), Some(x)) = (
+                    d.median(c, Metric::ReplicaShare(slow)),
+                    d.median(c, Metric::Imbalance),
+                ) else {
+                    continue;
+                };
+                let entry = format!("{} ({}%)", name((via, *m)), f::num(share));
+                if x >= 0.9 * f64::from(p.n) {
+                    pinned.push(entry);
+                } else if share < fair * 0.9 {
+                    below.push(entry);
+                } else {
+                    not_below.push(entry);
                 }
             }
-            if below.is_empty() && not_below.is_empty() {
+            if below.is_empty() && not_below.is_empty() && pinned.is_empty() {
                 return format!("{MISSING}: no round with several replicas reached.{contention}");
             }
+            let pinned = if pinned.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " Pinned to one replica, so the slow one's share is where the connection \
+                     landed, not a response to its speed: {}.",
+                    pinned.join(", ")
+                )
+            };
             format!(
-                "The slow replica's fair share is {}%. Kept well below it (under 90% of fair): {}. \
-                 Not: {}.{contention}",
+                "The slow replica's fair share is {}%. Spreading calls, kept it well below \
+                 (under 90% of fair): {}; did not: {}.{pinned}{contention}",
                 f::num(fair),
                 list_or_none(&below),
                 list_or_none(&not_below)
@@ -474,16 +493,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_quick_plan_is_three_transports_three_modes_healthy_and_slow() {
+    fn the_quick_plan_is_three_transports_four_modes_healthy_and_slow() {
         let p = Replicas::plan(&Knobs {
             quick: true,
             ..Knobs::default()
         });
         let c = cells(&p);
-        assert_eq!(c.len(), 3 * 3 * 2);
+        assert_eq!(c.len(), 3 * 4 * 2);
         assert!(Replicas::schedule(&p).needs().haproxy);
         assert!(c.iter().all(|c| c.env.replicas.is_some_and(|r| r.n == 3)));
-        assert_eq!(c.iter().filter(|c| c.env.replicas.is_some_and(|r| r.slow)).count(), 9);
+        assert_eq!(
+            c.iter()
+                .filter(|c| c.env.replicas.is_some_and(|r| r.slow))
+                .count(),
+            12
+        );
     }
 
     #[test]

@@ -127,10 +127,19 @@ pub enum Balance {
     /// Every replica's address (`USER_ORDER_REPLICAS`): user-service
     /// balances its own calls, round robin.
     Client,
+    /// The same, picking the less busy of two replicas (power of two
+    /// choices, by calls in flight: `USER_ORDER_PICK=p2c`).
+    ClientP2c,
 }
 
 impl Balance {
-    pub const ALL: [Balance; 4] = [Balance::Direct, Balance::L4, Balance::L7, Balance::Client];
+    pub const ALL: [Balance; 5] = [
+        Balance::Direct,
+        Balance::L4,
+        Balance::L7,
+        Balance::Client,
+        Balance::ClientP2c,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -138,7 +147,13 @@ impl Balance {
             Balance::L4 => "l4",
             Balance::L7 => "l7",
             Balance::Client => "client",
+            Balance::ClientP2c => "client-p2c",
         }
+    }
+
+    /// Whether user-service balances (knows every replica).
+    pub fn by_client(self) -> bool {
+        matches!(self, Balance::Client | Balance::ClientP2c)
     }
 }
 

@@ -50,11 +50,15 @@ impl ReplicaCounters {
             })
             .map(|s| s.value)
             .sum();
+        // The scrape's own connection is open on the REST listener while
+        // the gauge is read: it is not a client's.
         let connections = samples
             .iter()
             .filter(|s| s.name == "order_connections_open")
             .map(|s| s.value)
-            .sum();
+            .sum::<f64>()
+            - 1.0;
+        let connections = connections.max(0.0);
         ReplicaCounters {
             answered,
             connections,

@@ -547,7 +547,7 @@ fn start_replicas(
     let publics: Vec<IpAddr> = replicas.iter().map(|r| r.public).collect();
     let backends = |port: u16| publics.iter().map(|ip| at(*ip, port)).collect::<Vec<_>>();
     let balancer = match r.balance {
-        Balance::Direct | Balance::Client => None,
+        Balance::Direct | Balance::Client | Balance::ClientP2c => None,
         Balance::L4 | Balance::L7 => {
             let (rest_mode, grpc_mode) = match r.balance {
                 Balance::L4 => (haproxy::Mode::Tcp, haproxy::Mode::Tcp),
@@ -601,9 +601,14 @@ fn start_replicas(
                 .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
                 .env("USER_POOL_SIZE", pool.to_string())
                 .env("USER_LOG_FORMAT", "json");
-            if r.balance == Balance::Client {
+            if r.balance.by_client() {
                 let list: Vec<String> = publics.iter().map(IpAddr::to_string).collect();
                 cmd.env("USER_ORDER_REPLICAS", list.join(","));
+                let pick = match r.balance {
+                    Balance::ClientP2c => "p2c",
+                    _ => "round-robin",
+                };
+                cmd.env("USER_ORDER_PICK", pick);
             }
             if let Some(db) = &cfg.databases {
                 cmd.env("USER_DATABASE_URL", &db.users);
