@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 
 use crate::experiment::Knobs;
 use crate::measure::Timing;
-use crate::measure::cell::{Cell, Cpu, Load, ProxyRecord, RoundRecord, Rss};
+use crate::measure::cell::{
+    Balance, Cell, Cpu, Load, ProxyRecord, ReplicaRecord, RoundRecord, Rss,
+};
 use crate::measure::k6::{Percentiles, Summary};
 use crate::measure::machine::Machine;
 use crate::measure::procfs::TcpStates;
@@ -157,9 +159,51 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         postgres_us: None,
         service_env: Default::default(),
         k6_summary: serde_json::Value::Null,
-        replicas: None,
-        balancer_cpu_us: None,
+        replicas: replicas(cell, requests, up_us),
+        balancer_cpu_us: cell
+            .env
+            .replicas
+            .filter(|r| matches!(r.balance, Balance::L4 | Balance::L7))
+            .map(|_| requests * 15.0),
     }
+}
+
+/// Plausible replicas for a cell with several: an L4 balancer spreads the
+/// pool's connections round robin (the first on the second replica), a
+/// direct call reaches the first only, the others spread calls evenly, and
+/// power of two choices moves calls off a slow replica.
+fn replicas(cell: &Cell, requests: f64, up_us: f64) -> Option<Vec<ReplicaRecord>> {
+    let r = cell.env.replicas?;
+    let n = usize::from(r.n);
+    let pool = f64::from(cell.pool);
+    let (weights, connections): (Vec<f64>, Vec<f64>) = (0..n)
+        .map(|i| match r.balance {
+            Balance::Direct => (f64::from(u8::from(i == 0)), if i == 0 { pool } else { 0.0 }),
+            Balance::L4 => {
+                let conns = (0..cell.pool)
+                    .filter(|c| (usize::from(*c) + 1) % n == i)
+                    .count() as f64;
+                (conns, conns)
+            }
+            Balance::L7 => (1.0, 2.0),
+            Balance::Client => (1.0, pool),
+            Balance::ClientP2c => (if r.slow && i == n - 1 { 0.25 } else { 1.0 }, pool),
+        })
+        .unzip();
+    let total: f64 = weights.iter().sum();
+    Some(
+        (0..n)
+            .map(|i| {
+                let calls = requests * weights[i] / total.max(1e-9);
+                ReplicaRecord {
+                    addr: format!("127.0.0.{}", i + 1),
+                    calls,
+                    cpu_us: calls * up_us * 0.4,
+                    connections: connections[i],
+                }
+            })
+            .collect(),
+    )
 }
 
 /// A complete run of the named experiments (`["all"]` for all), every

@@ -29,6 +29,7 @@ fn a_complete_run_of_all_has_no_empty_cell() {
         "pool",
         "tls",
         "codec",
+        "replicas",
         "flags",
         "cells",
     ] {
@@ -41,6 +42,8 @@ fn a_complete_run_of_all_has_no_empty_cell() {
         "payload-latency-1.svg",
         "payload-latency-1000.svg",
         "pool-drops.svg",
+        "replicas-shares.svg",
+        "replicas-shares-slow.svg",
     ] {
         assert!(charts.contains(&c), "no chart {c} in {charts:?}");
     }

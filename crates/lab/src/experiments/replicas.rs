@@ -243,6 +243,19 @@ fn section(p: &ReplicasPlan, cx: &Context) -> Section {
             p.n
         ),
     ));
+    let unmeasured: Vec<String> = p
+        .vias
+        .iter()
+        .flat_map(|via| {
+            p.modes
+                .iter()
+                .filter_map(|m| not_measured(via, *m).map(|why| format!("{via} {}: {why}", m.name())))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if !unmeasured.is_empty() {
+        s.para(format!("Not measured: {}.", unmeasured.join("; ")));
+    }
     for &variant in &p.variants {
         for &pool in &p.pools {
             s.table(table(p, cx, variant, pool));
@@ -301,12 +314,11 @@ fn table(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Table {
     };
     for via in &p.vias {
         for mode in p.modes_of(variant) {
-            let mut row = vec![via.clone().into(), mode.name().into()];
-            if let Some(why) = not_measured(via, mode) {
-                row.extend((0..10).map(|_| Value::missing(why)));
-                t.rows.push(row);
+            if not_measured(via, mode).is_some() {
+                // Said once in the method paragraph, rather than a row of n/a.
                 continue;
             }
+            let mut row = vec![via.clone().into(), mode.name().into()];
             let c = p.cell(via, mode, variant, pool);
             row.extend([
                 cx.fig(&c, Metric::Rate),
@@ -320,7 +332,7 @@ fn table(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Table {
                 per_replica(p, cx, &c, Metric::ReplicaCores),
                 match mode {
                     Balance::L4 | Balance::L7 => cx.fig(&c, Metric::BalancerCores),
-                    _ => Value::missing("no balancer in this mode"),
+                    _ => Value::text("no balancer"),
                 },
             ]);
             t.rows.push(row);

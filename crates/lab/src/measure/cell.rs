@@ -470,6 +470,9 @@ pub struct ReplicaMeasures {
     pub share_pct: [Option<f64>; MAX_REPLICAS],
     pub cores: [f64; MAX_REPLICAS],
     pub connections: [f64; MAX_REPLICAS],
+    /// The largest replica's calls over the fair share of them (1 is
+    /// even; n is all on one), from the counts themselves.
+    pub imbalance: Option<f64>,
 }
 
 impl ReplicaMeasures {
@@ -481,7 +484,10 @@ impl ReplicaMeasures {
             share_pct: [None; MAX_REPLICAS],
             cores: [0.0; MAX_REPLICAS],
             connections: [0.0; MAX_REPLICAS],
+            imbalance: None,
         };
+        let largest = rs.iter().take(n).map(|r| r.calls).fold(0.0, f64::max);
+        m.imbalance = (total > 0.0).then(|| largest * n as f64 / total);
         for (i, r) in rs.iter().take(n).enumerate() {
             m.share_pct[i] = (total > 0.0).then(|| 100.0 * r.calls / total);
             m.cores[i] = r.cpu_us / 1e6 / window_s;
@@ -492,13 +498,7 @@ impl ReplicaMeasures {
 
     /// The largest share over the fair one (1 is even; n is all on one).
     pub fn imbalance(&self) -> Option<f64> {
-        let fair = 100.0 / self.n.max(1) as f64;
-        let max = self.share_pct[..self.n]
-            .iter()
-            .flatten()
-            .copied()
-            .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))?;
-        Some(max / fair)
+        self.imbalance
     }
 }
 
