@@ -420,21 +420,7 @@ impl Lab {
             scrape("before")?
         };
         let tcp_before = procfs::tcp_states(order_port)?;
-        let replicas_before = running
-            .replicas
-            .iter()
-            .map(|r| scrape_replica(r.rest))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let replica_ticks_before = running
-            .replicas
-            .iter()
-            .map(|r| procfs::cpu_ticks(r.pid).map(|t| t.own))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let balancer_before = running
-            .balancer
-            .as_ref()
-            .map(|h| procfs::cpu_ticks(h.pid()).map(|t| t.own))
-            .transpose()?;
+        let replicas_before = ReplicaReading::of(running)?;
         // The window every CPU figure is counted over: from these readings
         // to the ones after k6 has exited.
         let window = Instant::now();
@@ -473,22 +459,8 @@ impl Lab {
         let proxy_after = running.proxy.as_ref().map(|p| p.stats());
         let order_after = procfs::cpu_ticks(running.order_pid())?;
         let user_after = procfs::cpu_ticks(running.user_pid())?;
-        let replica_ticks_after = running
-            .replicas
-            .iter()
-            .map(|r| procfs::cpu_ticks(r.pid).map(|t| t.own))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let balancer_after = running
-            .balancer
-            .as_ref()
-            .map(|h| procfs::cpu_ticks(h.pid()).map(|t| t.own))
-            .transpose()?;
         let tcp_after = procfs::tcp_states(order_port)?;
-        let replicas_after = running
-            .replicas
-            .iter()
-            .map(|r| scrape_replica(r.rest))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let replicas_after = ReplicaReading::of(running)?;
         let upstream_after = if direct {
             prom::Upstream::default()
         } else {
@@ -505,13 +477,14 @@ impl Lab {
                 .enumerate()
                 .map(|(i, r)| ReplicaRecord {
                     addr: r.public.to_string(),
-                    calls: replicas_after[i].answered - replicas_before[i].answered,
-                    cpu_us: us(replica_ticks_after[i].saturating_sub(replica_ticks_before[i])),
-                    connections: replicas_after[i].connections,
+                    calls: replicas_after.counters[i].answered
+                        - replicas_before.counters[i].answered,
+                    cpu_us: us(replicas_after.ticks[i].saturating_sub(replicas_before.ticks[i])),
+                    connections: replicas_after.counters[i].connections,
                 })
                 .collect()
         });
-        let balancer_cpu_us = match (balancer_before, balancer_after) {
+        let balancer_cpu_us = match (replicas_before.balancer, replicas_after.balancer) {
             (Some(b), Some(a)) => Some(us(a.saturating_sub(b))),
             _ => None,
         };
@@ -808,6 +781,32 @@ fn script_of(cell: &Cell) -> &'static str {
         "grpc-direct.js"
     } else {
         "closed-loop.js"
+    }
+}
+
+/// What the replicas and their balancer had done at one moment: each
+/// replica's counters and CPU ticks, and HAProxy's ticks.
+struct ReplicaReading {
+    counters: Vec<prom::ReplicaCounters>,
+    ticks: Vec<u64>,
+    balancer: Option<u64>,
+}
+
+impl ReplicaReading {
+    fn of(running: &Running) -> anyhow::Result<ReplicaReading> {
+        let mut r = ReplicaReading {
+            counters: Vec::new(),
+            ticks: Vec::new(),
+            balancer: None,
+        };
+        for rep in &running.replicas {
+            r.counters.push(scrape_replica(rep.rest)?);
+            r.ticks.push(procfs::cpu_ticks(rep.pid)?.own);
+        }
+        if let Some(h) = &running.balancer {
+            r.balancer = Some(procfs::cpu_ticks(h.pid())?.own);
+        }
+        Ok(r)
     }
 }
 

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use haproxy::{Frontend, Haproxy, Mode};
 
 use crate::helpers::{OrderService, point_at, spawn_users_on};
-use crate::replicas::{calls, counts, shares, three_replicas};
+use crate::replicas::{calls, counts, shares, spread_evenly, three_replicas};
 
 /// HAProxy in front of `replicas`: frontend 0 is L4 on their gRPC ports,
 /// 1 L7 on their gRPC ports, 2 L7 on their REST ports.
@@ -108,19 +108,8 @@ async fn behind_l7_calls_spread_over_the_replicas_even_on_one_connection() {
     let replicas = three_replicas().await;
     let lb = balancer(&replicas);
     let users = users_through(&replicas, lb.addr(2), lb.addr(1), 1).await;
-    const CALLS: usize = 60;
-    let fair = CALLS as f64 / 3.0;
     for via in ["grpc", "h1-json", "h2c-json"] {
-        let before = counts(&replicas).await;
-        calls(&users, via, CALLS).await;
-        let got = shares(&replicas, &before).await;
-        assert_eq!(got.iter().sum::<u64>(), CALLS as u64, "{via}: {got:?}");
-        for share in &got {
-            assert!(
-                (*share as f64 - fair).abs() <= 0.2 * fair,
-                "{via}: shares {got:?}, each should be {fair} ± 20%"
-            );
-        }
+        let got = spread_evenly(&users, &replicas, via, 60).await;
         eprintln!("l7 {via}: calls per replica {got:?}");
     }
     // The replicas saw HTTP/2 for h2c and gRPC, HTTP/1.1 for h1: the

@@ -89,6 +89,28 @@ pub(crate) async fn counts(replicas: &[OrderService]) -> Vec<u64> {
     shares(replicas, &vec![0; replicas.len()]).await
 }
 
+/// `n` calls over `via`, and each replica's share of them, checked to be
+/// within ±20% of a fair share.
+pub(crate) async fn spread_evenly(
+    users: &UserService,
+    replicas: &[OrderService],
+    via: &str,
+    n: usize,
+) -> Vec<u64> {
+    let fair = n as f64 / replicas.len() as f64;
+    let before = counts(replicas).await;
+    calls(users, via, n).await;
+    let got = shares(replicas, &before).await;
+    assert_eq!(got.iter().sum::<u64>(), n as u64, "{via}: {got:?}");
+    for share in &got {
+        assert!(
+            (*share as f64 - fair).abs() <= 0.2 * fair,
+            "{via}: shares {got:?}, each should be {fair} ± 20%"
+        );
+    }
+    got
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_side_balancing_gives_each_replica_a_fair_share_on_every_transport() {
     let replicas = three_replicas().await;
@@ -97,21 +119,9 @@ async fn client_side_balancing_gives_each_replica_a_fair_share_on_every_transpor
         None,
     )
     .await;
-    const CALLS: usize = 90;
-    let fair = CALLS as f64 / 3.0;
     let mut seen = BTreeMap::new();
     for via in ["grpc", "grpc-bidi", "h1-json", "h2c-json", "tcp-proto"] {
-        let before = counts(&replicas).await;
-        calls(&users, via, CALLS).await;
-        let got = shares(&replicas, &before).await;
-        assert_eq!(got.iter().sum::<u64>(), CALLS as u64, "{via}: {got:?}");
-        for share in &got {
-            assert!(
-                (*share as f64 - fair).abs() <= 0.2 * fair,
-                "{via}: shares {got:?}, each should be {fair} ± 20%"
-            );
-        }
-        seen.insert(via, got);
+        seen.insert(via, spread_evenly(&users, &replicas, via, 90).await);
     }
     eprintln!("calls per replica: {seen:?}");
     users.stop().await;
