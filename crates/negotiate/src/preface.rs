@@ -27,6 +27,9 @@ pub struct Deadlined<I> {
     seen: usize,
     limit: Duration,
     deadline: Option<Pin<Box<Sleep>>>,
+    /// Past this, a rotated connection that has not closed by itself is
+    /// dropped (see [`deadlined_for`]).
+    end_of_life: Option<Pin<Box<Sleep>>>,
 }
 
 impl<I> Deadlined<I> {
@@ -37,7 +40,14 @@ impl<I> Deadlined<I> {
             seen: 0,
             limit,
             deadline: Some(Box::pin(tokio::time::sleep(limit))),
+            end_of_life: None,
         }
+    }
+
+    /// The same connection, dropped once it has lived `life`.
+    pub fn with_life(mut self, life: Option<Duration>) -> Self {
+        self.end_of_life = life.map(|l| Box::pin(tokio::time::sleep(l)));
+        self
     }
 }
 
@@ -49,6 +59,15 @@ impl<I: AsyncRead + Unpin> AsyncRead for Deadlined<I> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if r.is_pending()
+            && let Some(end) = self.end_of_life.as_mut()
+            && end.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the connection outlived its maximum age and grace",
+            )));
+        }
         let Some(deadline) = self.deadline.as_mut() else {
             return r;
         };
@@ -133,6 +152,23 @@ where
     })
 }
 
+/// [`deadlined`] with the bounds of `conn`: the header-read deadline, and
+/// with rotation on, the end of a connection's life at its maximum age
+/// (jitter included) plus its grace.
+pub fn deadlined_for<S, I, E>(
+    incoming: S,
+    conn: crate::serve::ConnLimits,
+    cap: crate::cap::ConnCap,
+) -> impl Stream<Item = Result<Deadlined<I>, E>>
+where
+    S: Stream<Item = Result<I, E>>,
+{
+    let life = conn
+        .max_age
+        .map(|age| age.mul_f64(1.0 + crate::serve::AGE_JITTER) + conn.max_age_grace);
+    deadlined(incoming, conn.header_read, cap).map(move |r| r.map(|d| d.with_life(life)))
+}
+
 /// How long an HTTP/2 keep-alive ping may go unanswered before the
 /// connection is closed.
 pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
@@ -195,13 +231,13 @@ where
                 let plain =
                     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
                 router
-                    .serve_with_incoming_shutdown(deadlined(plain, conn.header_read, cap), stop)
+                    .serve_with_incoming_shutdown(deadlined_for(plain, conn, cap), stop)
                     .await
             }
             Some(acceptor) => {
                 let tls = tls::incoming::incoming(listener, acceptor);
                 router
-                    .serve_with_incoming_shutdown(deadlined(tls, conn.header_read, cap), stop)
+                    .serve_with_incoming_shutdown(deadlined_for(tls, conn, cap), stop)
                     .await
             }
         }

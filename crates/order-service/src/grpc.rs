@@ -409,10 +409,12 @@ pub async fn serve(
     let mut server = tonic::transport::Server::builder();
     if let Some(age) = conn.max_age {
         // tonic applies one age to every connection: it is jittered once
-        // per process (REST jitters per connection).
-        server = server
-            .max_connection_age(negotiate::serve::jittered(age, negotiate::serve::seed()))
-            .max_connection_age_grace(conn.max_age_grace);
+        // per process (REST jitters per connection). Its grace is not
+        // given to tonic: tonic 0.14 then skips the GOAWAY and cuts the
+        // connection at age + grace, calls in flight included. The grace
+        // is enforced under tonic instead (`preface::deadlined_for`).
+        server =
+            server.max_connection_age(negotiate::serve::jittered(age, negotiate::serve::seed()));
     }
     let router = server
         .accept_http1(true)

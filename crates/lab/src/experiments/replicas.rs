@@ -65,9 +65,15 @@ pub struct ReplicasPlan {
 }
 
 /// Why a cell of the grid is not measured, if it is not.
-pub fn not_measured(via: &str, mode: Balance) -> Option<&'static str> {
-    (via == transports::TCP_PROTO && mode == Balance::L7)
-        .then_some("raw TCP has no L7 form: an HTTP balancer cannot read its frames")
+pub fn not_measured(via: &str, mode: Balance, variant: Variant) -> Option<&'static str> {
+    if via != transports::TCP_PROTO {
+        return None;
+    }
+    if mode == Balance::L7 {
+        return Some("raw TCP has no L7 form: an HTTP balancer cannot read its frames");
+    }
+    (variant == Variant::Rotation)
+        .then_some("order-service does not rotate raw-TCP connections, so there is nothing to measure")
 }
 
 impl ReplicasPlan {
@@ -111,7 +117,7 @@ impl ReplicasPlan {
 pub fn cells(p: &ReplicasPlan) -> Vec<Cell> {
     p.grid()
         .into_iter()
-        .filter(|(_, _, via, mode)| not_measured(via, *mode).is_none())
+        .filter(|(v, _, via, mode)| not_measured(via, *mode, *v).is_none())
         .map(|(v, pool, via, mode)| p.cell(&via, mode, v, pool))
         .collect()
 }
@@ -243,16 +249,19 @@ fn section(p: &ReplicasPlan, cx: &Context) -> Section {
             p.n
         ),
     ));
-    let unmeasured: Vec<String> = p
-        .vias
-        .iter()
-        .flat_map(|via| {
-            p.modes
-                .iter()
-                .filter_map(|m| not_measured(via, *m).map(|why| format!("{via} {}: {why}", m.name())))
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let mut unmeasured: Vec<String> = Vec::new();
+    for &variant in &p.variants {
+        for via in &p.vias {
+            for m in p.modes_of(variant) {
+                if let Some(why) = not_measured(via, m, variant) {
+                    let line = format!("{via} {}: {why}", m.name());
+                    if !unmeasured.contains(&line) {
+                        unmeasured.push(line);
+                    }
+                }
+            }
+        }
+    }
     if !unmeasured.is_empty() {
         s.para(format!("Not measured: {}.", unmeasured.join("; ")));
     }
@@ -314,7 +323,7 @@ fn table(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Table {
     };
     for via in &p.vias {
         for mode in p.modes_of(variant) {
-            if not_measured(via, mode).is_some() {
+            if not_measured(via, mode, variant).is_some() {
                 // Said once in the method paragraph, rather than a row of n/a.
                 continue;
             }
@@ -351,7 +360,7 @@ fn reading(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Strin
         .flat_map(|via| {
             p.modes_of(variant)
                 .into_iter()
-                .filter(|m| not_measured(via, *m).is_none())
+                .filter(|m| not_measured(via, *m, variant).is_none())
                 .map(|m| (via.clone(), m, p.cell(via, m, variant, pool)))
                 .collect::<Vec<_>>()
         })
@@ -461,7 +470,7 @@ fn chart(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Chart {
     let mut values = Vec::new();
     for via in &p.vias {
         for mode in p.modes_of(variant) {
-            if not_measured(via, mode).is_some() {
+            if not_measured(via, mode, variant).is_some() {
                 continue;
             }
             let c = p.cell(via, mode, variant, pool);
@@ -528,7 +537,9 @@ mod tests {
         let c = cells(&p);
         assert!(!c.iter().any(|c| c.via == transports::TCP_PROTO
             && c.env.replicas.is_some_and(|r| r.balance == Balance::L7)));
-        assert!(not_measured(transports::TCP_PROTO, Balance::L7).is_some());
+        assert!(not_measured(transports::TCP_PROTO, Balance::L7, Variant::Healthy).is_some());
+        assert!(not_measured(transports::TCP_PROTO, Balance::L4, Variant::Rotation).is_some());
+        assert!(not_measured(transports::GRPC, Balance::L4, Variant::Rotation).is_none());
         // Rotation only behind L4.
         assert!(c
             .iter()

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use haproxy::{Frontend, Haproxy, Mode};
 
 use crate::helpers::{OrderService, point_at, spawn_users_on};
-use crate::replicas::{calls, counts, shares, spread_evenly, three_replicas};
+use crate::replicas::{calls, counts, shares, spread_evenly, three_replicas, three_replicas_with};
 
 /// HAProxy in front of `replicas`: frontend 0 is L4 on their gRPC ports,
 /// 1 L7 on their gRPC ports, 2 L7 on their REST ports.
@@ -124,6 +124,35 @@ async fn behind_l7_calls_spread_over_the_replicas_even_on_one_connection() {
         "{text}"
     );
 
+    users.stop().await;
+    lb.stop();
+    for r in replicas {
+        r.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_l4_connection_rotation_moves_a_pinned_grpc_client_to_other_replicas() {
+    let replicas = three_replicas_with(|s| {
+        s.max_connection_age_ms = 300;
+        s.max_connection_age_grace_ms = 1_000;
+    })
+    .await;
+    let lb = balancer(&replicas);
+    let users = users_through(&replicas, replicas[0].rest, lb.addr(0), 1).await;
+    // A pool of 1 is pinned to one replica until its connection is rotated:
+    // over two seconds of calls, every replica is reached.
+    let before = counts(&replicas).await;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        calls(&users, "grpc", 5).await;
+    }
+    let got = shares(&replicas, &before).await;
+    eprintln!("l4 with rotation, pool 1: calls per replica {got:?}");
+    assert!(
+        got.iter().all(|n| *n > 0),
+        "rotation moved no call: {got:?}"
+    );
     users.stop().await;
     lb.stop();
     for r in replicas {

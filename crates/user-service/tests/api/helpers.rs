@@ -61,11 +61,17 @@ impl OrderService {
     }
 
     /// order-service in memory, its listeners on `ip` at `ports` (REST,
-    /// gRPC, raw TCP; 0 for any): one replica of several, which serve on
-    /// the same ports at different addresses as pods do.
-    pub async fn replica_at(ip: std::net::IpAddr, ports: [u16; 3]) -> Self {
+    /// gRPC, raw TCP; 0 for any), its settings changed by `tweak`: one
+    /// replica of several, which serve on the same ports at different
+    /// addresses as pods do.
+    pub async fn replica_with(
+        ip: std::net::IpAddr,
+        ports: [u16; 3],
+        tweak: impl FnOnce(&mut order_service::Settings),
+    ) -> Self {
         init_test_log();
         let mut settings = order_service::Settings::for_tests(None);
+        tweak(&mut settings);
         settings.rest_addr = SocketAddr::new(ip, ports[0]);
         settings.grpc_addr = SocketAddr::new(ip, ports[1]);
         settings.tcp_addr = SocketAddr::new(ip, ports[2]);

@@ -38,11 +38,18 @@ pub(crate) async fn answered(replica: &OrderService) -> u64 {
 
 /// Three replicas on 127.0.0.1-3, on the ports the first one got.
 pub(crate) async fn three_replicas() -> Vec<OrderService> {
-    let first = OrderService::replica_at(ip(1), [0, 0, 0]).await;
+    three_replicas_with(|_| {}).await
+}
+
+/// The same, each with its settings changed by `tweak`.
+pub(crate) async fn three_replicas_with(
+    tweak: impl Fn(&mut order_service::Settings),
+) -> Vec<OrderService> {
+    let first = OrderService::replica_with(ip(1), [0, 0, 0], &tweak).await;
     let ports = [first.rest.port(), first.grpc.port(), first.tcp.port()];
     let mut all = vec![first];
     for i in [2, 3] {
-        all.push(OrderService::replica_at(ip(i), ports).await);
+        all.push(OrderService::replica_with(ip(i), ports, &tweak).await);
     }
     all
 }
