@@ -284,19 +284,28 @@ fn section(p: &ReplicasPlan, cx: &Context) -> Section {
 /// What the flag of a round on a saturated machine says (`flags_of`).
 const SATURATED_FLAG: &str = "CPU contention may skew the replicas' shares";
 
-/// `a · b · c` of each replica's figure.
-fn per_replica(p: &ReplicasPlan, cx: &Context, c: &Cell, m: fn(u8) -> Metric) -> Value {
-    let parts: Vec<String> = (0..p.n)
-        .map(|i| {
-            cx.data
-                .median(c, m(i))
-                .map_or_else(|| MISSING.to_owned(), f::num)
-        })
-        .collect();
-    if parts.iter().all(|x| x == MISSING) {
+/// `a · b · c` of each replica's figure (with their total, when `total`).
+fn per_replica(
+    p: &ReplicasPlan,
+    cx: &Context,
+    c: &Cell,
+    m: fn(u8) -> Metric,
+    total: bool,
+) -> Value {
+    let medians: Vec<Option<f64>> = (0..p.n).map(|i| cx.data.median(c, m(i))).collect();
+    if medians.iter().all(Option::is_none) {
         return Value::missing("no round");
     }
-    Value::text(parts.join(" · "))
+    let parts: Vec<String> = medians
+        .iter()
+        .map(|v| v.map_or_else(|| MISSING.to_owned(), f::num))
+        .collect();
+    let sum: f64 = medians.iter().flatten().sum();
+    if total {
+        Value::text(format!("{} (total {})", parts.join(" · "), f::num(sum)))
+    } else {
+        Value::text(parts.join(" · "))
+    }
 }
 
 fn table(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Table {
@@ -335,10 +344,10 @@ fn table(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Table {
                 cx.fig(&c, Metric::E2eP99),
                 cx.fig(&c, Metric::UpP50),
                 cx.fig(&c, Metric::UpP99),
-                per_replica(p, cx, &c, Metric::ReplicaShare),
+                per_replica(p, cx, &c, Metric::ReplicaShare, false),
                 cx.fig(&c, Metric::Imbalance),
-                per_replica(p, cx, &c, Metric::ReplicaConnections),
-                per_replica(p, cx, &c, Metric::ReplicaCores),
+                per_replica(p, cx, &c, Metric::ReplicaConnections, true),
+                per_replica(p, cx, &c, Metric::ReplicaCores, false),
                 match mode {
                     Balance::L4 | Balance::L7 => cx.fig(&c, Metric::BalancerCores),
                     _ => Value::text("no balancer"),
