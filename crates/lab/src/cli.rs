@@ -1,4 +1,4 @@
-//! The command line: `lab run`, `lab report`, `lab list`.
+//! The command line: `lab run`, `lab report`, `lab compare`, `lab merge`, `lab list`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -64,6 +64,15 @@ pub enum Cmd {
         /// How many of the furthest-out ratios to list.
         #[arg(long, default_value_t = 15, value_name = "N")]
         worst: usize,
+    },
+    /// Combine the k6 summaries of a distributed test's runners (a
+    /// k6-operator TestRun's pods, each printing its JSON summary at the end
+    /// of its log): counts and rates summed, each percentile as the range of
+    /// the runners' own (k6 summaries hold no histogram to merge).
+    Merge {
+        /// The runners' logs (`kubectl logs POD > FILE`) or summary files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
     },
     /// List the experiments and what a run of each measures.
     List {
@@ -196,6 +205,10 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
         }
         Cmd::Compare { a, b, worst } => {
             print!("{}", crate::compare::run(&a, &b, worst)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Merge { files } => {
+            print!("{}", crate::merge::run(&files)?);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::List { quick } => {

@@ -34,6 +34,7 @@ pub mod compare;
 pub mod experiment;
 pub mod experiments;
 pub mod measure;
+pub mod merge;
 pub mod report;
 pub mod session;
 pub mod synthetic;
