@@ -31,8 +31,11 @@ pub fn summary_in(text: &str) -> anyhow::Result<Summary> {
     parse_summary(&text[start..])
 }
 
+/// Which figure of a runner's percentiles.
+type Pick = fn(&Percentiles) -> f64;
+
 /// The range of one percentile over the runners.
-fn range(ps: &[Option<Percentiles>], pick: fn(&Percentiles) -> f64) -> Option<(f64, f64)> {
+fn range(ps: &[Option<Percentiles>], pick: Pick) -> Option<(f64, f64)> {
     let v: Vec<f64> = ps.iter().flatten().map(pick).collect();
     if v.is_empty() {
         return None;
@@ -88,8 +91,7 @@ fn render(runners: &[(PathBuf, Summary)]) -> String {
     let good: Vec<Option<Percentiles>> = runners.iter().map(|(_, s)| s.good_ms).collect();
     let up: Vec<Option<Percentiles>> = runners.iter().map(|(_, s)| s.upstream_us).collect();
     let line = |out: &mut String, what: &str, ps: &[Option<Percentiles>], unit: &str| {
-        let picks: [(&str, fn(&Percentiles) -> f64); 3] =
-            [("p50", |p| p.p50), ("p95", |p| p.p95), ("p99", |p| p.p99)];
+        let picks: [(&str, Pick); 3] = [("p50", |p| p.p50), ("p95", |p| p.p95), ("p99", |p| p.p99)];
         let parts: Vec<String> = picks
             .iter()
             .map(|(n, f)| match range(ps, *f) {
