@@ -45,7 +45,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Run an experiment and write its report.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Render the report of a results directory again (e.g. after Ctrl-C).
     Report {
         /// A results directory, e.g. results/20260101T120000Z-all.
@@ -126,6 +126,30 @@ pub struct RunArgs {
     /// experiment that has sizes.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub sizes: Option<Vec<u32>>,
+    /// Measure an already-running stack at this user-service URL
+    /// (http://host:port) instead of starting the services: nothing is
+    /// built, started or restarted between rounds. Only experiments whose
+    /// cells differ in request parameters accept it (payload, factorial,
+    /// floor, schema, streaming, wire-size); CPU, RSS and TIME_WAIT are then
+    /// n/a, as the lab cannot see the services' processes.
+    #[arg(long, value_name = "URL")]
+    pub target: Option<String>,
+    /// With --target: user-service's metrics URL (default: the target's
+    /// /metrics).
+    #[arg(long, value_name = "URL", requires = "target")]
+    pub target_metrics: Option<String>,
+    /// With --target: each order-service replica's metrics URL
+    /// (comma-separated), for each replica's share of the calls.
+    #[arg(long, value_delimiter = ',', value_name = "LIST", requires = "target")]
+    pub target_order_metrics: Option<Vec<String>>,
+    /// With --target: order-service's REST address (host:port), for
+    /// wire-size, which calls it directly.
+    #[arg(long, value_name = "ADDR", requires = "target")]
+    pub target_order_rest: Option<String>,
+    /// With --target: order-service's gRPC address (host:port), for
+    /// wire-size.
+    #[arg(long, value_name = "ADDR", requires = "target")]
+    pub target_order_grpc: Option<String>,
 }
 
 /// The experiments' names with their one-line descriptions, and `all`.
@@ -162,6 +186,7 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
     let root = find_root(cli.root.as_deref())?;
     match cli.command {
         Cmd::Run(a) => {
+            let a = *a;
             let command = std::iter::once("lab".to_owned())
                 .chain(std::env::args().skip(1))
                 .collect::<Vec<_>>()
@@ -179,6 +204,18 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
                     bin_dir: a.bin_dir,
                     transports: a.transports,
                     sizes: a.sizes,
+                    target: a.target.map(|url| {
+                        let url = url.trim_end_matches('/').to_owned();
+                        crate::measure::services::Target {
+                            user_metrics: a
+                                .target_metrics
+                                .unwrap_or_else(|| format!("{url}/metrics")),
+                            user_url: url,
+                            order_metrics: a.target_order_metrics.unwrap_or_default(),
+                            order_rest: a.target_order_rest,
+                            order_grpc: a.target_order_grpc,
+                        }
+                    }),
                     command,
                 },
                 &root,

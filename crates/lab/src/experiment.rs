@@ -84,6 +84,12 @@ pub trait Experiment: 'static {
     }
     /// The report section, from the measured data.
     fn section(plan: &Self::Plan, cx: &Context) -> Section;
+    /// Whether it can measure a stack it did not start (`--target`): its
+    /// cells must differ in request parameters only. `Err` says what it
+    /// would need to control.
+    fn target() -> Result<(), &'static str> {
+        Err("its cells need services it starts and configures itself")
+    }
 }
 
 /// An experiment with its plan's type erased: what the session and the
@@ -95,6 +101,7 @@ pub trait Entry: Sync {
     fn schedule(&self, plan: &serde_json::Value) -> anyhow::Result<Schedule>;
     fn describe(&self, plan: &serde_json::Value) -> anyhow::Result<String>;
     fn section(&self, plan: &serde_json::Value, cx: &Context) -> anyhow::Result<Section>;
+    fn target(&self) -> Result<(), &'static str>;
 }
 
 impl std::fmt::Debug for dyn Entry {
@@ -142,7 +149,15 @@ impl<E: Experiment> Entry for Registered<E> {
     fn section(&self, plan: &serde_json::Value, cx: &Context) -> anyhow::Result<Section> {
         Ok(E::section(&Self::typed(plan)?, cx))
     }
+
+    fn target(&self) -> Result<(), &'static str> {
+        E::target()
+    }
 }
+
+/// Why a figure read from the services' processes is missing for a target.
+pub const NOT_SEEN: &str =
+    "not measured: the services ran outside the lab (--target), so /proc does not show them";
 
 /// Everything a section is built from.
 #[derive(Debug)]
@@ -157,12 +172,38 @@ pub struct Context<'a> {
 impl Context<'_> {
     /// A cell's figure: median (min–max) over rounds, in the metric's unit.
     pub fn fig(&self, cell: &Cell, m: Metric) -> Value {
-        Value::range(self.data.spread(cell, m), m.unit())
+        match self.data.spread(cell, m) {
+            None if self.unseen(cell, m) => Value::missing(NOT_SEEN),
+            s => Value::range(s, m.unit()),
+        }
+    }
+
+    /// A cell's figure as median ±half the range.
+    pub fn pm(&self, cell: &Cell, m: Metric) -> Value {
+        match self.data.spread(cell, m) {
+            None if self.unseen(cell, m) => Value::missing(NOT_SEEN),
+            s => Value::pm(s, m.unit()),
+        }
     }
 
     /// `a / b` of a metric, round by round, with its rerun interval.
     pub fn ratio(&self, a: &Cell, b: &Cell, m: Metric) -> Value {
-        Value::ratio(self.data.ratio(a, b, m))
+        match self.data.ratio(a, b, m) {
+            None if self.unseen(a, m) || self.unseen(b, m) => Value::missing(NOT_SEEN),
+            s => Value::ratio(s),
+        }
+    }
+
+    /// Whether `m` is missing from `cell` because its rounds ran on a
+    /// target whose processes the lab cannot read.
+    fn unseen(&self, cell: &Cell, m: Metric) -> bool {
+        m.needs_proc()
+            && self
+                .results
+                .records
+                .iter()
+                .filter(|r| r.cell == *cell)
+                .any(|r| r.no_proc)
     }
 
     /// A cell's figure beside its ratio to `base` (the baseline itself

@@ -35,7 +35,7 @@ use crate::experiments;
 use crate::experiments::tables::everything;
 use crate::measure::cell::{
     BUSY_NEIGHBOUR_CORES, Cell, FAILED_BAD_SHARE_PCT, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load,
-    Measures,
+    Measures, Metric,
 };
 use crate::measure::k6;
 use crate::measure::machine::{self, Machine};
@@ -64,6 +64,9 @@ pub struct RunOptions {
     pub bin_dir: Option<PathBuf>,
     pub transports: Option<Vec<String>>,
     pub sizes: Option<Vec<u32>>,
+    /// Measure this already-running stack: nothing is built, started or
+    /// restarted.
+    pub target: Option<services::Target>,
     /// The command line, for the report.
     pub command: String,
 }
@@ -92,6 +95,9 @@ pub struct RunInfo {
     /// round (everything else is cleared; ports and paths vary by round).
     #[serde(default)]
     pub service_env: BTreeMap<String, String>,
+    /// The stack measured, when the lab did not start it (`--target`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<services::Target>,
 }
 
 impl RunInfo {
@@ -119,12 +125,14 @@ pub fn default_timing(quick: bool) -> Timing {
             rounds: 2,
             duration_s: 2.0,
             warmup_s: 1.0,
+            restarted: true,
         }
     } else {
         Timing {
             rounds: 3,
             duration_s: 15.0,
             warmup_s: 5.0,
+            restarted: true,
         }
     }
 }
@@ -157,6 +165,19 @@ fn validate(opts: &RunOptions) -> anyhow::Result<()> {
     }
     if opts.warmup_s.is_some_and(|w| w != 0.0 && w < 1.0) {
         bail!("--warmup must be 0 (none) or at least 1 s (k6's shortest scenario)");
+    }
+    if opts.target.is_some() {
+        for (given, flag) in [
+            (opts.database_url.is_some(), "--database-url"),
+            (opts.pin, "--pin"),
+            (opts.bin_dir.is_some(), "--bin-dir"),
+        ] {
+            if given {
+                bail!(
+                    "--target measures a stack the lab does not start: {flag} has nothing to act on"
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -208,7 +229,25 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         rounds: opts.rounds.unwrap_or(d.rounds),
         duration_s: opts.duration_s.unwrap_or(d.duration_s),
         warmup_s: opts.warmup_s.unwrap_or(d.warmup_s),
+        restarted: opts.target.is_none(),
     };
+    if let Some(t) = &opts.target {
+        t.check().context("--target")?;
+        for e in &entries {
+            if let Err(why) = e.target() {
+                bail!(
+                    "{} cannot run against a stack it did not start (--target): {why}; the experiments that can are {}",
+                    e.name(),
+                    experiments::all()
+                        .iter()
+                        .filter(|e| e.target().is_ok())
+                        .map(|e| e.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
     if !root.join("k6").join("closed-loop.js").is_file() {
         bail!(
             "{} is not the project's root (no k6/closed-loop.js); run the lab from the workspace or pass --root",
@@ -229,16 +268,23 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     let k6_bin = k6::find_or_install(root)?;
     let k6_version = k6::version(&k6_bin)?;
     println!("k6: {} ({k6_version})", k6_bin.display());
-    let bins = match &opts.bin_dir {
-        Some(d) => Binaries {
+    let bins = match (&opts.target, &opts.bin_dir) {
+        // Nothing is started: no binary is needed.
+        (Some(_), _) => Binaries {
+            order: PathBuf::new(),
+            user: PathBuf::new(),
+        },
+        (None, Some(d)) => Binaries {
             order: d.join("order-service"),
             user: d.join("user-service"),
         },
-        None => services::build(root)?,
+        (None, None) => services::build(root)?,
     };
-    for b in [&bins.order, &bins.user] {
-        if !b.is_file() {
-            bail!("{} is missing", b.display());
+    if opts.target.is_none() {
+        for b in [&bins.order, &bins.user] {
+            if !b.is_file() {
+                bail!("{} is missing", b.display());
+            }
         }
     }
     let databases = opts
@@ -252,6 +298,7 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     let svc = ServiceConfig {
         bins,
         databases,
+        target: opts.target.clone(),
         pin: opts.pin,
         log_dir: dir.join("logs"),
         certs: if needs.certs {
@@ -290,13 +337,17 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         knobs,
         plans,
         timing,
-        store: store_label(opts.database_url.as_deref()),
+        store: match &opts.target {
+            Some(_) => "the target's own (the lab does not know it)".to_owned(),
+            None => store_label(opts.database_url.as_deref()),
+        },
         pinning: svc.pinning(),
         machine: machine::describe(root, &k6_version),
         started_at: started_at.to_rfc3339(),
         elapsed_s: None,
         outcome: "running".to_owned(),
         service_env: BTreeMap::new(),
+        target: opts.target.clone(),
     };
     write_json(&dir.join("run.json"), &info)?;
     services::seed(&svc)?;
@@ -441,7 +492,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
              connections from user-service's socket counters."
                 .to_owned(),
             format!(
-                "Every figure is the median of {} rounds, each round on freshly started services \
+                "Every figure is the median of {} rounds, each round {} \
                  after a discarded warm-up. An absolute figure's parentheses hold the lowest and \
                  highest round. A ratio (`×1.52 (1.41–1.63)`) is computed round by round and its \
                  parentheses hold a 95% rerun interval: where the median of another run of the same \
@@ -453,12 +504,29 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                  On a machine this small the three processes share {} cores: absolute rates are this \
                  machine's, the ratios are what travels.",
                 t.rounds,
+                if t.restarted {
+                    "on freshly started services"
+                } else {
+                    "on the same running services (a target the lab did not start)"
+                },
                 BUSY_NEIGHBOUR_CORES,
                 m.cores
             ),
         ],
         meta: vec![
             ("command".into(), format!("`{}`", info.command)),
+            (
+                "services".into(),
+                match &info.target {
+                    Some(t) => format!(
+                        "{}; not started or restarted by the lab. CPU per process, RSS, \
+                         TIME_WAIT sockets and other processes' load are n/a: the lab cannot read \
+                         the services' processes",
+                        t.describe()
+                    ),
+                    None => "started by the lab for every round, on free ports".to_owned(),
+                },
+            ),
             ("outcome".into(), info.outcome.clone()),
             (
                 "machine".into(),
@@ -536,9 +604,16 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
     let others: Vec<f64> = results
         .records
         .iter()
-        .map(|r| Measures::of(r).other_cores)
+        .filter_map(|r| Metric::OtherCores.of(&Measures::of(r)))
         .collect();
-    if let Some(o) = crate::analysis::stats::Spread::of(&others) {
+    if info.target.is_some() {
+        report.meta.push((
+            "other load".into(),
+            "n/a: the services of a target are not the lab's processes, so the rest of the \
+             machine's load cannot be told from theirs"
+                .into(),
+        ));
+    } else if let Some(o) = crate::analysis::stats::Spread::of(&others) {
         report.meta.push((
             "other load".into(),
             format!(

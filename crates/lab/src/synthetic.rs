@@ -165,6 +165,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             .replicas
             .filter(|r| matches!(r.balance, Balance::L4 | Balance::L7))
             .map(|_| requests * 15.0),
+        no_proc: false,
     }
 }
 
@@ -251,8 +252,10 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
             rounds,
             duration_s: 2.0,
             warmup_s: 1.0,
+            restarted: true,
         },
         store: "in memory".into(),
+        target: None,
         pinning: None,
         machine: Machine {
             cores: 2,

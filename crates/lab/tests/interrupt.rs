@@ -27,6 +27,7 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
         bin_dir: Some(bins),
         transports: Some(vec!["h1-json".into(), "grpc".into()]),
         sizes: Some(vec![1]),
+        target: None,
         command: "lab run payload (interrupt test)".into(),
         ..Default::default()
     };

@@ -24,6 +24,7 @@ fn tiny(experiment: &str, out: &std::path::Path, bins: &std::path::Path) -> RunO
         bin_dir: Some(bins.to_path_buf()),
         transports: Some(vec!["h1-json".into(), "grpc".into(), "tcp-proto".into()]),
         sizes: Some(vec![10]),
+        target: None,
         command: format!("lab run {experiment} (smoke test)"),
         ..Default::default()
     }
@@ -256,6 +257,7 @@ fn k6_checks_every_answer_by_its_length_under_load() {
             user: bins.join("user-service"),
         },
         databases: None,
+        target: None,
         pin: false,
         log_dir: out.clone(),
         certs: None,

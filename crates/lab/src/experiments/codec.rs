@@ -44,6 +44,10 @@ impl Experiment for Codec {
     const ABOUT: &'static str =
         "Serialization alone, no network: the criterion benchmark (seeds 003, 004)";
 
+    fn target() -> Result<(), &'static str> {
+        Err("it is a benchmark of this machine's code, not of services")
+    }
+
     fn plan(knobs: &Knobs) -> CodecPlan {
         CodecPlan {
             sizes: crate::experiments::payload::plan(knobs).sizes,

@@ -35,6 +35,10 @@ impl Experiment for Factorial {
     const ABOUT: &'static str =
         "{HTTP/1.1, HTTP/2} × {JSON, protobuf}: how much is wire, how much encoding";
 
+    fn target() -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn plan(knobs: &Knobs) -> FactorialPlan {
         FactorialPlan {
             sizes: knobs.sizes(&[1, 1000], &[1, 1000]),

@@ -22,6 +22,10 @@ impl Experiment for Floor {
     const NAME: &'static str = "floor";
     const ABOUT: &'static str = "Every transport's upstream cost as a ratio to raw TCP";
 
+    fn target() -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn plan(knobs: &Knobs) -> PayloadPlan {
         payload::plan(knobs)
     }

@@ -26,6 +26,10 @@ impl Experiment for Pitfall {
     const ABOUT: &'static str =
         "k6's own gRPC client at order-service vs the call timed in user-service (seed 001)";
 
+    fn target() -> Result<(), &'static str> {
+        Err("k6 calls order-service's gRPC port directly and its cells are compared with services it started")
+    }
+
     fn plan(knobs: &Knobs) -> PitfallPlan {
         PitfallPlan {
             sizes: knobs.sizes(&[1, 1000], &[1, 1000]),

@@ -61,6 +61,10 @@ impl Experiment for Pool {
     const ABOUT: &'static str =
         "Pool 1 and 4, open loop at rising rates until drops appear (seed 001 §5)";
 
+    fn target() -> Result<(), &'static str> {
+        Err("it sets user-service's connection budget per cell (USER_POOL_SIZE), which needs a restart")
+    }
+
     fn plan(knobs: &Knobs) -> PoolPlan {
         let transports = knobs.transports();
         PoolPlan {

@@ -127,6 +127,10 @@ impl Experiment for Replicas {
     const NAME: &'static str = "replicas";
     const ABOUT: &'static str = "Three order-service replicas: direct, behind HAProxy L4 and L7, or balanced by user-service; shares, imbalance, a slow replica";
 
+    fn target() -> Result<(), &'static str> {
+        Err("it starts the replicas, the delay proxy in front of one and HAProxy")
+    }
+
     fn plan(knobs: &Knobs) -> ReplicasPlan {
         let vias = knobs.transports.clone().unwrap_or_else(|| {
             let v: &[&str] = if knobs.quick {

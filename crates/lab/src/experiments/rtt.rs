@@ -40,6 +40,10 @@ impl Experiment for Rtt {
 
     /// `--transports` replaces the transports when given (every transport
     /// works through the proxy); `--sizes` the orders per call.
+    fn target() -> Result<(), &'static str> {
+        Err("it puts a delay proxy it starts between user-service and order-service")
+    }
+
     fn plan(knobs: &Knobs) -> RttPlan {
         use transports::{GRPC, H1_JSON, H2C_JSON, TCP_PROTO};
         let defaults: &[&str] = if knobs.quick {

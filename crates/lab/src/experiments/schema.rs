@@ -24,6 +24,10 @@ impl Experiment for Schema {
     const NAME: &'static str = "schema";
     const ABOUT: &'static str = "Legacy all-strings v1 vs typed v2, all fields vs six (seed 003)";
 
+    fn target() -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn plan(knobs: &Knobs) -> SchemaPlan {
         SchemaPlan {
             sizes: knobs.sizes(&[1000], &[10, 1000]),

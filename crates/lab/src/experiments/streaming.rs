@@ -97,6 +97,10 @@ impl Experiment for Streaming {
     const NAME: &'static str = "streaming";
     const ABOUT: &'static str = "one request for N users' first orders, fetched as N unary calls, N bidi lookups, one batch call or one server stream (seed 002)";
 
+    fn target() -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn plan(knobs: &Knobs) -> StreamingPlan {
         StreamingPlan {
             n: if knobs.quick { 20 } else { 100 },

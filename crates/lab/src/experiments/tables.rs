@@ -17,12 +17,17 @@ pub const BASELINE: &str = transports::H1_JSON;
 /// a ratio mean.
 pub fn method(timing: &Timing, load: &str) -> String {
     format!(
-        "{load}; {} rounds of {} s after a {} s warm-up, both services restarted every round. \
+        "{load}; {} rounds of {} s after a {} s warm-up, {}. \
          Cells: median (min–max) over the rounds; `×` is a ratio computed round by round, with \
          its 95% rerun interval.",
         timing.rounds,
         f::num(timing.duration_s),
-        f::num(timing.warmup_s)
+        f::num(timing.warmup_s),
+        if timing.restarted {
+            "both services restarted every round"
+        } else {
+            "on a running stack the lab did not start, never restarted between rounds"
+        }
     )
 }
 
@@ -161,10 +166,7 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
         .iter()
         .map(|(n, c)| {
             let mut r = vec![Value::text(n.clone())];
-            r.extend(
-                cols.iter()
-                    .map(|(m, _)| Value::pm(cx.data.spread(c, *m), m.unit())),
-            );
+            r.extend(cols.iter().map(|(m, _)| cx.pm(c, *m)));
             r.push(match cx.data.answers.get(c) {
                 Some(a) => Value::parts(vec![
                     Value::single(a.bad, "answers"),

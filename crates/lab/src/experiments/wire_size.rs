@@ -49,6 +49,10 @@ impl Experiment for WireSize {
     const ABOUT: &'static str =
         "Bytes per call: REST JSON, REST protobuf, gRPC, gRPC-web (seed 001 §6)";
 
+    fn target() -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn plan(knobs: &Knobs) -> WirePlan {
         WirePlan {
             transports: knobs.transports(),
@@ -135,7 +139,7 @@ pub fn probe(
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<WireRecord> {
     let mut rows = Vec::new();
-    let user_addr = running.ports.user_rest_addr();
+    let user_addr = running.user_rest_addr()?;
     for &via in transports {
         for &orders in sizes {
             if stop.load(Ordering::SeqCst) {
@@ -232,7 +236,7 @@ fn direct(running: &Running, kind: Direct, orders: u32) -> anyhow::Result<WireRo
     let (addr, method, path, headers, body): (_, _, String, Vec<(&str, &str)>, Vec<u8>) = match kind
     {
         Direct::RestJson | Direct::RestProto => (
-            running.ports.order_rest_addr(),
+            running.order_addrs()?.0,
             "GET",
             format!("/v2/orders?user_id={user}&limit={limit}"),
             vec![(
@@ -253,7 +257,7 @@ fn direct(running: &Running, kind: Direct, orders: u32) -> anyhow::Result<WireRo
             }
             .encode_to_vec();
             (
-                running.ports.order_grpc_addr(),
+                running.order_addrs()?.1,
                 "POST",
                 "/order.v2.OrderService/ListOrders".to_owned(),
                 vec![

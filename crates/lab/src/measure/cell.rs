@@ -355,6 +355,10 @@ pub struct RoundRecord {
     /// HAProxy's CPU over the window, µs, when it balanced the cell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balancer_cpu_us: Option<f64>,
+    /// The services were a target the lab did not start: their processes,
+    /// CPU, memory and sockets are not this machine's to read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_proc: bool,
 }
 
 /// One replica over a measured run, from its own `/metrics` and /proc.
@@ -459,6 +463,9 @@ pub struct Measures {
     pub replicas: Option<ReplicaMeasures>,
     /// HAProxy's CPU over the window, cores, when it balanced the cell.
     pub balancer_cores: Option<f64>,
+    /// The services' processes were not the lab's (`--target`): their
+    /// CPU, memory and sockets are missing.
+    pub no_proc: bool,
 }
 
 /// Each replica's share of a round, in replica order.
@@ -552,6 +559,7 @@ impl Measures {
                 .as_deref()
                 .map(|rs| ReplicaMeasures::of(rs, window)),
             balancer_cores: r.balancer_cpu_us.map(|us| us / 1e6 / window),
+            no_proc: r.no_proc,
         }
     }
 
@@ -671,6 +679,9 @@ impl Metric {
     pub fn of(self, m: &Measures) -> Option<f64> {
         use Metric::*;
         let per_iteration = |x: f64| (m.iterations > 0.0).then(|| x / m.iterations);
+        if m.no_proc && self.needs_proc() {
+            return None;
+        }
         Some(match self {
             Rate => m.rate,
             IterationRate => m.set_rate,
@@ -764,6 +775,25 @@ impl Metric {
         }
     }
 
+    /// Whether it is read from the services' processes in /proc (so is
+    /// missing for a target the lab did not start).
+    pub fn needs_proc(self) -> bool {
+        use Metric::*;
+        matches!(
+            self,
+            CpuOrder
+                | CpuUser
+                | CpuServices
+                | CpuServicesPerIteration
+                | RssOrder
+                | RssUser
+                | TimeWait
+                | OtherCores
+                | ReplicaCores(_)
+                | MachineBusy
+        )
+    }
+
     /// Whether a bigger figure is better (for the one-line readings).
     pub fn higher_is_better(self) -> bool {
         matches!(self, Metric::Rate | Metric::IterationRate)
@@ -844,6 +874,7 @@ mod tests {
             k6_summary: serde_json::Value::Null,
             replicas: None,
             balancer_cpu_us: None,
+            no_proc: false,
         }
     }
 

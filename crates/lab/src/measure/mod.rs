@@ -57,6 +57,14 @@ pub struct Timing {
     pub duration_s: f64,
     /// The discarded warm-up before it, in seconds.
     pub warmup_s: f64,
+    /// Whether the services were started afresh for every round (not with
+    /// `--target`, which measures a stack the lab did not start).
+    #[serde(default = "yes")]
+    pub restarted: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Writes pretty JSON, creating the folder.

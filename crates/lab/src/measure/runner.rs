@@ -138,13 +138,7 @@ impl Lab {
             let started = Instant::now();
             let header = format!("{experiment} probe round {round}");
             let result = (|| -> anyhow::Result<serde_json::Value> {
-                let running = services::start(
-                    &self.services,
-                    Some(probe.pool),
-                    &probe.env,
-                    &header,
-                    &self.stop,
-                )?;
+                let running = self.start(Some(probe.pool), &probe.env, &header)?;
                 let rec = (probe.run)(&running, round, &self.stop);
                 running.stop();
                 rec
@@ -325,24 +319,28 @@ impl Lab {
         header: &str,
         started_at: String,
     ) -> anyhow::Result<RoundRecord> {
-        let running = services::start(
-            &self.services,
-            Some(cell.pool),
-            &cell.env,
-            header,
-            &self.stop,
-        )?;
+        let running = self.start(Some(cell.pool), &cell.env, header)?;
         let rec = self.drive(experiment, cell, round, &running, started_at);
         running.stop();
         rec
     }
 
+    /// Fresh services for a round, or the target, which is never restarted.
+    fn start(
+        &self,
+        pool: Option<u16>,
+        env: &crate::measure::cell::Env,
+        header: &str,
+    ) -> anyhow::Result<Running> {
+        match &self.services.target {
+            Some(t) => Running::of_target(t),
+            None => services::start(&self.services, pool, env, header, &self.stop),
+        }
+    }
+
     fn k6_env(&self, cell: &Cell, running: &Running) -> Vec<(String, String)> {
         let mut env = vec![
-            (
-                "BASE_URL".to_owned(),
-                format!("http://127.0.0.1:{}", running.ports.user_rest),
-            ),
+            ("BASE_URL".to_owned(), running.user_base_url()),
             ("VIA".to_owned(), cell.via.clone()),
             ("ORDERS".to_owned(), cell.orders.to_string()),
             ("USERS".to_owned(), many_users(cell).to_string()),
@@ -351,7 +349,10 @@ impl Lab {
             ("GRACEFUL_STOP".to_owned(), "5s".to_owned()),
             (
                 "GRPC_ADDR".to_owned(),
-                format!("127.0.0.1:{}", running.ports.order_grpc),
+                running
+                    .order_addrs()
+                    .map(|(_, grpc)| grpc.to_string())
+                    .unwrap_or_default(),
             ),
         ];
         match cell.load {
@@ -401,11 +402,27 @@ impl Lab {
             }
         }
 
-        let user_addr = running.ports.user_rest_addr();
+        let (metrics_addr, metrics_path) = running.user_metrics()?;
         let order_port = running.ports.order_rest;
+        // /proc shows the services only when the lab started them.
+        let on_proc = running.on_proc();
+        let ticks = |pid: u32| -> anyhow::Result<u64> {
+            if on_proc {
+                Ok(procfs::cpu_ticks(pid)?.own)
+            } else {
+                Ok(0)
+            }
+        };
+        let tcp = || -> anyhow::Result<procfs::TcpStates> {
+            if on_proc {
+                procfs::tcp_states(order_port)
+            } else {
+                Ok(procfs::TcpStates::default())
+            }
+        };
         let scrape = |what: &str| -> anyhow::Result<prom::Upstream> {
-            let r = crate::measure::http::get(user_addr, "/metrics", Duration::from_secs(5))
-                .with_context(|| format!("scraping user-service /metrics {what}"))?;
+            let r = crate::measure::http::get(metrics_addr, &metrics_path, Duration::from_secs(5))
+                .with_context(|| format!("scraping user-service's metrics {what}"))?;
             if r.status != 200 {
                 bail!("user-service /metrics answered {}", r.status);
             }
@@ -419,7 +436,7 @@ impl Lab {
         } else {
             scrape("before")?
         };
-        let tcp_before = procfs::tcp_states(order_port)?;
+        let tcp_before = tcp()?;
         let replicas_before = ReplicaReading::of(running)?;
         // The window every CPU figure is counted over: from these readings
         // to the ones after k6 has exited.
@@ -431,8 +448,8 @@ impl Lab {
             .is_some_and(|d| d.is_local());
         let postgres_before =
             postgres.then(|| procfs::ticks_of_named(Path::new("/proc"), "postgres"));
-        let order_before = procfs::cpu_ticks(running.order_pid())?;
-        let user_before = procfs::cpu_ticks(running.user_pid())?;
+        let order_before = ticks(running.order_pid())?;
+        let user_before = ticks(running.user_pid())?;
         let machine_before = procfs::machine_busy_ticks()?;
         // The proxy's threads run in the lab's process, otherwise idle but
         // for polling k6: its own CPU is theirs.
@@ -457,17 +474,23 @@ impl Lab {
         });
         let lab_after = procfs::self_ticks()?.own;
         let proxy_after = running.proxy.as_ref().map(|p| p.stats());
-        let order_after = procfs::cpu_ticks(running.order_pid())?;
-        let user_after = procfs::cpu_ticks(running.user_pid())?;
-        let tcp_after = procfs::tcp_states(order_port)?;
+        let order_after = ticks(running.order_pid())?;
+        let user_after = ticks(running.user_pid())?;
+        let tcp_after = tcp()?;
         let replicas_after = ReplicaReading::of(running)?;
         let upstream_after = if direct {
             prom::Upstream::default()
         } else {
             scrape("after")?
         };
-        let order_rss = procfs::peak_rss_kb(running.order_pid())?;
-        let user_rss = procfs::peak_rss_kb(running.user_pid())?;
+        let (order_rss, user_rss) = if on_proc {
+            (
+                procfs::peak_rss_kb(running.order_pid())?,
+                procfs::peak_rss_kb(running.user_pid())?,
+            )
+        } else {
+            (0, 0)
+        };
 
         let us = |ticks: u64| ticks as f64 * 1e6 / self.ticks_per_second;
         let replicas: Option<Vec<ReplicaRecord>> = (!running.replicas.is_empty()).then(|| {
@@ -491,11 +514,11 @@ impl Lab {
         // With replicas, order-service's CPU is every replica's together.
         let order_us = match &replicas {
             Some(rs) => rs.iter().map(|r| r.cpu_us).sum(),
-            None => us(order_after.own - order_before.own),
+            None => us(order_after - order_before),
         };
         let cpu = Cpu {
             order_us,
-            user_us: us(user_after.own - user_before.own),
+            user_us: us(user_after - user_before),
             k6_us: run.cpu_us,
         };
         let machine_us = us(machine_after - machine_before);
@@ -550,6 +573,7 @@ impl Lab {
             k6_summary: run.raw,
             replicas,
             balancer_cpu_us,
+            no_proc: !on_proc,
         };
         rec.flags = flags_of(&rec);
         Ok(rec)
@@ -694,12 +718,8 @@ fn expected_length(cell: &Cell, running: &Running) -> anyhow::Result<Option<Stri
         path.push_str(&format!("&fields={f}"));
     }
     let what = format!("the lab's own check of {}", cell.label());
-    let r = crate::measure::http::get(
-        running.ports.user_rest_addr(),
-        &path,
-        Duration::from_secs(30),
-    )
-    .with_context(|| what.clone())?;
+    let r = crate::measure::http::get(running.user_rest_addr()?, &path, Duration::from_secs(30))
+        .with_context(|| what.clone())?;
     if r.status != 200 || r.header("x-via") != Some(cell.via.as_str()) {
         bail!(
             "{what}: user-service answered {} over {:?}: {}",
@@ -800,8 +820,14 @@ impl ReplicaReading {
             balancer: None,
         };
         for rep in &running.replicas {
-            r.counters.push(scrape_replica(rep.rest)?);
-            r.ticks.push(procfs::cpu_ticks(rep.pid)?.own);
+            r.counters
+                .push(scrape_replica(rep.rest, &rep.metrics_path)?);
+            // A target's replicas are not this machine's processes.
+            r.ticks.push(if rep.pid == 0 {
+                0
+            } else {
+                procfs::cpu_ticks(rep.pid)?.own
+            });
         }
         if let Some(h) = &running.balancer {
             r.balancer = Some(procfs::cpu_ticks(h.pid())?.own);
@@ -811,8 +837,8 @@ impl ReplicaReading {
 }
 
 /// One replica's counters, from its own /metrics.
-fn scrape_replica(rest: std::net::SocketAddr) -> anyhow::Result<prom::ReplicaCounters> {
-    let r = crate::measure::http::get(rest, "/metrics", Duration::from_secs(5))
+fn scrape_replica(rest: std::net::SocketAddr, path: &str) -> anyhow::Result<prom::ReplicaCounters> {
+    let r = crate::measure::http::get(rest, path, Duration::from_secs(5))
         .with_context(|| format!("scraping the order-service replica at {rest}"))?;
     if r.status != 200 {
         bail!(
@@ -835,7 +861,7 @@ pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
             m.k6_cores
         ));
     }
-    if m.other_cores >= BUSY_NEIGHBOUR_CORES {
+    if !rec.no_proc && m.other_cores >= BUSY_NEIGHBOUR_CORES {
         flags.push(format!(
             "other processes used {:.2} cores during the run: a busy machine",
             m.other_cores

@@ -213,6 +213,8 @@ pub fn authority(url: &str) -> &str {
 pub struct ServiceConfig {
     pub bins: Binaries,
     pub databases: Option<Databases>,
+    /// A stack the lab measures without starting it (`--target`).
+    pub target: Option<Target>,
     /// `--pin`: order-service on CPU 0, user-service on CPU 1 (k6 unpinned).
     pub pin: bool,
     /// Where the services' output goes (appended, one header per round).
@@ -231,14 +233,83 @@ impl ServiceConfig {
     }
 }
 
+/// An already-running stack, measured without starting, restarting or
+/// stopping anything (`lab run … --target`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Target {
+    /// user-service's base URL, `http://host:port`.
+    pub user_url: String,
+    /// user-service's metrics, `http://host:port/metrics`.
+    pub user_metrics: String,
+    /// Each order-service replica's metrics URL.
+    #[serde(default)]
+    pub order_metrics: Vec<String>,
+    /// order-service's REST and gRPC addresses, for what calls it directly.
+    #[serde(default)]
+    pub order_rest: Option<String>,
+    #[serde(default)]
+    pub order_grpc: Option<String>,
+}
+
+/// `http://host:port[/path]` as an address and a path.
+pub fn http_endpoint(url: &str) -> anyhow::Result<(SocketAddr, String)> {
+    let rest = url.strip_prefix("http://").with_context(|| {
+        format!("{url}: only http:// URLs (the lab speaks plain HTTP/1.1 to a target)")
+    })?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority)
+        .with_context(|| format!("{url}: resolving {authority} (host:port)"))?
+        .next()
+        .with_context(|| format!("{url}: {authority} resolves to no address"))?;
+    Ok((addr, path.to_owned()))
+}
+
+impl Target {
+    /// Every URL parsed, so that a typo fails before the first round.
+    pub fn check(&self) -> anyhow::Result<()> {
+        http_endpoint(&self.user_url)?;
+        http_endpoint(&self.user_metrics)?;
+        for m in &self.order_metrics {
+            http_endpoint(m)?;
+        }
+        for a in self.order_rest.iter().chain(&self.order_grpc) {
+            std::net::ToSocketAddrs::to_socket_addrs(a.as_str())
+                .with_context(|| format!("resolving {a} (host:port)"))?;
+        }
+        Ok(())
+    }
+
+    /// What the report says of it.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "an already-running stack: user-service at {} (metrics {})",
+            self.user_url, self.user_metrics
+        );
+        if !self.order_metrics.is_empty() {
+            s.push_str(&format!(
+                ", {} order-service replicas' metrics ({})",
+                self.order_metrics.len(),
+                self.order_metrics.join(", ")
+            ));
+        }
+        s
+    }
+}
+
 /// One order-service replica of a cell with several.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ReplicaInfo {
     /// Where its clients reach it (the delay proxy's address, for the slow
     /// one).
     pub public: IpAddr,
     /// Where its own REST listener is, for its /metrics.
     pub rest: SocketAddr,
+    /// The path of its metrics there.
+    pub metrics_path: String,
+    /// Its process, when the lab started it (0 for a target's).
     pub pid: u32,
 }
 
@@ -256,6 +327,9 @@ pub struct Running {
     /// HAProxy, when it balances the replicas.
     pub balancer: Option<haproxy::Haproxy>,
     pub user: Option<ChildGuard>,
+    /// Set when the stack is a target the lab did not start: no process
+    /// of its is the lab's, and nothing is stopped.
+    pub target: Option<Target>,
     /// The delay proxy between them, in this process, when a round trip is
     /// emulated: one route per order-service port user-service dials.
     pub proxy: Option<delay_proxy::Proxy>,
@@ -264,6 +338,93 @@ pub struct Running {
 }
 
 impl Running {
+    /// A target stack, as the rounds see it.
+    pub fn of_target(t: &Target) -> anyhow::Result<Running> {
+        let replicas = t
+            .order_metrics
+            .iter()
+            .map(|m| {
+                let (addr, path) = http_endpoint(m)?;
+                Ok(ReplicaInfo {
+                    public: addr.ip(),
+                    rest: addr,
+                    metrics_path: path,
+                    pid: 0,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Running {
+            ports: Ports {
+                order_rest: 0,
+                order_grpc: 0,
+                order_tcp: 0,
+                user_rest: 0,
+                user_grpc: 0,
+            },
+            order: ChildGuard {
+                child: None,
+                name: "order-service",
+            },
+            more_orders: Vec::new(),
+            replicas,
+            slow_proxy: None,
+            balancer: None,
+            user: None,
+            target: Some(t.clone()),
+            proxy: None,
+            env: std::collections::BTreeMap::new(),
+        })
+    }
+
+    /// user-service's REST address.
+    pub fn user_rest_addr(&self) -> anyhow::Result<SocketAddr> {
+        match &self.target {
+            Some(t) => Ok(http_endpoint(&t.user_url)?.0),
+            None => Ok(self.ports.user_rest_addr()),
+        }
+    }
+
+    /// user-service's base URL, for k6.
+    pub fn user_base_url(&self) -> String {
+        match &self.target {
+            Some(t) => t.user_url.trim_end_matches('/').to_owned(),
+            None => format!("http://127.0.0.1:{}", self.ports.user_rest),
+        }
+    }
+
+    /// Where user-service's metrics are: address and path.
+    pub fn user_metrics(&self) -> anyhow::Result<(SocketAddr, String)> {
+        match &self.target {
+            Some(t) => http_endpoint(&t.user_metrics),
+            None => Ok((self.ports.user_rest_addr(), "/metrics".to_owned())),
+        }
+    }
+
+    /// order-service's REST and gRPC addresses, for what calls it
+    /// directly; a target without them cannot serve such a call.
+    pub fn order_addrs(&self) -> anyhow::Result<(SocketAddr, SocketAddr)> {
+        let Some(t) = &self.target else {
+            return Ok((self.ports.order_rest_addr(), self.ports.order_grpc_addr()));
+        };
+        let resolve = |a: &Option<String>, flag: &str| -> anyhow::Result<SocketAddr> {
+            let a = a.as_deref().with_context(|| {
+                format!("this calls order-service directly: give its address with {flag}")
+            })?;
+            std::net::ToSocketAddrs::to_socket_addrs(a)?
+                .next()
+                .with_context(|| format!("{a} resolves to no address"))
+        };
+        Ok((
+            resolve(&t.order_rest, "--target-order-rest")?,
+            resolve(&t.order_grpc, "--target-order-grpc")?,
+        ))
+    }
+
+    /// Whether /proc shows the services (the lab started them).
+    pub fn on_proc(&self) -> bool {
+        self.target.is_none()
+    }
+
     pub fn order_pid(&self) -> u32 {
         self.order.pid()
     }
@@ -450,6 +611,7 @@ pub fn start(
         slow_proxy: None,
         balancer: None,
         user,
+        target: None,
         proxy,
         env: service_env.into_iter().collect(),
     })
@@ -521,6 +683,7 @@ fn start_replicas(
         replicas.push(ReplicaInfo {
             public,
             rest: at(own, ports.order_rest),
+            metrics_path: "/metrics".to_owned(),
             pid: child.pid(),
         });
         children.push(child);
@@ -630,6 +793,7 @@ fn start_replicas(
         slow_proxy,
         balancer,
         user,
+        target: None,
         proxy: None,
         env: service_env.into_iter().collect(),
     })
@@ -815,6 +979,7 @@ mod tests {
                 user: "/usr/bin/env".into(),
             },
             databases: None,
+            target: None,
             pin: false,
             log_dir: dir.clone(),
             certs: None,

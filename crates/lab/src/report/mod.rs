@@ -65,6 +65,23 @@ pub struct Table {
     pub reading: String,
 }
 
+impl Table {
+    /// Why its missing cells are missing, each reason once, in order.
+    pub fn missing_reasons(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for r in &self.rows {
+            for c in r {
+                for why in c.missing_reasons() {
+                    if !out.iter().any(|o| o == why) {
+                        out.push(why.to_owned());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// A chart and the file it is saved as.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Chart {
@@ -247,6 +264,10 @@ impl Report {
                         if !t.reading.is_empty() {
                             let _ = writeln!(out, "\n*Reading:* {}", t.reading);
                         }
+                        let why = t.missing_reasons();
+                        if !why.is_empty() {
+                            let _ = writeln!(out, "\n*n/a:* {}.", why.join("; "));
+                        }
                         out.push('\n');
                     }
                     Block::Chart(c) => {
@@ -338,6 +359,14 @@ impl Report {
                                 out,
                                 "<p class=\"reading\"><b>Reading:</b> {}</p>",
                                 inline_md(&t.reading)
+                            );
+                        }
+                        let why = t.missing_reasons();
+                        if !why.is_empty() {
+                            let _ = writeln!(
+                                out,
+                                "<p class=\"reading\"><b>n/a:</b> {}.</p>",
+                                esc(&why.join("; "))
                             );
                         }
                     }
