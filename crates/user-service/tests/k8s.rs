@@ -26,8 +26,14 @@ use serde_norway::Value;
 
 const OVERLAYS: &[&str] = &["l4", "client", "rotation"];
 
-/// The objects `kubectl kustomize DIR` renders.
+/// The objects `kubectl kustomize DIR` renders (the k6 scripts' copies
+/// written first, as `scripts/k8s-sync` does for a user).
 fn render(dir: &str) -> Vec<Value> {
+    let sync = std::process::Command::new(root().join("scripts/k8s-sync"))
+        .arg("--quiet")
+        .status()
+        .expect("running scripts/k8s-sync");
+    assert!(sync.success(), "scripts/k8s-sync failed");
     let out = std::process::Command::new("kubectl")
         .arg("kustomize")
         .arg(root().join(dir))
@@ -368,22 +374,20 @@ fn file(p: impl AsRef<Path>) -> String {
 }
 
 #[test]
-fn the_copies_kustomize_needs_match_their_sources() {
-    let hint = "run scripts/k8s-sync";
+fn the_copies_kustomize_needs_are_their_sources() {
+    // The k6 scripts in the ConfigMap are k6/'s, the one import rewritten.
+    let objs = render("deploy/k8s/k6");
+    let cm = find(&objs, "ConfigMap", "k6-scripts");
     assert_eq!(
-        file("deploy/k8s/k6/scripts/closed-loop.js"),
-        file("k6/closed-loop.js").replace("from './lib/user-orders.js'", "from './user-orders.js'"),
-        "{hint}"
+        text(&cm["data"]["closed-loop.js"]),
+        file("k6/closed-loop.js").replace("from './lib/user-orders.js'", "from './user-orders.js'")
     );
-    assert_eq!(
-        file("deploy/k8s/k6/scripts/user-orders.js"),
-        file("k6/lib/user-orders.js"),
-        "{hint}"
-    );
+    assert_eq!(text(&cm["data"]["user-orders.js"]), file("k6/lib/user-orders.js"));
+    // init.sql, committed (two lines), is deploy/postgres/init.sql.
     assert_eq!(
         file("deploy/k8s/base/init.sql"),
         file("deploy/postgres/init.sql"),
-        "{hint}"
+        "run scripts/k8s-sync"
     );
 }
 
