@@ -15,18 +15,8 @@ use lab::session::{self, RunOptions, build_report, load};
 
 fn tiny(experiment: &str, out: &std::path::Path, bins: &std::path::Path) -> RunOptions {
     RunOptions {
-        experiment: Some(experiment.to_owned()),
-        quick: true,
-        rounds: Some(2),
-        duration_s: Some(1.0),
-        warmup_s: Some(1.0),
-        out: Some(out.to_path_buf()),
         bin_dir: Some(bins.to_path_buf()),
-        transports: Some(vec!["h1-json".into(), "grpc".into(), "tcp-proto".into()]),
-        sizes: Some(vec![10]),
-        target: None,
-        command: format!("lab run {experiment} (smoke test)"),
-        ..Default::default()
+        ..common::tiny_run(experiment, out)
     }
 }
 

@@ -41,17 +41,8 @@ fn by_hand(out: &std::path::Path) -> lab::measure::services::Running {
 
 fn options(experiment: &str, out: &std::path::Path, target: Target) -> RunOptions {
     RunOptions {
-        experiment: Some(experiment.to_owned()),
-        quick: true,
-        rounds: Some(2),
-        duration_s: Some(1.0),
-        warmup_s: Some(1.0),
-        out: Some(out.to_path_buf()),
-        transports: Some(vec!["h1-json".into(), "grpc".into()]),
-        sizes: Some(vec![10]),
         target: Some(target),
-        command: format!("lab run {experiment} --target (test)"),
-        ..Default::default()
+        ..common::tiny_run(experiment, out)
     }
 }
 
@@ -92,7 +83,7 @@ fn a_running_stack_is_measured_without_restarting_it_and_proc_figures_are_na() {
     let (info, results) = load(&run.dir).unwrap();
     assert_eq!(info.target.as_ref(), Some(&target));
     assert!(!info.timing.restarted);
-    assert_eq!(results.records.len(), 2 * 2);
+    assert_eq!(results.records.len(), 3 * 2, "3 transports × 2 rounds");
     let mut served = 0.0;
     for r in &results.records {
         let m = Measures::of(r);

@@ -382,7 +382,10 @@ fn the_copies_kustomize_needs_are_their_sources() {
         text(&cm["data"]["closed-loop.js"]),
         file("k6/closed-loop.js").replace("from './lib/user-orders.js'", "from './user-orders.js'")
     );
-    assert_eq!(text(&cm["data"]["user-orders.js"]), file("k6/lib/user-orders.js"));
+    assert_eq!(
+        text(&cm["data"]["user-orders.js"]),
+        file("k6/lib/user-orders.js")
+    );
     // init.sql, committed (two lines), is deploy/postgres/init.sql.
     assert_eq!(
         file("deploy/k8s/base/init.sql"),

@@ -22,6 +22,23 @@ pub fn root() -> PathBuf {
 }
 
 /// A fresh directory under the system temp dir.
+/// A tiny real run of `experiment`: three transports at 10 orders, two
+/// rounds of a second, results in `out`.
+pub fn tiny_run(experiment: &str, out: &Path) -> lab::session::RunOptions {
+    lab::session::RunOptions {
+        experiment: Some(experiment.to_owned()),
+        quick: true,
+        rounds: Some(2),
+        duration_s: Some(1.0),
+        warmup_s: Some(1.0),
+        out: Some(out.to_path_buf()),
+        transports: Some(vec!["h1-json".into(), "grpc".into(), "tcp-proto".into()]),
+        sizes: Some(vec![10]),
+        command: format!("lab run {experiment} (test)"),
+        ..Default::default()
+    }
+}
+
 pub fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "lab-test-{name}-{}-{}",
