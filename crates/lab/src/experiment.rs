@@ -90,6 +90,11 @@ pub trait Experiment: 'static {
     fn target() -> Result<(), &'static str> {
         Err("its cells need services it starts and configures itself")
     }
+    /// Whether it calls order-service directly, so that a target must give
+    /// order-service's addresses.
+    fn calls_order_service() -> bool {
+        false
+    }
 }
 
 /// An experiment with its plan's type erased: what the session and the
@@ -102,6 +107,7 @@ pub trait Entry: Sync {
     fn describe(&self, plan: &serde_json::Value) -> anyhow::Result<String>;
     fn section(&self, plan: &serde_json::Value, cx: &Context) -> anyhow::Result<Section>;
     fn target(&self) -> Result<(), &'static str>;
+    fn calls_order_service(&self) -> bool;
 }
 
 impl std::fmt::Debug for dyn Entry {
@@ -152,6 +158,10 @@ impl<E: Experiment> Entry for Registered<E> {
 
     fn target(&self) -> Result<(), &'static str> {
         E::target()
+    }
+
+    fn calls_order_service(&self) -> bool {
+        E::calls_order_service()
     }
 }
 

@@ -246,6 +246,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
                         .join(", ")
                 );
             }
+            if e.calls_order_service() && (t.order_rest.is_none() || t.order_grpc.is_none()) {
+                bail!(
+                    "{} calls order-service directly: give its addresses with --target-order-rest and --target-order-grpc",
+                    e.name()
+                );
+            }
         }
     }
     if !root.join("k6").join("closed-loop.js").is_file() {

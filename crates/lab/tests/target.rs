@@ -150,6 +150,13 @@ fn experiments_that_start_what_they_measure_refuse_a_target_and_say_why() {
             "{experiment}: {msg}"
         );
     }
+    let e = session::run(
+        options("wire-size", &out, target.clone()),
+        &common::root(),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect_err("wire-size without order-service's addresses");
+    assert!(format!("{e:#}").contains("--target-order-grpc"), "{e:#}");
     let mut bad = options("payload", &out, target);
     bad.target.as_mut().unwrap().user_url = "https://127.0.0.1:9".into();
     let e = format!(

@@ -53,6 +53,10 @@ impl Experiment for WireSize {
         Ok(())
     }
 
+    fn calls_order_service() -> bool {
+        true
+    }
+
     fn plan(knobs: &Knobs) -> WirePlan {
         WirePlan {
             transports: knobs.transports(),
