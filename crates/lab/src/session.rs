@@ -246,6 +246,8 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
                         .join(", ")
                 );
             }
+        }
+        for e in &entries {
             if e.calls_order_service() && (t.order_rest.is_none() || t.order_grpc.is_none()) {
                 bail!(
                     "{} calls order-service directly: give its addresses with --target-order-rest and --target-order-grpc",
