@@ -488,6 +488,12 @@ impl Upstreams {
         self.default
     }
 
+    /// The adapter of `via`, to drive directly (the hop benchmark): no
+    /// timing, counting or tracing around its calls.
+    pub fn source(&self, via: Transport) -> Arc<dyn OrderSource> {
+        self.sources[via.index()].clone()
+    }
+
     /// The metrics every adapter reports into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics

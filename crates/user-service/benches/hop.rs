@@ -1,0 +1,129 @@
+//! The hop alone: user-service's adapter for each transport calling a real
+//! order-service, in memory, on loopback, and nothing else. There is no k6,
+//! no front-end request to user-service and no re-encoding for a client:
+//! each adapter (`OrderSource`) is driven directly, as user-service drives it
+//! inside a request.
+//!
+//! order-service runs in this process on a runtime of its own (2 worker
+//! threads); the callers run on another (2 worker threads). Each transport
+//! gets user-service's default budget of connections (its pool). Two loads:
+//! one caller, one call after another; and 8 callers at once (an iteration
+//! is then 8 calls, counted as 8 elements).
+//!
+//! `cargo bench -p user-service --bench hop` (add a filter such as
+//! `-- 'hop/1 caller'` to run some). Under `cargo test` each benchmark runs
+//! once, which proves it runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use model::FieldSet;
+use user_service::metrics::Metrics;
+use user_service::upstream::{OrderQuery, OrderSource, Transport, Upstreams};
+
+/// order-service, serving from a thread of its own until the process ends.
+fn order_service() -> (
+    std::net::SocketAddr,
+    std::net::SocketAddr,
+    std::net::SocketAddr,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("order-service's runtime");
+        rt.block_on(async move {
+            let app = order_service::Application::build(order_service::Settings::for_tests(None))
+                .await
+                .expect("order-service builds");
+            tx.send((app.rest_addr(), app.grpc_addr(), app.tcp_addr()))
+                .expect("the bench waits");
+            app.run_until_stopped(std::future::pending())
+                .await
+                .expect("order-service serves");
+        });
+    });
+    rx.recv().expect("order-service starts")
+}
+
+/// Every transport's adapter, pointed at order-service.
+fn upstreams(
+    rest: std::net::SocketAddr,
+    grpc: std::net::SocketAddr,
+    tcp: std::net::SocketAddr,
+) -> Upstreams {
+    let mut s = user_service::Settings::default();
+    s.order_rest_url = format!("http://{rest}").parse().expect("a URL");
+    s.order_grpc_url = format!("http://{grpc}").parse().expect("a URL");
+    s.order_tcp_addr = tcp.to_string();
+    let metrics = Arc::new(Metrics::new("memory", usize::from(s.pool_size)));
+    Upstreams::new(&s, metrics).expect("the adapters")
+}
+
+fn query(orders: u32) -> OrderQuery {
+    OrderQuery {
+        user_id: dataset::fixed_user_id(orders),
+        limit: orders,
+        fields: FieldSet::ALL,
+    }
+}
+
+/// One call, checked: a wrong answer is not a figure.
+async fn call(source: &dyn OrderSource, q: &OrderQuery) {
+    let got = source.list_orders(q).await.expect("the call succeeds");
+    assert_eq!(got.len(), q.limit as usize, "every order asked for");
+}
+
+fn hop(c: &mut Criterion) {
+    let (rest, grpc, tcp) = order_service();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the callers' runtime");
+    let up = rt.block_on(async { upstreams(rest, grpc, tcp) });
+    for (callers, label) in [(1usize, "1 caller"), (8, "8 callers")] {
+        for orders in [1u32, 1_000] {
+            let mut g = c.benchmark_group(format!("hop/{label}/{orders} orders"));
+            g.throughput(Throughput::Elements(callers as u64));
+            g.warm_up_time(Duration::from_millis(500));
+            g.measurement_time(Duration::from_secs(2));
+            for via in Transport::ALL {
+                let source = up.source(via);
+                let q = query(orders);
+                // Connections opened before the clock starts.
+                rt.block_on(call(source.as_ref(), &q));
+                g.bench_function(BenchmarkId::from_parameter(via.name()), |b| {
+                    b.iter_custom(|iters| {
+                        rt.block_on(async {
+                            let start = Instant::now();
+                            let each = |source: Arc<dyn OrderSource>| async move {
+                                for _ in 0..iters {
+                                    call(source.as_ref(), &q).await;
+                                }
+                            };
+                            if callers == 1 {
+                                each(source.clone()).await;
+                            } else {
+                                let tasks: Vec<_> = (0..callers)
+                                    .map(|_| tokio::spawn(each(source.clone())))
+                                    .collect();
+                                for t in tasks {
+                                    t.await.expect("a caller");
+                                }
+                            }
+                            start.elapsed()
+                        })
+                    });
+                });
+            }
+            g.finish();
+        }
+    }
+}
+
+criterion_group!(benches, hop);
+criterion_main!(benches);
