@@ -55,10 +55,12 @@ fn upstreams(
     grpc: std::net::SocketAddr,
     tcp: std::net::SocketAddr,
 ) -> Upstreams {
-    let mut s = user_service::Settings::default();
-    s.order_rest_url = format!("http://{rest}").parse().expect("a URL");
-    s.order_grpc_url = format!("http://{grpc}").parse().expect("a URL");
-    s.order_tcp_addr = tcp.to_string();
+    let s = user_service::Settings {
+        order_rest_url: format!("http://{rest}").parse().expect("a URL"),
+        order_grpc_url: format!("http://{grpc}").parse().expect("a URL"),
+        order_tcp_addr: tcp.to_string(),
+        ..Default::default()
+    };
     let metrics = Arc::new(Metrics::new("memory", usize::from(s.pool_size)));
     Upstreams::new(&s, metrics).expect("the adapters")
 }
