@@ -10,9 +10,10 @@
 //! one caller, one call after another; and 8 callers at once (an iteration
 //! is then 8 calls, counted as 8 elements).
 //!
+//! Benchmarks are named `hop/CALLERS/TRANSPORT/ORDERS`.
 //! `cargo bench -p user-service --bench hop` (add a filter such as
-//! `-- 'hop/1 caller'` to run some). Under `cargo test` each benchmark runs
-//! once, which proves it runs.
+//! `-- '^hop/1/'` to run some). Under `cargo test` each benchmark runs once,
+//! which proves it runs; the lab's `hop` experiment runs it once per round.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,18 +88,16 @@ fn hop(c: &mut Criterion) {
         .build()
         .expect("the callers' runtime");
     let up = rt.block_on(async { upstreams(rest, grpc, tcp) });
-    for (callers, label) in [(1usize, "1 caller"), (8, "8 callers")] {
+    for callers in [1usize, 8] {
+        let mut g = c.benchmark_group(format!("hop/{callers}"));
+        g.throughput(Throughput::Elements(callers as u64));
         for orders in [1u32, 1_000] {
-            let mut g = c.benchmark_group(format!("hop/{label}/{orders} orders"));
-            g.throughput(Throughput::Elements(callers as u64));
-            g.warm_up_time(Duration::from_millis(500));
-            g.measurement_time(Duration::from_secs(2));
             for via in Transport::ALL {
                 let source = up.source(via);
                 let q = query(orders);
                 // Connections opened before the clock starts.
                 rt.block_on(call(source.as_ref(), &q));
-                g.bench_function(BenchmarkId::from_parameter(via.name()), |b| {
+                g.bench_function(BenchmarkId::new(via.name(), orders), |b| {
                     b.iter_custom(|iters| {
                         rt.block_on(async {
                             let start = Instant::now();
@@ -122,10 +121,18 @@ fn hop(c: &mut Criterion) {
                     });
                 });
             }
-            g.finish();
         }
+        g.finish();
     }
 }
 
-criterion_group!(benches, hop);
+criterion_group! {
+    name = benches;
+    // The command line (`--warm-up-time`, `--measurement-time`) overrides
+    // these.
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = hop
+}
 criterion_main!(benches);

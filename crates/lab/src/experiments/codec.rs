@@ -9,21 +9,18 @@
 //! explains.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::stats::{Noise, Spread, paired_ratios, rerun_interval};
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::measure::is_interrupted;
 use crate::measure::schedule::{Bench, Schedule};
-use crate::measure::{Interrupted, human_duration};
+use crate::measure::human_duration;
 use crate::report::format::{self as f, MISSING};
 use crate::report::value::{Form, Value};
 use crate::report::{Section, Table};
@@ -260,7 +257,7 @@ pub fn run(
         let home = out.join("criterion").join(format!("r{round}"));
         let log = out.join("logs").join(format!("codec-r{round}.log"));
         println!("codec round {round}/{rounds}");
-        let read = match bench(root, &args, &home, &log, stop) {
+        let read = match crate::measure::criterion::run(root, &args, &home, &log, "codec", stop) {
             Ok(()) => read_estimates(&home).and_then(|r| {
                 if r.is_empty() {
                     bail!("criterion wrote no estimates under {}", home.display())
@@ -285,140 +282,24 @@ pub fn run(
     Ok(run)
 }
 
-/// `cargo bench` with progress: each finished benchmark's line is echoed.
-fn bench(
-    root: &Path,
-    args: &[String],
-    home: &Path,
-    log: &Path,
-    stop: &Arc<AtomicBool>,
-) -> anyhow::Result<()> {
-    println!("codec: building and running the criterion benchmark (cargo bench -p model)");
-    let log_file =
-        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut child = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(args)
-        .current_dir(root)
-        .env("CRITERION_HOME", home)
-        .stdout(Stdio::piped())
-        .stderr(log_file)
-        .spawn()
-        .context("starting cargo bench (is cargo on PATH?)")?;
-    let stdout = child.stdout.take().context("cargo bench's stdout")?;
-    let echo = std::thread::spawn(move || {
-        let mut id = String::new();
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let starts_with_id = line.chars().next().is_some_and(|c| !c.is_whitespace());
-            if starts_with_id && !line.starts_with("Benchmarking") {
-                id = line
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-            }
-            if let Some((_, t)) = line.split_once("time:") {
-                println!("codec: {id:<28} {}", t.trim());
-            }
-        }
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if stop.load(Ordering::SeqCst) {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = echo.join();
-            bail!(Interrupted);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let _ = echo.join();
-    if !status.success() {
-        bail!(
-            "cargo bench -p model failed ({status}); its messages are in {}",
-            log.display()
-        );
-    }
-    Ok(())
-}
-
-/// What criterion writes beside each benchmark's estimates.
-#[derive(Deserialize)]
-struct BenchmarkId {
-    group_id: String,
-    function_id: Option<String>,
-    value_str: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Estimates {
-    median: Estimate,
-}
-
-#[derive(Deserialize)]
-struct Estimate {
-    point_estimate: f64,
-    confidence_interval: Interval,
-}
-
-#[derive(Deserialize)]
-struct Interval {
-    lower_bound: f64,
-    upper_bound: f64,
-}
-
-/// Every `new/benchmark.json` + `new/estimates.json` pair under `home`.
+/// Every codec estimate criterion wrote under `home`.
 pub fn read_estimates(home: &Path) -> anyhow::Result<Vec<CodecRecord>> {
-    let mut found = Vec::new();
-    let mut stack: Vec<PathBuf> = vec![home.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let entries =
-            std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?;
-        for e in entries.filter_map(Result::ok) {
-            let p = e.path();
-            if p.is_dir() {
-                // `base/` and `change/` hold older runs and comparisons.
-                if p.file_name().is_some_and(|n| n != "base" && n != "report") {
-                    stack.push(p);
-                }
-            } else if p.file_name().is_some_and(|n| n == "benchmark.json")
-                && p.parent()
-                    .and_then(Path::file_name)
-                    .is_some_and(|n| n == "new")
-            {
-                found.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for p in found {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
-        };
-        let id: BenchmarkId =
-            serde_json::from_str(&read(&p)?).with_context(|| format!("parsing {}", p.display()))?;
-        let est_path = p.with_file_name("estimates.json");
-        let est: Estimates = serde_json::from_str(&read(&est_path)?)
-            .with_context(|| format!("parsing {}", est_path.display()))?;
-        let (Some(function), Some(value)) = (id.function_id, id.value_str) else {
-            continue;
-        };
-        let Some((format, stage)) = function.split_once('/') else {
-            continue;
-        };
-        let Ok(orders) = value.parse() else { continue };
-        out.push(CodecRecord {
-            op: id.group_id,
-            format: format.to_owned(),
-            stage: stage.to_owned(),
-            orders,
-            median_ns: est.median.point_estimate,
-            lower_ns: est.median.confidence_interval.lower_bound,
-            upper_ns: est.median.confidence_interval.upper_bound,
-            round: 1,
-        });
-    }
+    let mut out: Vec<CodecRecord> = crate::measure::criterion::read(home)?
+        .into_iter()
+        .filter_map(|e| {
+            let (format, stage) = e.function.as_deref()?.split_once('/')?;
+            Some(CodecRecord {
+                op: e.group,
+                format: format.to_owned(),
+                stage: stage.to_owned(),
+                orders: e.value.as_deref()?.parse().ok()?,
+                median_ns: e.median_ns,
+                lower_ns: e.lower_ns,
+                upper_ns: e.upper_ns,
+                round: 1,
+            })
+        })
+        .collect();
     out.sort_by(|a, b| {
         (a.orders, &a.op, &a.format, &a.stage).cmp(&(b.orders, &b.op, &b.format, &b.stage))
     });

@@ -37,6 +37,7 @@ registry! {
     pitfall::Pitfall,
     tls::Tls,
     codec::Codec,
+    hop::Hop,
     replicas::Replicas,
 }
 

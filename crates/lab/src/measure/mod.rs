@@ -17,6 +17,7 @@
 //! - [`k6`], [`prom`], [`procfs`], [`http`], [`machine`]: the instruments.
 
 pub mod cell;
+pub mod criterion;
 pub mod http;
 pub mod k6;
 pub mod machine;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use lab::experiment::Experiment as _;
 use lab::experiments::codec::{Codec, CodecPlan, CodecRecord, CodecRun};
+use lab::experiments::hop::{Hop, HopPlan, HopRecord, HopRun};
 use lab::experiments::wire_size::{Source, WirePlan, WireRecord, WireRow, WireSize};
 use lab::measure::results::{BenchRecord, ProbeRecord, Results};
 use lab::session::RunInfo;
@@ -97,6 +98,34 @@ pub fn synthetic(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results)
         results.benches.push(BenchRecord {
             experiment: Codec::NAME.into(),
             data: serde_json::to_value(synthetic_codec(&plan.sizes)).unwrap(),
+        });
+    }
+    if let Some(plan) = info.plans.get(Hop::NAME) {
+        let plan: HopPlan = serde_json::from_value(plan.clone()).unwrap();
+        let mut run = HopRun::default();
+        for round in 1..=rounds {
+            for &callers in &plan.callers {
+                for (i, via) in plan.vias.iter().enumerate() {
+                    for &n in &plan.sizes {
+                        let us = (40.0 + 10.0 * i as f64 + f64::from(n))
+                            * (1.0 + 0.01 * f64::from(round));
+                        let ns = us * 1e3 * f64::from(callers);
+                        run.records.push(HopRecord {
+                            callers,
+                            via: via.clone(),
+                            orders: n,
+                            median_ns: ns,
+                            lower_ns: ns * 0.98,
+                            upper_ns: ns * 1.02,
+                            round,
+                        });
+                    }
+                }
+            }
+        }
+        results.benches.push(BenchRecord {
+            experiment: Hop::NAME.into(),
+            data: serde_json::to_value(run).unwrap(),
         });
     }
     (info, results)
