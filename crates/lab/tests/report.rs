@@ -134,7 +134,11 @@ fn a_results_directory_is_read_back_and_rendered_again() {
     assert_eq!(results2.records.len(), results.records.len());
     assert_eq!(results2.probes.len(), results.probes.len());
     assert!(!results2.probes.is_empty(), "the wire-size probe read back");
-    assert_eq!(results2.benches.len(), 2, "the codec and hop benchmarks read back");
+    assert_eq!(
+        results2.benches.len(),
+        2,
+        "the codec and hop benchmarks read back"
+    );
     let (a, b) = (
         build_report(&info2, &results2).markdown(),
         build_report(&info, &results).markdown(),
