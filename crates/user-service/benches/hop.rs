@@ -20,51 +20,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use model::FieldSet;
-use user_service::metrics::Metrics;
-use user_service::upstream::{OrderQuery, OrderSource, Transport, Upstreams};
+use user_service::upstream::{OrderQuery, OrderSource, Transport};
 
-/// order-service, serving from a thread of its own until the process ends.
-fn order_service() -> (
-    std::net::SocketAddr,
-    std::net::SocketAddr,
-    std::net::SocketAddr,
-) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("order-service's runtime");
-        rt.block_on(async move {
-            let app = order_service::Application::build(order_service::Settings::for_tests(None))
-                .await
-                .expect("order-service builds");
-            tx.send((app.rest_addr(), app.grpc_addr(), app.tcp_addr()))
-                .expect("the bench waits");
-            app.run_until_stopped(std::future::pending())
-                .await
-                .expect("order-service serves");
-        });
-    });
-    rx.recv().expect("order-service starts")
-}
-
-/// Every transport's adapter, pointed at order-service.
-fn upstreams(
-    rest: std::net::SocketAddr,
-    grpc: std::net::SocketAddr,
-    tcp: std::net::SocketAddr,
-) -> Upstreams {
-    let s = user_service::Settings {
-        order_rest_url: format!("http://{rest}").parse().expect("a URL"),
-        order_grpc_url: format!("http://{grpc}").parse().expect("a URL"),
-        order_tcp_addr: tcp.to_string(),
-        ..Default::default()
-    };
-    let metrics = Arc::new(Metrics::new("memory", usize::from(s.pool_size)));
-    Upstreams::new(&s, metrics).expect("the adapters")
-}
+#[path = "shared/in_process.rs"]
+mod in_process;
+use in_process::{order_service, upstreams};
 
 fn query(orders: u32) -> OrderQuery {
     OrderQuery {

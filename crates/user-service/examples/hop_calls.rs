@@ -6,11 +6,11 @@
 //!
 //! `cargo run --release -p user-service --example hop_calls -- TRANSPORT ORDERS N`
 
-use std::sync::Arc;
-
 use model::FieldSet;
-use user_service::metrics::Metrics;
-use user_service::upstream::{OrderQuery, Transport, Upstreams};
+use user_service::upstream::{OrderQuery, Transport};
+
+#[path = "../benches/shared/in_process.rs"]
+mod in_process;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -23,40 +23,13 @@ fn main() -> anyhow::Result<()> {
     let via: Transport = via.parse()?;
     let orders: u32 = orders.parse()?;
     let n: u32 = n.parse()?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("order-service's runtime");
-        rt.block_on(async move {
-            let app = order_service::Application::build(order_service::Settings::for_tests(None))
-                .await
-                .expect("order-service builds");
-            tx.send((app.rest_addr(), app.grpc_addr(), app.tcp_addr()))
-                .expect("main waits");
-            app.run_until_stopped(std::future::pending())
-                .await
-                .expect("order-service serves");
-        });
-    });
-    let (rest, grpc, tcp) = rx.recv()?;
+    let (rest, grpc, tcp) = in_process::order_service();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let s = user_service::Settings {
-            order_rest_url: format!("http://{rest}").parse()?,
-            order_grpc_url: format!("http://{grpc}").parse()?,
-            order_tcp_addr: tcp.to_string(),
-            ..Default::default()
-        };
-        let up = Upstreams::new(
-            &s,
-            Arc::new(Metrics::new("memory", usize::from(s.pool_size))),
-        )?;
+        let up = in_process::upstreams(rest, grpc, tcp);
         let source = up.source(via);
         let q = OrderQuery {
             user_id: dataset::fixed_user_id(orders),

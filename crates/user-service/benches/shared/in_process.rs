@@ -1,0 +1,46 @@
+//! order-service in this process, and user-service's adapters pointed at
+//! it: what the hop benchmark and the `hop_calls` example (callgrind's
+//! subject) both run. Included by path from each.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use user_service::metrics::Metrics;
+use user_service::upstream::Upstreams;
+
+/// order-service in memory, serving from a thread of its own (a 2-thread
+/// runtime) until the process ends: its REST, gRPC and raw-TCP addresses.
+pub fn order_service() -> (SocketAddr, SocketAddr, SocketAddr) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("order-service's runtime");
+        rt.block_on(async move {
+            let app = order_service::Application::build(order_service::Settings::for_tests(None))
+                .await
+                .expect("order-service builds");
+            tx.send((app.rest_addr(), app.grpc_addr(), app.tcp_addr()))
+                .expect("the caller waits");
+            app.run_until_stopped(std::future::pending())
+                .await
+                .expect("order-service serves");
+        });
+    });
+    rx.recv().expect("order-service starts")
+}
+
+/// Every transport's adapter, with user-service's default settings,
+/// pointed at order-service. Call it inside a Tokio runtime.
+pub fn upstreams(rest: SocketAddr, grpc: SocketAddr, tcp: SocketAddr) -> Upstreams {
+    let s = user_service::Settings {
+        order_rest_url: format!("http://{rest}").parse().expect("a URL"),
+        order_grpc_url: format!("http://{grpc}").parse().expect("a URL"),
+        order_tcp_addr: tcp.to_string(),
+        ..Default::default()
+    };
+    let metrics = Arc::new(Metrics::new("memory", usize::from(s.pool_size)));
+    Upstreams::new(&s, metrics).expect("the adapters")
+}
