@@ -98,6 +98,41 @@ pub struct RunInfo {
     /// The stack measured, when the lab did not start it (`--target`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<services::Target>,
+    /// Cells the run planned but could not measure on this machine, and why
+    /// (HAProxy missing, say): listed in the report, not failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+}
+
+/// The cells that need HAProxy taken out of `cells`, each as skipped with
+/// the way to install it.
+pub fn without_haproxy(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let behind = |c: &Cell| {
+        c.env.replicas.is_some_and(|r| {
+            matches!(
+                r.balance,
+                crate::measure::cell::Balance::L4 | crate::measure::cell::Balance::L7
+            )
+        })
+    };
+    let (skip, keep): (Vec<_>, Vec<_>) = cells.into_iter().partition(|(_, c)| behind(c));
+    let skipped = skip
+        .into_iter()
+        .map(|(experiment, c)| Skipped {
+            experiment,
+            what: c.label(),
+            why: haproxy::INSTALL_HINT.to_owned(),
+        })
+        .collect();
+    (keep, skipped)
+}
+
+/// A planned cell the run did not measure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub experiment: String,
+    pub what: String,
+    pub why: String,
 }
 
 impl RunInfo {
@@ -321,11 +356,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
             None
         },
     };
+    let haproxy_missing = needs.haproxy && haproxy::binary().is_none();
     if needs.haproxy {
         match haproxy::binary() {
             Some(h) => println!("haproxy: {}", h.display()),
             None => println!(
-                "haproxy: {}; the cells behind an L4 or L7 balancer will fail at once and be listed as failed",
+                "haproxy: {}; the cells behind an L4 or L7 balancer are skipped, and listed in the report",
                 haproxy::INSTALL_HINT
             ),
         }
@@ -356,6 +392,7 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         outcome: "running".to_owned(),
         service_env: BTreeMap::new(),
         target: opts.target.clone(),
+        skipped: Vec::new(),
     };
     write_json(&dir.join("run.json"), &info)?;
     services::seed(&svc)?;
@@ -379,6 +416,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
             Schedule::Probe(p) => probes.push((name, p)),
             Schedule::Bench(b) => benches.push((name, b)),
         }
+    }
+    if haproxy_missing {
+        let (keep, skipped) = without_haproxy(cells);
+        cells = keep;
+        info.skipped = skipped;
+        write_json(&dir.join("run.json"), &info)?;
     }
     let r = timing.rounds;
     let planned = cells.len() as u32 * r
@@ -647,7 +690,9 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
             s
         }));
     }
-    report.sections.push(flags_section(&data, results));
+    report
+        .sections
+        .push(flags_section(&data, results, &info.skipped));
     report.sections.push(appendix(&cx));
     report
 }
@@ -671,7 +716,7 @@ fn compression(info: &RunInfo) -> String {
     }
 }
 
-fn flags_section(data: &Data, results: &Results) -> Section {
+fn flags_section(data: &Data, results: &Results, skipped: &[Skipped]) -> Section {
     let mut s = Section::new("flags", "Flagged rounds and failures");
     let rows: Vec<Vec<Value>> = data
         .flags
@@ -724,6 +769,26 @@ fn flags_section(data: &Data, results: &Results) -> Section {
                 "{n} rounds had more than {FAILED_BAD_SHARE_PCT}% bad answers (or no good one): \
                  their figures are left out of every median and ratio, which then rest on the \
                  other rounds, or show n/a."
+            ),
+        });
+    }
+    if !skipped.is_empty() {
+        s.table(Table {
+            caption: "Planned cells not measured on this machine".into(),
+            headers: vec!["experiment".into(), "cell".into(), "why".into()],
+            rows: skipped
+                .iter()
+                .map(|k| {
+                    vec![
+                        Value::text(k.experiment.clone()),
+                        Value::text(k.what.clone()),
+                        Value::text(k.why.clone()),
+                    ]
+                })
+                .collect(),
+            reading: format!(
+                "{} cells were skipped before the run: their figures are n/a.",
+                skipped.len()
             ),
         });
     }
@@ -795,6 +860,49 @@ mod tests {
         assert_eq!(
             store_label(Some("postgres://u:secret@db:5432")),
             "Postgres at db:5432"
+        );
+    }
+
+    #[test]
+    fn without_haproxy_only_the_balanced_cells_are_skipped_and_said_why() {
+        use crate::experiment::Experiment as _;
+        let knobs = Knobs {
+            quick: true,
+            ..Knobs::default()
+        };
+        let p = crate::experiments::replicas::Replicas::plan(&knobs);
+        let cells: Vec<(String, Cell)> = crate::experiments::replicas::cells(&p)
+            .into_iter()
+            .map(|c| ("replicas".to_owned(), c))
+            .chain(std::iter::once((
+                "payload".to_owned(),
+                Knobs::closed("grpc", 1),
+            )))
+            .collect();
+        let n = cells.len();
+        let (keep, skipped) = without_haproxy(cells);
+        assert_eq!(keep.len() + skipped.len(), n);
+        assert!(keep.iter().any(|(e, _)| e == "payload"));
+        assert!(
+            keep.iter()
+                .all(|(_, c)| c.env.replicas.is_none_or(|r| r.balance.by_client()))
+        );
+        assert_eq!(
+            skipped.len(),
+            3 * 2 * 2,
+            "l4 and l7, healthy and slow, 3 transports"
+        );
+        assert!(
+            skipped
+                .iter()
+                .all(|k| k.why.contains("apt-get install haproxy"))
+        );
+        let (info, results) = crate::synthetic::run(&["payload"], true, 2);
+        let info = RunInfo { skipped, ..info };
+        let md = build_report(&info, &results).markdown();
+        assert!(
+            md.contains("Planned cells not measured on this machine"),
+            "{md}"
         );
     }
 

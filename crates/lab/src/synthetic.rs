@@ -256,6 +256,7 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
         },
         store: "in memory".into(),
         target: None,
+        skipped: Vec::new(),
         pinning: None,
         machine: Machine {
             cores: 2,
