@@ -8,9 +8,32 @@ use std::sync::Arc;
 use user_service::metrics::Metrics;
 use user_service::upstream::Upstreams;
 
+/// The tracing subscriber both services install (`telemetry::init`, no
+/// exporter, JSON logs at `RUST_LOG` or info), once for the process. Without
+/// one, every span the HTTP/2 stack enters falls back to the `log` crate
+/// (tracing's `log` feature, which sqlx and axum turn on), a cost the
+/// services never pay.
+fn subscriber() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let guard = telemetry::init(&telemetry::TelemetrySettings {
+            service_name: "hop".into(),
+            service_version: env!("CARGO_PKG_VERSION").into(),
+            otlp_endpoint: None,
+            sampling_ratio: 1.0,
+            log_format: "json".into(),
+        })
+        .expect("the services' tracing subscriber");
+        // Kept for the life of the process, as in the services' main.
+        std::mem::forget(guard);
+    });
+}
+
 /// order-service in memory, serving from a thread of its own (a 2-thread
 /// runtime) until the process ends: its REST, gRPC and raw-TCP addresses.
+/// The services' tracing subscriber is installed first.
 pub fn order_service() -> (SocketAddr, SocketAddr, SocketAddr) {
+    subscriber();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
