@@ -332,9 +332,24 @@ impl Lab {
         env: &crate::measure::cell::Env,
         header: &str,
     ) -> anyhow::Result<Running> {
-        match &self.services.target {
-            Some(t) => Running::of_target(t),
-            None => services::start(&self.services, pool, env, header, &self.stop),
+        if let Some(t) = &self.services.target {
+            return Running::of_target(t);
+        }
+        // The ports are picked free, then released until the services bind
+        // them: anything binding a port in between (another program, or the
+        // delay proxy's own listeners) can take one. Such a start is tried
+        // again on fresh ports, twice at most.
+        let mut tries = 0;
+        loop {
+            match services::start(&self.services, pool, env, header, &self.stop) {
+                Err(e) if tries < 2 && format!("{e:#}").contains("Address already in use") => {
+                    tries += 1;
+                    println!(
+                        "  a port was taken before a service bound it; starting again on fresh ports"
+                    );
+                }
+                other => return other,
+            }
         }
     }
 

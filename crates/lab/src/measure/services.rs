@@ -814,10 +814,22 @@ fn wait_ready(
             bail!(Interrupted);
         }
         if let Some(status) = child.try_wait()? {
+            let log = log_dir.join(format!("{}.log", child.name));
+            // Its last words, so that the reason is in the error itself.
+            let last = std::fs::read_to_string(&log)
+                .ok()
+                .and_then(|t| {
+                    t.lines()
+                        .rev()
+                        .find(|l| !l.trim().is_empty())
+                        .map(str::to_owned)
+                })
+                .unwrap_or_default();
             bail!(
-                "{} exited before it was ready ({status}); its output is in {}",
+                "{} exited before it was ready ({status}): {}; its output is in {}",
                 child.name,
-                log_dir.join(format!("{}.log", child.name)).display()
+                last.trim(),
+                log.display()
             );
         }
         let ready = match &tls {
