@@ -87,13 +87,18 @@ pub const AGE_JITTER: f64 = 0.1;
 
 /// `age`, give or take [`AGE_JITTER`], drawn from `seed`.
 pub fn jittered(age: Duration, seed: u64) -> Duration {
-    // SplitMix64's finaliser: a spread from any seed, without a random crate.
+    let unit = (splitmix(seed) >> 11) as f64 / (1u64 << 53) as f64;
+    age.mul_f64(1.0 - AGE_JITTER + 2.0 * AGE_JITTER * unit)
+}
+
+/// SplitMix64's finaliser: any seed spread evenly over `u64`, without a
+/// random-number crate or a lock (rotation jitter; user-service's replica
+/// picks).
+pub fn splitmix(seed: u64) -> u64 {
     let mut x = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^= x >> 31;
-    let unit = (x >> 11) as f64 / (1u64 << 53) as f64;
-    age.mul_f64(1.0 - AGE_JITTER + 2.0 * AGE_JITTER * unit)
+    x ^ (x >> 31)
 }
 
 /// A seed that differs per call: the clock's nanoseconds and a counter.

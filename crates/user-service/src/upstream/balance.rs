@@ -21,7 +21,6 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use model::Order;
@@ -174,8 +173,8 @@ impl Balanced {
         let i = match self.pick {
             Pick::RoundRobin => turn % n,
             Pick::P2c => {
-                let a = (mix(turn as u64) % n as u64) as usize;
-                let b = (mix(!(turn as u64)) % n as u64) as usize;
+                let a = (negotiate::serve::splitmix(turn as u64) % n as u64) as usize;
+                let b = (negotiate::serve::splitmix(!(turn as u64)) % n as u64) as usize;
                 let load = |i: usize| members[i].in_flight.load(Ordering::Relaxed);
                 if load(b) < load(a) { b } else { a }
             }
@@ -220,18 +219,6 @@ impl OrderSource for Balanced {
         }))
     }
 }
-
-/// SplitMix64's finaliser: spreads consecutive turns over the replicas
-/// without a random-number crate or a lock.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// How often replica names are resolved again, by default.
-pub const RESOLVE_EVERY: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {
