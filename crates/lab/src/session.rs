@@ -603,13 +603,18 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
             (
                 "settings".into(),
                 format!(
-                    "{} rounds × {} s measured after {} s warm-up; closed loop {} VUs with pool {} \
+                    "{} rounds × {} s measured after {} s warm-up; closed loop {} VUs with {} \
                      unless a section states its own load; {}{}",
                     t.rounds,
                     f::num(t.duration_s),
                     f::num(t.warmup_s),
                     Knobs::VUS,
-                    Knobs::POOL,
+                    match &info.target {
+                        // The lab sets no setting of a stack it did not start.
+                        Some(_) => "the target's own pool (not the plan's, which the sections name)"
+                            .to_owned(),
+                        None => format!("pool {}", Knobs::POOL),
+                    },
                     if info.knobs.quick {
                         "quick plan"
                     } else {

@@ -117,6 +117,10 @@ fn a_running_stack_is_measured_without_restarting_it_and_proc_figures_are_na() {
     let md = build_report(&info, &results).markdown();
     assert!(md.contains("| services | an already-running stack"), "{md}");
     assert!(md.contains("never restarted between rounds"));
+    assert!(
+        md.contains("the target's own pool"),
+        "a pool the lab did not set is not claimed"
+    );
     assert!(md.contains(NOT_SEEN), "the n/a figures say why");
     running.stop();
 }
