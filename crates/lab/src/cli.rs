@@ -118,8 +118,8 @@ pub struct RunArgs {
     /// instead of building them.
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
-    /// Only these transports (comma-separated) in payload, floor, pool and
-    /// wire-size; rtt then measures exactly these.
+    /// Only these transports (comma-separated) in payload, floor, pool,
+    /// wire-size, tls and hop; rtt then measures exactly these.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub transports: Option<Vec<String>>,
     /// Only these orders-per-call sizes (comma-separated), for every

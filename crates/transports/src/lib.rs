@@ -26,8 +26,18 @@ pub const H2C_JSON: &str = "h2c-json";
 pub const H1_PROTO: &str = "h1-proto";
 /// HTTP/2 cleartext, protobuf body, multiplexed as [`H2C_JSON`].
 pub const H2C_PROTO: &str = "h2c-proto";
+/// [`H2C_PROTO`]'s GET, on connections of the `h2` crate opened and used
+/// by the caller (no hyper, no task per call): the twin that shows what
+/// hyper's HTTP/2 client costs.
+pub const H2C_PROTO_TUNED: &str = "h2c-proto-tuned";
 /// gRPC unary `ListOrders`, protobuf, N channels (one HTTP/2 connection each).
 pub const GRPC: &str = "grpc";
+/// gRPC unary `ListOrders` as [`GRPC`], to the same server, with tonic's
+/// client built differently from tonic's default `Channel`: streams opened
+/// on `h2` crate connections by the caller (no `Buffer` task, no hyper), the
+/// request sent in one piece, the answer decoded from one `Bytes`. Stock
+/// [`GRPC`] beside it shows what the defaults cost.
+pub const GRPC_TUNED: &str = "grpc-tuned";
 /// gRPC server streaming `StreamOrders`, one order per message, protobuf;
 /// connections as [`GRPC`].
 pub const GRPC_STREAM: &str = "grpc-stream";
@@ -44,13 +54,15 @@ pub const TCP_PROTO: &str = "tcp-proto";
 pub const GRPC_V1: &str = "grpc-v1";
 
 /// Every transport, in the order of the design's matrix.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 12] = [
     H1_JSON,
     H1_JSON_CLOSE,
     H2C_JSON,
     H1_PROTO,
     H2C_PROTO,
+    H2C_PROTO_TUNED,
     GRPC,
+    GRPC_TUNED,
     GRPC_STREAM,
     GRPC_BIDI,
     TCP_PROTO,
@@ -116,7 +128,9 @@ mod tests {
                 "h2c-json",
                 "h1-proto",
                 "h2c-proto",
+                "h2c-proto-tuned",
                 "grpc",
+                "grpc-tuned",
                 "grpc-stream",
                 "grpc-bidi",
                 "tcp-proto",
@@ -160,7 +174,7 @@ mod tests {
     fn joined_lists_every_name_in_order() {
         assert_eq!(
             joined(", "),
-            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, grpc, grpc-stream, grpc-bidi, tcp-proto, grpc-v1"
+            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, h2c-proto-tuned, grpc, grpc-tuned, grpc-stream, grpc-bidi, tcp-proto, grpc-v1"
         );
         assert_eq!(joined("|").split('|').collect::<Vec<_>>(), ALL);
     }

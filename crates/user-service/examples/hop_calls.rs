@@ -1,45 +1,137 @@
 //! N calls of one transport's adapter against an in-process order-service
 //! (in memory), one after another: what `scripts/hop-callgrind` runs under
-//! callgrind to count the instructions of a call. Its two runs differ only
-//! in N, so their difference over the extra calls is the instructions of one
-//! call, start-up and warm-up cancelled out.
+//! callgrind to count the instructions of a call, and what
+//! `scripts/hop-handoffs` runs to count a call's task polls, wake-ups and
+//! thread sleeps. callgrind's two runs differ only in N, so their difference
+//! over the extra calls is the instructions of one call, start-up and
+//! warm-up cancelled out.
 //!
-//! `cargo run --release -p user-service --example hop_calls -- TRANSPORT ORDERS N`
+//! `cargo run --release -p user-service --example hop_calls -- TRANSPORT ORDERS N [--runtime] [--block-on]`
+//!
+//! With `--runtime`, it prints one line of JSON: Tokio's counters for both
+//! runtimes (the callers', order-service's) over the N calls, per call.
+//! Thread sleeps (`parks`) are always counted; spawns and wake-ups
+//! (schedules) only in a build with `RUSTFLAGS="--cfg tokio_unstable"`
+//! (`scripts/hop-handoffs` makes one).
+//!
+//! The calls run in a spawned task, as user-service makes them inside a
+//! request's task and as the hop benchmark's callers do. With `--block-on`
+//! they run on the thread blocked on the runtime instead, which every
+//! wake-up must reach from another thread.
+
+use std::time::Instant;
 
 use model::FieldSet;
+use tokio::runtime::Handle;
 use user_service::upstream::{OrderQuery, Transport};
 
 #[path = "../benches/shared/in_process.rs"]
 mod in_process;
 
+/// One runtime's counters, summed over its workers.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    /// A worker thread went to sleep (and was woken again).
+    parks: u64,
+    /// Time the workers spent running tasks, in µs.
+    busy_us: u64,
+    /// Tasks spawned.
+    spawned: Option<u64>,
+    /// Tasks woken from a thread that is not one of this runtime's workers
+    /// (another runtime's, or the thread blocked on `block_on`).
+    remote: Option<u64>,
+    /// Tasks woken on a worker of this runtime.
+    local: Option<u64>,
+    /// Tasks one worker stole from another's queue.
+    steals: Option<u64>,
+    /// Readiness events from the I/O driver.
+    io_ready: Option<u64>,
+}
+
+impl Counters {
+    fn read(h: &Handle) -> Self {
+        let m = h.metrics();
+        let workers = 0..m.num_workers();
+        let sum = |f: &dyn Fn(usize) -> u64| workers.clone().map(f).sum::<u64>();
+        #[allow(unused_mut)]
+        let mut c = Counters {
+            parks: sum(&|w| m.worker_park_count(w)),
+            busy_us: sum(&|w| m.worker_total_busy_duration(w).as_micros() as u64),
+            ..Counters::default()
+        };
+        #[cfg(tokio_unstable)]
+        {
+            c.spawned = Some(m.spawned_tasks_count());
+            c.remote = Some(m.remote_schedule_count());
+            c.local = Some(sum(&|w| m.worker_local_schedule_count(w)));
+            c.steals = Some(sum(&|w| m.worker_steal_count(w)));
+            c.io_ready = Some(m.io_driver_ready_count());
+        }
+        c
+    }
+
+    /// `self - before` per call, as JSON members.
+    fn per_call(&self, before: &Counters, n: u32) -> String {
+        let n = f64::from(n);
+        let each = |a: u64, b: u64| (a - b) as f64 / n;
+        let opt = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => format!("{:.3}", each(a, b)),
+            _ => "null".to_owned(),
+        };
+        format!(
+            r#"{{"parks":{:.3},"busy_us":{:.3},"spawned":{},"remote":{},"local":{},"steals":{},"io_ready":{}}}"#,
+            each(self.parks, before.parks),
+            each(self.busy_us, before.busy_us),
+            opt(self.spawned, before.spawned),
+            opt(self.remote, before.remote),
+            opt(self.local, before.local),
+            opt(self.steals, before.steals),
+            opt(self.io_ready, before.io_ready),
+        )
+    }
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut flag = |name: &str| match args.iter().position(|a| a == name) {
+        Some(i) => {
+            args.remove(i);
+            true
+        }
+        None => false,
+    };
+    let runtime = flag("--runtime");
+    let in_task = !flag("--block-on");
     let [via, orders, n] = args.as_slice() else {
         anyhow::bail!(
-            "usage: hop_calls TRANSPORT ORDERS N (transports: {})",
+            "usage: hop_calls TRANSPORT ORDERS N [--runtime] [--block-on] (transports: {})",
             Transport::names()
         );
     };
     let via: Transport = via.parse()?;
     let orders: u32 = orders.parse()?;
     let n: u32 = n.parse()?;
-    let (rest, grpc, tcp) = in_process::order_service();
+    anyhow::ensure!(n > 0, "N must be at least 1");
+    let order = in_process::order_service();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async move {
-        let up = in_process::upstreams(rest, grpc, tcp);
-        let source = up.source(via);
-        let q = OrderQuery {
-            user_id: dataset::fixed_user_id(orders),
-            limit: orders,
-            fields: FieldSet::ALL,
-        };
+    let up = rt.block_on(async { in_process::upstreams(&order) });
+    let source = up.source(via);
+    let q = OrderQuery {
+        user_id: dataset::fixed_user_id(orders),
+        limit: orders,
+        fields: FieldSet::ALL,
+    };
+    let (callers, server) = (rt.handle().clone(), order.runtime.clone());
+    let calls = async move {
         // Warm-up: connections opened, caches filled.
         for _ in 0..20 {
             source.list_orders(&q).await?;
         }
+        let before = (Counters::read(&callers), Counters::read(&server));
+        let start = Instant::now();
         for _ in 0..n {
             let got = source.list_orders(&q).await?;
             anyhow::ensure!(
@@ -48,8 +140,24 @@ fn main() -> anyhow::Result<()> {
                 got.len()
             );
         }
-        anyhow::Ok(())
-    })?;
+        anyhow::Ok((start.elapsed(), before))
+    };
+    // A task, as user-service runs a call (inside a request's task), or the
+    // thread blocked on `block_on`.
+    let (took, before) = if in_task {
+        rt.block_on(rt.spawn(calls))??
+    } else {
+        rt.block_on(calls)?
+    };
+    if runtime {
+        let after = (Counters::read(rt.handle()), Counters::read(&order.runtime));
+        println!(
+            r#"{{"transport":"{via}","orders":{orders},"calls":{n},"in_task":{in_task},"us_per_call":{:.2},"callers":{},"order_service":{}}}"#,
+            took.as_secs_f64() * 1e6 / f64::from(n),
+            after.0.per_call(&before.0, n),
+            after.1.per_call(&before.1, n),
+        );
+    }
     // The server thread never ends by itself: leave without waiting for it.
     std::process::exit(0)
 }

@@ -231,7 +231,8 @@ fn section(p: &HopPlan, run: Option<&HopRun>) -> Section {
     s.para(format!(
         "Each transport's user-service adapter called directly, against order-service in the \
          same process (in memory, its own 2-thread runtime) on loopback: no k6, no front-end \
-         request, no re-encoding for a client. A call is checked (every order asked for). With 8 \
+         request, no re-encoding for a client. A call is checked (every order asked for). Each \
+         caller is a task, as user-service makes a call inside a request's task. With 8 \
          callers the time per call is an iteration's time over 8 (the inverse of the \
          throughput). `×` is the ratio to {FLOOR}, the raw-TCP floor, round by round, with its \
          95% rerun interval. {}",
@@ -282,8 +283,144 @@ fn section(p: &HopPlan, run: Option<&HopRun>) -> Section {
         t.reading = reading(p, run, callers);
         s.table(t);
     }
+    if p.callers.contains(&1) {
+        s.table(targets(p, run));
+    }
     s
 }
+
+/// A ceiling on one caller's time per call, as a ratio to the floor: the
+/// best of `vias` (those in the plan) at `orders` must be at most `limit`.
+struct Target {
+    vias: &'static [&'static str],
+    orders: u32,
+    limit: f64,
+}
+
+const TYPED_PROTOBUF: [&str; 6] = [
+    transports::H1_PROTO,
+    transports::H2C_PROTO,
+    transports::GRPC,
+    transports::GRPC_TUNED,
+    transports::GRPC_STREAM,
+    transports::GRPC_BIDI,
+];
+
+/// The targets the hop is held to, 1 caller, as ratios to the floor: the
+/// best gRPC call and HTTP/2 with a protobuf body within ×2 at 1 order,
+/// HTTP/1.1 with protobuf within ×1.3, and every typed-protobuf transport
+/// (not `grpc-v1`, whose strings are the point) within ×1.15 at 1,000.
+fn target_list() -> Vec<Target> {
+    let grpc: &'static [&'static str] = &[
+        transports::GRPC,
+        transports::GRPC_TUNED,
+        transports::GRPC_STREAM,
+        transports::GRPC_BIDI,
+    ];
+    let mut t = vec![
+        Target {
+            vias: grpc,
+            orders: 1,
+            limit: 2.0,
+        },
+        Target {
+            vias: &[transports::H2C_PROTO],
+            orders: 1,
+            limit: 2.0,
+        },
+        Target {
+            vias: &[transports::H1_PROTO],
+            orders: 1,
+            limit: 1.3,
+        },
+    ];
+    for via in &TYPED_PROTOBUF {
+        t.push(Target {
+            vias: std::slice::from_ref(via),
+            orders: 1_000,
+            limit: 1.15,
+        });
+    }
+    t
+}
+
+/// Each target with the measured ratio (the best transport's, by median)
+/// and whether it is met: by the median, and by the whole rerun interval.
+fn targets(p: &HopPlan, run: &HopRun) -> Table {
+    let mut t = Table {
+        caption: format!("Targets, 1 caller (× {FLOOR})"),
+        headers: ["target", "best", "measured", "met"]
+            .map(String::from)
+            .to_vec(),
+        ..Table::default()
+    };
+    let (mut met, mut missed, mut unknown) = (0, 0, 0);
+    for target in target_list() {
+        if !p.sizes.contains(&target.orders) {
+            continue;
+        }
+        let name = format!(
+            "{} at {}: ≤ ×{}",
+            if target.vias.len() == 1 {
+                target.vias[0].to_owned()
+            } else {
+                format!("best of {}", target.vias.join(", "))
+            },
+            f::orders(target.orders),
+            f::num(target.limit)
+        );
+        let best = target
+            .vias
+            .iter()
+            .filter(|v| p.vias.iter().any(|w| w == *v))
+            .filter_map(|v| Some((*v, run.ratio(p, 1, v, target.orders)?)))
+            .min_by(|a, b| a.1.median.total_cmp(&b.1.median));
+        let Some((via, r)) = best else {
+            unknown += 1;
+            t.rows.push(vec![
+                name.into(),
+                Value::missing("not in this run"),
+                Value::missing(NO_RATIO),
+                Value::missing(NO_RATIO),
+            ]);
+            continue;
+        };
+        let verdict = if r.max <= target.limit {
+            met += 1;
+            "yes, the whole interval"
+        } else if r.median <= target.limit {
+            met += 1;
+            "yes by the median; the interval reaches past it"
+        } else {
+            missed += 1;
+            "no"
+        };
+        t.rows.push(vec![
+            name.into(),
+            via.into(),
+            Value::ratio(Some(r)),
+            verdict.into(),
+        ]);
+    }
+    t.reading = format!(
+        "{met} of {} targets met by the median{}{}.",
+        met + missed + unknown,
+        if missed > 0 {
+            format!(", {missed} missed")
+        } else {
+            String::new()
+        },
+        if unknown > 0 {
+            format!(", {unknown} not measured in this run")
+        } else {
+            String::new()
+        }
+    );
+    t
+}
+
+/// Why a target has no figure.
+const NO_RATIO: &str = "no ratio to the floor";
 
 /// The fastest and slowest transport over the floor, per size.
 fn reading(p: &HopPlan, run: &HopRun, callers: u32) -> String {
@@ -359,5 +496,54 @@ mod tests {
             .unwrap();
         assert!(md.contains("grpc (×2.50)"), "{md}");
         assert!(filter(&p).contains("grpc|tcp-proto"));
+    }
+
+    #[test]
+    fn targets_are_judged_from_the_ratios() {
+        let p = HopPlan {
+            vias: vec![
+                transports::GRPC.into(),
+                transports::GRPC_BIDI.into(),
+                transports::H1_PROTO.into(),
+                FLOOR.into(),
+            ],
+            sizes: vec![1, 1_000],
+            callers: vec![1],
+            quick: true,
+        };
+        let mut run = HopRun::default();
+        for round in 1..=3 {
+            // ×2.5 and ×1.5 at 1 order: the best gRPC call (bidi) is within ×2.
+            run.records.push(rec(1, "grpc", 1, 100.0, round));
+            run.records.push(rec(1, "grpc-bidi", 1, 60.0, round));
+            // ×1.5: over h1-proto's ×1.3.
+            run.records.push(rec(1, "h1-proto", 1, 60.0, round));
+            run.records.push(rec(1, FLOOR, 1, 40.0, round));
+            // ×1.1 and ×1.2 at 1,000.
+            run.records.push(rec(1, "grpc", 1_000, 1100.0, round));
+            run.records.push(rec(1, "grpc-bidi", 1_000, 1200.0, round));
+            run.records.push(rec(1, FLOOR, 1_000, 1000.0, round));
+        }
+        let t = targets(&p, &run);
+        let row = |name: &str| {
+            t.rows
+                .iter()
+                .find(|r| matches!(&r[0], Value::Text { text } if text.starts_with(name)))
+                .unwrap_or_else(|| panic!("no row {name}"))
+                .clone()
+        };
+        let best = row("best of grpc,");
+        assert!(matches!(&best[1], Value::Text { text } if text == "grpc-bidi"));
+        assert!(matches!(&best[3], Value::Text { text } if text.starts_with("yes")));
+        assert!(matches!(&row("h1-proto at 1 order")[3], Value::Text { text } if text == "no"));
+        assert!(
+            matches!(&row("grpc at 1,000")[3], Value::Text { text } if text.starts_with("yes"))
+        );
+        assert!(matches!(&row("grpc-bidi at 1,000")[3], Value::Text { text } if text == "no"));
+        // Not in the plan: no figure, and said so.
+        assert!(matches!(&row("h2c-proto at 1 order")[1], Value::Missing { .. }));
+        assert!(t.reading.starts_with("2 of 9 "), "{}", t.reading);
+        assert!(t.reading.contains("5 not measured"), "{}", t.reading);
+        assert!(t.reading.contains("2 missed"), "{}", t.reading);
     }
 }

@@ -29,10 +29,20 @@ fn subscriber() {
     });
 }
 
+/// order-service, serving in this process.
+pub struct OrderService {
+    pub rest: SocketAddr,
+    pub grpc: SocketAddr,
+    pub tcp: SocketAddr,
+    /// Its runtime, whose counters `hop_calls --runtime` reads.
+    #[allow(dead_code)]
+    pub runtime: tokio::runtime::Handle,
+}
+
 /// order-service in memory, serving from a thread of its own (a 2-thread
-/// runtime) until the process ends: its REST, gRPC and raw-TCP addresses.
-/// The services' tracing subscriber is installed first.
-pub fn order_service() -> (SocketAddr, SocketAddr, SocketAddr) {
+/// runtime) until the process ends. The services' tracing subscriber is
+/// installed first.
+pub fn order_service() -> OrderService {
     subscriber();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -41,12 +51,18 @@ pub fn order_service() -> (SocketAddr, SocketAddr, SocketAddr) {
             .enable_all()
             .build()
             .expect("order-service's runtime");
+        let runtime = rt.handle().clone();
         rt.block_on(async move {
             let app = order_service::Application::build(order_service::Settings::for_tests(None))
                 .await
                 .expect("order-service builds");
-            tx.send((app.rest_addr(), app.grpc_addr(), app.tcp_addr()))
-                .expect("the caller waits");
+            tx.send(OrderService {
+                rest: app.rest_addr(),
+                grpc: app.grpc_addr(),
+                tcp: app.tcp_addr(),
+                runtime,
+            })
+            .expect("the caller waits");
             app.run_until_stopped(std::future::pending())
                 .await
                 .expect("order-service serves");
@@ -57,11 +73,11 @@ pub fn order_service() -> (SocketAddr, SocketAddr, SocketAddr) {
 
 /// Every transport's adapter, with user-service's default settings,
 /// pointed at order-service. Call it inside a Tokio runtime.
-pub fn upstreams(rest: SocketAddr, grpc: SocketAddr, tcp: SocketAddr) -> Upstreams {
+pub fn upstreams(order: &OrderService) -> Upstreams {
     let s = user_service::Settings {
-        order_rest_url: format!("http://{rest}").parse().expect("a URL"),
-        order_grpc_url: format!("http://{grpc}").parse().expect("a URL"),
-        order_tcp_addr: tcp.to_string(),
+        order_rest_url: format!("http://{}", order.rest).parse().expect("a URL"),
+        order_grpc_url: format!("http://{}", order.grpc).parse().expect("a URL"),
+        order_tcp_addr: order.tcp.to_string(),
         ..Default::default()
     };
     let metrics = Arc::new(Metrics::new("memory", usize::from(s.pool_size)));

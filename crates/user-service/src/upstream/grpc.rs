@@ -259,7 +259,7 @@ fn select(orders: Vec<model::Order>, fields: model::FieldSet) -> Vec<model::Orde
 }
 
 /// The `ListOrders` query of `q`: its first page.
-fn list_request(q: &OrderQuery) -> ListOrdersRequest {
+pub(crate) fn list_request(q: &OrderQuery) -> ListOrdersRequest {
     ListOrdersRequest {
         user_id: q.user_id.to_string(),
         page_size: page_size(q),

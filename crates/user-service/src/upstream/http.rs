@@ -82,12 +82,16 @@ impl Target {
     }
 }
 
-fn unavailable(what: &str, e: impl std::fmt::Display) -> UpstreamError {
+pub(crate) fn unavailable(what: &str, e: impl std::fmt::Display) -> UpstreamError {
     UpstreamError::Unavailable(format!("{what}: {e}"))
 }
 
 /// Reads a whole response body, up to the message limit.
-async fn read_body(body: hyper::body::Incoming) -> Result<Bytes, UpstreamError> {
+pub(crate) async fn read_body<B>(body: B) -> Result<Bytes, UpstreamError>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     match Limited::new(body, MAX_MESSAGE_BYTES).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(UpstreamError::Protocol(
@@ -97,7 +101,7 @@ async fn read_body(body: hyper::body::Incoming) -> Result<Bytes, UpstreamError> 
     }
 }
 
-fn into_answer(parts: http::response::Parts, body: Bytes) -> Answer {
+pub(crate) fn into_answer(parts: http::response::Parts, body: Bytes) -> Answer {
     Answer {
         status: parts.status,
         content_type: parts.headers.get(CONTENT_TYPE).cloned(),
@@ -252,28 +256,84 @@ impl H1Close {
     }
 }
 
-/// N HTTP/2 cleartext connections, each multiplexing every call sent on it.
-/// One HTTP/2 connection of an [`H2Pool`], numbered so that a caller whose
-/// call failed replaces that connection and not a newer one another caller
-/// already opened.
+/// One connection of [`H2Slots`], numbered so that a caller whose call failed
+/// replaces that connection and not a newer one another caller already
+/// opened.
 #[derive(Debug)]
-struct H2Conn {
-    generation: u64,
-    sender: http2::SendRequest<Full<Bytes>>,
+struct H2Slot<S> {
+    conn: Option<(u64, S)>,
+    generations: u64,
 }
 
-#[derive(Debug, Default)]
-struct H2Slot {
-    conn: Option<H2Conn>,
-    generations: u64,
+/// N multiplexed (HTTP/2) connections, picked round-robin, each opened on
+/// first use and again when it broke: what `h2c-*` (hyper's connections)
+/// and `grpc-tuned` (the `h2` crate's) share. `S` is a connection's handle
+/// for sending, cloned for each call.
+#[derive(Debug)]
+pub(crate) struct H2Slots<S> {
+    slots: Vec<tokio::sync::Mutex<H2Slot<S>>>,
+    next: AtomicUsize,
+}
+
+impl<S: Clone> H2Slots<S> {
+    pub(crate) fn new(size: usize) -> Self {
+        H2Slots {
+            slots: (0..size.max(1))
+                .map(|_| {
+                    tokio::sync::Mutex::new(H2Slot {
+                        conn: None,
+                        generations: 0,
+                    })
+                })
+                .collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next slot, round-robin.
+    pub(crate) fn pick(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()
+    }
+
+    /// Slot `i`'s connection and its generation, opened by `open` if there
+    /// is none, it is not `live`, or it is the generation `failed` a caller
+    /// just saw fail. The slot's lock makes concurrent callers wait for one
+    /// handshake rather than each open a connection.
+    pub(crate) async fn get<F, Fut>(
+        &self,
+        i: usize,
+        failed: Option<u64>,
+        live: impl Fn(&S) -> bool,
+        open: F,
+    ) -> Result<(u64, S), UpstreamError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<S, UpstreamError>>,
+    {
+        let mut slot = self.slots[i].lock().await;
+        if let Some((generation, sender)) = slot
+            .conn
+            .as_ref()
+            .filter(|(g, s)| live(s) && Some(*g) != failed)
+        {
+            return Ok((*generation, sender.clone()));
+        }
+        // Drop a broken connection first: its socket closes before a new
+        // one opens.
+        slot.conn = None;
+        let sender = open().await?;
+        slot.generations += 1;
+        let generation = slot.generations;
+        slot.conn = Some((generation, sender.clone()));
+        Ok((generation, sender))
+    }
 }
 
 /// N HTTP/2 cleartext connections, each multiplexing every call sent on it.
 #[derive(Debug)]
 pub struct H2Pool {
     target: Target,
-    slots: Vec<tokio::sync::Mutex<H2Slot>>,
-    next: AtomicUsize,
+    slots: H2Slots<http2::SendRequest<Full<Bytes>>>,
     metrics: Arc<TransportMetrics>,
 }
 
@@ -281,32 +341,12 @@ impl H2Pool {
     fn new(target: Target, size: usize, metrics: Arc<TransportMetrics>) -> Self {
         H2Pool {
             target,
-            slots: (0..size)
-                .map(|_| tokio::sync::Mutex::new(H2Slot::default()))
-                .collect(),
-            next: AtomicUsize::new(0),
+            slots: H2Slots::new(size),
             metrics,
         }
     }
 
-    /// The connection of slot `i`, opened if it is not open, broke, or is the
-    /// generation `failed` a caller just saw fail. The slot's lock makes
-    /// concurrent callers wait for one handshake rather than each open a
-    /// connection.
-    async fn sender(
-        &self,
-        i: usize,
-        failed: Option<u64>,
-    ) -> Result<(u64, http2::SendRequest<Full<Bytes>>), UpstreamError> {
-        let mut slot = self.slots[i].lock().await;
-        if let Some(c) = slot
-            .conn
-            .as_ref()
-            .filter(|c| !c.sender.is_closed() && Some(c.generation) != failed)
-        {
-            return Ok((c.generation, c.sender.clone()));
-        }
-        slot.conn = None;
+    async fn open(&self) -> Result<http2::SendRequest<Full<Bytes>>, UpstreamError> {
         let io = self.target.connect(&self.metrics).await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
             .handshake(TokioIo::new(io))
@@ -317,13 +357,18 @@ impl H2Pool {
                 tracing::debug!(error = %e, "an HTTP/2 connection to order-service ended");
             }
         });
-        slot.generations += 1;
-        let generation = slot.generations;
-        slot.conn = Some(H2Conn {
-            generation,
-            sender: sender.clone(),
-        });
-        Ok((generation, sender))
+        Ok(sender)
+    }
+
+    /// The connection of slot `i` (see [`H2Slots::get`]).
+    async fn sender(
+        &self,
+        i: usize,
+        failed: Option<u64>,
+    ) -> Result<(u64, http2::SendRequest<Full<Bytes>>), UpstreamError> {
+        self.slots
+            .get(i, failed, |s| !s.is_closed(), || self.open())
+            .await
     }
 
     async fn get(
@@ -331,7 +376,7 @@ impl H2Pool {
         path_and_query: &str,
         accept: &'static str,
     ) -> Result<Answer, UpstreamError> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let i = self.slots.pick();
         // HTTP/2 wants the absolute form: it becomes :scheme and :authority.
         let scheme = if self.target.dial.is_tls() {
             "https"
@@ -377,6 +422,8 @@ enum Wire {
     H1(H1Pool),
     H1Close(H1Close),
     H2(H2Pool),
+    /// `h2c-proto-tuned`: the `h2` crate's connections, no hyper.
+    H2Direct(super::tuned::Conns),
 }
 
 /// One REST adapter: a wire and an encoding.
@@ -395,7 +442,7 @@ impl RestSource {
         metrics: Arc<TransportMetrics>,
     ) -> anyhow::Result<Self> {
         let alpn = match transport {
-            Transport::H2cJson | Transport::H2cProto => tls::ALPN_H2,
+            Transport::H2cJson | Transport::H2cProto | Transport::H2cProtoTuned => tls::ALPN_H2,
             _ => tls::ALPN_HTTP1,
         };
         let target = Target::new(&ep.rest_url, ep, alpn, &metrics)?;
@@ -413,6 +460,10 @@ impl RestSource {
             ),
             Transport::H2cJson => (Wire::H2(H2Pool::new(target, n, metrics)), false),
             Transport::H2cProto => (Wire::H2(H2Pool::new(target, n, metrics)), true),
+            Transport::H2cProtoTuned => (
+                Wire::H2Direct(super::tuned::Conns::new(target.dial, n, metrics)),
+                true,
+            ),
             other => anyhow::bail!("{other} is not a REST transport"),
         };
         Ok(RestSource {
@@ -434,6 +485,7 @@ impl RestSource {
             Wire::H1(p) => p.get(&pq, accept).await?,
             Wire::H1Close(p) => p.get(&pq, accept).await?,
             Wire::H2(p) => p.get(&pq, accept).await?,
+            Wire::H2Direct(p) => p.get(&pq, accept).await?,
         };
         decode(answer, self.proto)
     }

@@ -17,6 +17,7 @@ pub mod grpc;
 pub mod http;
 pub mod mux;
 pub mod tcp;
+pub mod tuned;
 pub mod wire;
 
 use std::sync::Arc;
@@ -51,8 +52,14 @@ pub enum Transport {
     H1Proto,
     /// HTTP/2 cleartext, protobuf body, multiplexed.
     H2cProto,
+    /// `H2cProto`'s GET over `h2` connections of its own rather than
+    /// hyper's client (see [`tuned`]).
+    H2cProtoTuned,
     /// gRPC unary `ListOrders`.
     Grpc,
+    /// gRPC unary `ListOrders`, tonic's client over `h2` connections of its
+    /// own rather than tonic's `Channel` (see [`tuned`]).
+    GrpcTuned,
     /// gRPC server streaming `StreamOrders`, one order per message.
     GrpcStream,
     /// gRPC bidirectional `LookupOrders`: one long-lived stream per
@@ -67,13 +74,15 @@ pub enum Transport {
 impl Transport {
     /// Every transport, in the order of the design's matrix: the order of
     /// [`transports::ALL`], which a test holds this list to.
-    pub const ALL: [Transport; 10] = [
+    pub const ALL: [Transport; 12] = [
         Transport::H1Json,
         Transport::H1JsonClose,
         Transport::H2cJson,
         Transport::H1Proto,
         Transport::H2cProto,
+        Transport::H2cProtoTuned,
         Transport::Grpc,
+        Transport::GrpcTuned,
         Transport::GrpcStream,
         Transport::GrpcBidi,
         Transport::TcpProto,
@@ -89,7 +98,9 @@ impl Transport {
             Transport::H2cJson => transports::H2C_JSON,
             Transport::H1Proto => transports::H1_PROTO,
             Transport::H2cProto => transports::H2C_PROTO,
+            Transport::H2cProtoTuned => transports::H2C_PROTO_TUNED,
             Transport::Grpc => transports::GRPC,
+            Transport::GrpcTuned => transports::GRPC_TUNED,
             Transport::GrpcStream => transports::GRPC_STREAM,
             Transport::GrpcBidi => transports::GRPC_BIDI,
             Transport::TcpProto => transports::TCP_PROTO,
@@ -362,10 +373,12 @@ fn adapter(
         | Transport::H1JsonClose
         | Transport::H2cJson
         | Transport::H1Proto
-        | Transport::H2cProto => Arc::new(http::RestSource::new(t, ep, m)?),
+        | Transport::H2cProto
+        | Transport::H2cProtoTuned => Arc::new(http::RestSource::new(t, ep, m)?),
         Transport::Grpc | Transport::GrpcStream | Transport::GrpcV1 => {
             Arc::new(grpc::GrpcSource::new(t, ep, m)?)
         }
+        Transport::GrpcTuned => Arc::new(tuned::TunedSource::new(ep, m)?),
         Transport::GrpcBidi => Arc::new(grpc::BidiSource::new(ep, m)?),
         Transport::TcpProto => Arc::new(tcp::TcpSource::new(ep, m)),
     })

@@ -204,13 +204,19 @@ async fn the_upstream_timeout_travels_as_the_grpc_deadline() {
     point_at(&mut settings, addr, addr, addr);
     let users = spawn_users_on(settings, None).await;
     let id = dataset::fixed_user_id(1);
-    for via in [Transport::Grpc, Transport::GrpcStream, Transport::GrpcV1] {
+    let deadlined = [
+        Transport::Grpc,
+        Transport::GrpcTuned,
+        Transport::GrpcStream,
+        Transport::GrpcV1,
+    ];
+    for via in deadlined {
         let res = users.orders(id, via, "").await;
         let status = res.status();
         assert_eq!(status, 504, "{via}: {}", res.text().await.unwrap());
     }
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen.len(), deadlined.len(), "{seen:?}");
     for t in seen {
         // 700 ms, in the most precise unit that fits gRPC's 8 digits.
         assert_eq!(t, "700000u", "grpc-timeout header");

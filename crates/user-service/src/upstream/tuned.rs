@@ -1,0 +1,436 @@
+//! The tuned twins: `grpc-tuned` and `h2c-proto-tuned`, the same calls as
+//! `grpc` and `h2c-proto` to the same servers, made over connections of the
+//! `h2` crate that the caller uses directly, rather than through hyper's
+//! HTTP/2 client (and, for gRPC, tonic's `Channel`). Each difference is a
+//! departure a user would have to choose, which is why the stock transports
+//! stay beside them:
+//!
+//! - **No task between the caller and the connection.** tonic's `Channel`
+//!   puts a `Buffer` (a task fed by a queue) in front of hyper's client, and
+//!   hyper's client hands each call to its connection task and spawns a task
+//!   per call for the answer. Here the caller opens its stream on the
+//!   connection itself and reads the answer off it; the only other task is
+//!   the connection's own, which reads and writes the socket.
+//! - **The request in one piece.** gRPC's one request message is collected
+//!   and sent as one DATA frame that ends the stream, rather than piped from
+//!   a streaming body.
+//! - **Decoded from one `Bytes`** (gRPC). tonic's prost codec decodes from its
+//!   receive buffer (`BytesMut`), where each of prost's reads pays
+//!   `BytesMut::advance`; here the message is split off that buffer as one
+//!   frozen `Bytes` (no copy) and decoded from it. `grpc-tuned` still uses
+//!   tonic's client (`tonic::client::Grpc`) for its framing, deadline header
+//!   and status handling.
+//!
+//! Flow-control windows are hyper's defaults (2 MiB per stream, 5 MiB per
+//! connection), which the stock clients also have, so flow control is not
+//! one of the differences. Connections: `pool_size` of them, round-robin,
+//! each opened on first use and again when it broke ([`H2Slots`]), counted
+//! and over TLS (ALPN h2) like every other transport's.
+
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf as _, Bytes};
+use futures::future::BoxFuture;
+use http_body_util::BodyExt as _;
+use hyper::body::{Body, Frame};
+use proto::order::v2::{ListOrdersRequest, ListOrdersResponse};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+use super::grpc::{from_status, list_request};
+use super::http::H2Slots;
+use super::{
+    Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError, to_domain,
+    wire,
+};
+use crate::metrics::TransportMetrics;
+
+/// hyper's HTTP/2 client defaults, which tonic's `Channel` keeps.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+
+/// One `h2` connection's handle for opening streams, and whether its
+/// connection task has ended.
+#[derive(Clone)]
+struct Sender {
+    send: h2::client::SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
+}
+
+/// A request's head, kept so that a retry can send it again.
+struct Head {
+    method: http::Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+}
+
+impl Head {
+    fn request(&self) -> http::Request<()> {
+        let mut r = http::Request::new(());
+        *r.method_mut() = self.method.clone();
+        *r.uri_mut() = self.uri.clone();
+        *r.headers_mut() = self.headers.clone();
+        r
+    }
+}
+
+/// The connections of one tuned adapter, and how to open one.
+pub(crate) struct Conns {
+    dial: wire::Dialer,
+    slots: H2Slots<Sender>,
+    metrics: Arc<TransportMetrics>,
+}
+
+impl std::fmt::Debug for Conns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conns")
+            .field("addr", &self.dial.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conns {
+    /// `size` connections to `dial`'s address, each opened on first use.
+    pub(crate) fn new(dial: wire::Dialer, size: usize, metrics: Arc<TransportMetrics>) -> Self {
+        Conns {
+            dial,
+            slots: H2Slots::new(size),
+            metrics,
+        }
+    }
+
+    async fn open(&self) -> Result<Sender, UpstreamError> {
+        let io = self.dial.connect(&self.metrics).await.map_err(|e| {
+            UpstreamError::Unavailable(format!("cannot connect to {}: {e}", self.dial.addr))
+        })?;
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .handshake::<_, Bytes>(io)
+            .await
+            .map_err(|e| {
+                UpstreamError::Unavailable(format!(
+                    "the HTTP/2 handshake failed: {}",
+                    wire::chain(&e)
+                ))
+            })?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let ended = closed.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "an HTTP/2 connection to order-service ended");
+            }
+            ended.store(true, Ordering::Release);
+        });
+        Ok(Sender { send, closed })
+    }
+
+    /// Sends `head` and `body` on the next connection and waits for the
+    /// answer's headers. A connection that died before answering (order-
+    /// service went away and came back) gets one more try on a new one.
+    /// The outer error: no connection; the inner: the call failed on one.
+    async fn request(
+        &self,
+        head: &Head,
+        body: Bytes,
+    ) -> Result<Result<http::Response<Answer>, h2::Error>, UpstreamError> {
+        let i = self.slots.pick();
+        let mut failed = None;
+        loop {
+            let (generation, sender) = self
+                .slots
+                .get(
+                    i,
+                    failed,
+                    |s| !s.closed.load(Ordering::Acquire),
+                    || self.open(),
+                )
+                .await?;
+            match send(sender.send, head.request(), body.clone()).await {
+                Ok(resp) => return Ok(Ok(resp.map(Answer::new))),
+                Err(e) if failed.is_none() && (e.is_io() || e.is_go_away()) => {
+                    tracing::debug!(error = %e, "an HTTP/2 connection failed; retrying on a new one");
+                    failed = Some(generation);
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }
+
+    /// One gRPC call: the request's headers and its one message, then the
+    /// answer's headers.
+    async fn call(
+        &self,
+        req: http::Request<tonic::body::Body>,
+    ) -> Result<http::Response<Answer>, tonic::Status> {
+        let (parts, body) = req.into_parts();
+        // A unary request's body is its one encoded message, ready at once.
+        let body = body.collect().await?.to_bytes();
+        let head = Head {
+            method: parts.method,
+            uri: parts.uri,
+            headers: parts.headers,
+        };
+        match self.request(&head, body).await {
+            Ok(Ok(resp)) => Ok(resp),
+            // tonic maps an h2 error to its status (a reset stream's reason,
+            // an I/O error as unavailable).
+            Ok(Err(e)) => Err(tonic::Status::from_error(Box::new(e))),
+            Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+        }
+    }
+
+    /// `h2c-proto-tuned`'s GET: the whole answer, up to the message limit.
+    pub(crate) async fn get(
+        &self,
+        path_and_query: &str,
+        accept: &'static str,
+    ) -> Result<super::http::Answer, UpstreamError> {
+        // HTTP/2 wants the absolute form: it becomes :scheme and :authority.
+        let scheme = if self.dial.is_tls() { "https" } else { "http" };
+        let uri: http::Uri = format!("{scheme}://{}{path_and_query}", self.dial.addr)
+            .parse()
+            .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))?;
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
+        telemetry::propagation::inject_headers(&mut headers);
+        let head = Head {
+            method: http::Method::GET,
+            uri,
+            headers,
+        };
+        let _on_wire = self.metrics.in_flight();
+        let resp = self
+            .request(&head, Bytes::new())
+            .await?
+            .map_err(|e| super::http::unavailable("the HTTP/2 call failed", wire::chain(&e)))?;
+        let (parts, body) = resp.into_parts();
+        let body = super::http::read_body(body).await?;
+        Ok(super::http::into_answer(parts, body))
+    }
+}
+
+/// Opens a stream on `send`'s connection, sends `head` and `body` (ending
+/// the stream), and waits for the answer's headers.
+async fn send(
+    send: h2::client::SendRequest<Bytes>,
+    head: http::Request<()>,
+    body: Bytes,
+) -> Result<http::Response<h2::RecvStream>, h2::Error> {
+    let mut send = send.ready().await?;
+    let (answer, mut stream) = send.send_request(head, body.is_empty())?;
+    if !body.is_empty() {
+        stream.send_data(body, true)?;
+    }
+    answer.await
+}
+
+/// An answer's body as tonic reads it: the DATA frames (their flow-control
+/// capacity given back as they are read), then the trailers.
+struct Answer {
+    recv: h2::RecvStream,
+    data_done: bool,
+    done: bool,
+}
+
+impl Answer {
+    fn new(recv: h2::RecvStream) -> Self {
+        Answer {
+            recv,
+            data_done: false,
+            done: false,
+        }
+    }
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if !this.data_done {
+            match ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => this.data_done = true,
+            }
+        }
+        let trailers = ready!(this.recv.poll_trailers(cx));
+        this.done = true;
+        Poll::Ready(match trailers {
+            Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+}
+
+/// The connections as the service tonic's client calls.
+#[derive(Clone)]
+struct Service(Arc<Conns>);
+
+impl tower::Service<http::Request<tonic::body::Body>> for Service {
+    type Response = http::Response<Answer>;
+    type Error = tonic::Status;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Readiness is per connection, awaited in `call`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let conns = self.0.clone();
+        Box::pin(async move { conns.call(req).await })
+    }
+}
+
+/// prost's encoding, and decoding from the message split off tonic's buffer
+/// as one `Bytes`.
+struct FrozenCodec<T, U>(PhantomData<fn(T) -> U>);
+
+impl<T, U> Default for FrozenCodec<T, U> {
+    fn default() -> Self {
+        FrozenCodec(PhantomData)
+    }
+}
+
+struct ProstEncode<T>(PhantomData<fn(T)>);
+struct FrozenDecode<U>(PhantomData<fn() -> U>);
+
+impl<T: prost::Message> Encoder for ProstEncode<T> {
+    type Item = T;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        item.encode(buf)
+            .map_err(|e| tonic::Status::internal(format!("encoding the request: {e}")))
+    }
+}
+
+impl<U: prost::Message + Default> Decoder for FrozenDecode<U> {
+    type Item = U;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, tonic::Status> {
+        // `DecodeBuf` hands out its bytes by splitting them off, not copying.
+        let message = buf.copy_to_bytes(buf.remaining());
+        U::decode(message)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(format!("decoding the answer: {e}")))
+    }
+}
+
+impl<T, U> Codec for FrozenCodec<T, U>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = ProstEncode<T>;
+    type Decoder = FrozenDecode<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncode(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        FrozenDecode(PhantomData)
+    }
+}
+
+/// The `grpc-tuned` adapter.
+pub struct TunedSource {
+    client: tonic::client::Grpc<Service>,
+    timeout: std::time::Duration,
+    metrics: Arc<TransportMetrics>,
+}
+
+impl std::fmt::Debug for TunedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunedSource")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TunedSource {
+    /// `pool_size` lazily opened connections to the gRPC port.
+    pub fn new(ep: &Endpoints, metrics: Arc<TransportMetrics>) -> anyhow::Result<Self> {
+        let dial = ep.dialer(wire::authority(&ep.grpc_url)?, tls::ALPN_H2, &metrics);
+        // The origin becomes `:scheme` and `:authority`; the dialer does TLS.
+        let mut origin = ep.grpc_url.clone().into_parts();
+        origin.scheme = Some(if dial.is_tls() {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        });
+        origin.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+        let origin = http::Uri::from_parts(origin)?;
+        let conns = Conns::new(dial, ep.pool_size, metrics.clone());
+        let client = tonic::client::Grpc::with_origin(Service(Arc::new(conns)), origin)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(TunedSource {
+            client,
+            timeout: ep.timeout,
+            metrics,
+        })
+    }
+
+    async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
+        let mut client = self.client.clone();
+        let mut req = tonic::Request::new(list_request(q));
+        req.set_timeout(self.timeout);
+        telemetry::propagation::inject_metadata(req.metadata_mut());
+        req.extensions_mut().insert(tonic::GrpcMethod::new(
+            "order.v2.OrderService",
+            "ListOrders",
+        ));
+        let _on_wire = self.metrics.in_flight();
+        client
+            .ready()
+            .await
+            .map_err(|e| UpstreamError::Unavailable(e.to_string()))?;
+        let path = http::uri::PathAndQuery::from_static("/order.v2.OrderService/ListOrders");
+        let answer: tonic::Response<ListOrdersResponse> = client
+            .unary(req, path, FrozenCodec::<ListOrdersRequest, _>::default())
+            .await
+            .map_err(|s| from_status(&s))?;
+        to_domain(answer.into_inner().orders)
+    }
+}
+
+impl OrderSource for TunedSource {
+    fn transport(&self) -> Transport {
+        Transport::GrpcTuned
+    }
+
+    fn list_orders<'a>(
+        &'a self,
+        q: &'a OrderQuery,
+    ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
+        Box::pin(self.unary(q))
+    }
+}
