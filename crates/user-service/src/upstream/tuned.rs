@@ -136,7 +136,7 @@ impl Conns {
         &self,
         head: &Head,
         body: Bytes,
-    ) -> Result<Result<http::Response<Answer>, h2::Error>, UpstreamError> {
+    ) -> Result<Result<http::Response<RecvBody>, h2::Error>, UpstreamError> {
         let i = self.slots.pick();
         let mut failed = None;
         loop {
@@ -150,7 +150,7 @@ impl Conns {
                 )
                 .await?;
             match send(sender.send, head.request(), body.clone()).await {
-                Ok(resp) => return Ok(Ok(resp.map(Answer::new))),
+                Ok(resp) => return Ok(Ok(resp.map(RecvBody::new))),
                 Err(e) if failed.is_none() && (e.is_io() || e.is_go_away()) => {
                     tracing::debug!(error = %e, "an HTTP/2 connection failed; retrying on a new one");
                     failed = Some(generation);
@@ -165,7 +165,7 @@ impl Conns {
     async fn call(
         &self,
         req: http::Request<tonic::body::Body>,
-    ) -> Result<http::Response<Answer>, tonic::Status> {
+    ) -> Result<http::Response<RecvBody>, tonic::Status> {
         let (parts, body) = req.into_parts();
         // A unary request's body is its one encoded message, ready at once.
         let body = body.collect().await?.to_bytes();
@@ -228,17 +228,18 @@ async fn send(
     answer.await
 }
 
-/// An answer's body as tonic reads it: the DATA frames (their flow-control
-/// capacity given back as they are read), then the trailers.
-struct Answer {
+/// An answer's body, as tonic or `read_body` reads it: the DATA frames
+/// (their flow-control capacity given back as they are read), then the
+/// trailers.
+struct RecvBody {
     recv: h2::RecvStream,
     data_done: bool,
     done: bool,
 }
 
-impl Answer {
+impl RecvBody {
     fn new(recv: h2::RecvStream) -> Self {
-        Answer {
+        RecvBody {
             recv,
             data_done: false,
             done: false,
@@ -246,7 +247,7 @@ impl Answer {
     }
 }
 
-impl Body for Answer {
+impl Body for RecvBody {
     type Data = Bytes;
     type Error = h2::Error;
 
@@ -290,7 +291,7 @@ impl Body for Answer {
 struct Service(Arc<Conns>);
 
 impl tower::Service<http::Request<tonic::body::Body>> for Service {
-    type Response = http::Response<Answer>;
+    type Response = http::Response<RecvBody>;
     type Error = tonic::Status;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
