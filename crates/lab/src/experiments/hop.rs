@@ -297,9 +297,10 @@ struct Target {
     limit: f64,
 }
 
-const TYPED_PROTOBUF: [&str; 6] = [
+const TYPED_PROTOBUF: [&str; 7] = [
     transports::H1_PROTO,
     transports::H2C_PROTO,
+    transports::H2C_PROTO_TUNED,
     transports::GRPC,
     transports::GRPC_TUNED,
     transports::GRPC_STREAM,
@@ -307,9 +308,10 @@ const TYPED_PROTOBUF: [&str; 6] = [
 ];
 
 /// The targets the hop is held to, 1 caller, as ratios to the floor: the
-/// best gRPC call and HTTP/2 with a protobuf body within ×2 at 1 order,
-/// HTTP/1.1 with protobuf within ×1.3, and every typed-protobuf transport
-/// (not `grpc-v1`, whose strings are the point) within ×1.15 at 1,000.
+/// best gRPC call, and the better of HTTP/2 with a protobuf body and its
+/// tuned twin, within ×2 at 1 order; HTTP/1.1 with protobuf within ×1.3;
+/// and every typed-protobuf transport (not `grpc-v1`, whose strings are the
+/// point) within ×1.15 at 1,000.
 fn target_list() -> Vec<Target> {
     let grpc: &'static [&'static str] = &[
         transports::GRPC,
@@ -324,7 +326,7 @@ fn target_list() -> Vec<Target> {
             limit: 2.0,
         },
         Target {
-            vias: &[transports::H2C_PROTO],
+            vias: &[transports::H2C_PROTO, transports::H2C_PROTO_TUNED],
             orders: 1,
             limit: 2.0,
         },
@@ -541,9 +543,9 @@ mod tests {
         );
         assert!(matches!(&row("grpc-bidi at 1,000")[3], Value::Text { text } if text == "no"));
         // Not in the plan: no figure, and said so.
-        assert!(matches!(&row("h2c-proto at 1 order")[1], Value::Missing { .. }));
-        assert!(t.reading.starts_with("2 of 9 "), "{}", t.reading);
-        assert!(t.reading.contains("5 not measured"), "{}", t.reading);
+        assert!(matches!(&row("best of h2c-proto,")[1], Value::Missing { .. }));
+        assert!(t.reading.starts_with("2 of 10 "), "{}", t.reading);
+        assert!(t.reading.contains("6 not measured"), "{}", t.reading);
         assert!(t.reading.contains("2 missed"), "{}", t.reading);
     }
 }
