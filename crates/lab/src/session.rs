@@ -356,16 +356,20 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
             None
         },
     };
-    let haproxy_missing = needs.haproxy && haproxy::binary().is_none();
-    if needs.haproxy {
-        match haproxy::binary() {
-            Some(h) => println!("haproxy: {}", h.display()),
-            None => println!(
-                "haproxy: {}; the cells behind an L4 or L7 balancer are skipped, and listed in the report",
-                haproxy::INSTALL_HINT
-            ),
-        }
-    }
+    let haproxy_missing = needs.haproxy
+        && match haproxy::binary() {
+            Some(h) => {
+                println!("haproxy: {}", h.display());
+                false
+            }
+            None => {
+                println!(
+                    "haproxy: {}; the cells behind an L4 or L7 balancer are skipped, and listed in the report",
+                    haproxy::INSTALL_HINT
+                );
+                true
+            }
+        };
     if svc.pin
         && std::process::Command::new("taskset")
             .arg("-V")
