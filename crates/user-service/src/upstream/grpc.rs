@@ -40,11 +40,7 @@ fn channels(ep: &Endpoints, metrics: &Arc<TransportMetrics>) -> anyhow::Result<V
     let dial = ep.dialer(wire::authority(&ep.grpc_url)?, tls::ALPN_H2, metrics);
     // The scheme only becomes `:scheme`: the connector below does the TLS.
     let mut url = ep.grpc_url.clone().into_parts();
-    url.scheme = Some(if dial.is_tls() {
-        http::uri::Scheme::HTTPS
-    } else {
-        http::uri::Scheme::HTTP
-    });
+    url.scheme = Some(dial.scheme());
     let url = http::Uri::from_parts(url)?;
     let endpoint = Endpoint::from(url).connect_timeout(ep.timeout);
     Ok((0..ep.pool_size)

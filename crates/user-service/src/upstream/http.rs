@@ -267,7 +267,7 @@ struct H2Slot<S> {
 
 /// N multiplexed (HTTP/2) connections, picked round-robin, each opened on
 /// first use and again when it broke: what `h2c-*` (hyper's connections)
-/// and `grpc-tuned` (the `h2` crate's) share. `S` is a connection's handle
+/// and the tuned twins (the `h2` crate's) share. `S` is a connection's handle
 /// for sending, cloned for each call.
 #[derive(Debug)]
 pub(crate) struct H2Slots<S> {
@@ -377,13 +377,7 @@ impl H2Pool {
         accept: &'static str,
     ) -> Result<Answer, UpstreamError> {
         let i = self.slots.pick();
-        // HTTP/2 wants the absolute form: it becomes :scheme and :authority.
-        let scheme = if self.target.dial.is_tls() {
-            "https"
-        } else {
-            "http"
-        };
-        let uri = format!("{scheme}://{}{path_and_query}", self.target.dial.addr);
+        let uri = self.target.dial.absolute(path_and_query);
         let mut failed = None;
         loop {
             let (generation, mut sender) = self.sender(i, failed).await?;

@@ -38,7 +38,7 @@ use futures::future::BoxFuture;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame};
 use proto::order::v2::{ListOrdersRequest, ListOrdersResponse};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 
 use super::grpc::{from_status, list_request};
 use super::http::H2Slots;
@@ -189,9 +189,9 @@ impl Conns {
         path_and_query: &str,
         accept: &'static str,
     ) -> Result<super::http::Answer, UpstreamError> {
-        // HTTP/2 wants the absolute form: it becomes :scheme and :authority.
-        let scheme = if self.dial.is_tls() { "https" } else { "http" };
-        let uri: http::Uri = format!("{scheme}://{}{path_and_query}", self.dial.addr)
+        let uri: http::Uri = self
+            .dial
+            .absolute(path_and_query)
             .parse()
             .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))?;
         let mut headers = http::HeaderMap::new();
@@ -306,8 +306,8 @@ impl tower::Service<http::Request<tonic::body::Body>> for Service {
     }
 }
 
-/// prost's encoding, and decoding from the message split off tonic's buffer
-/// as one `Bytes`.
+/// tonic's prost encoder, as the stock client has it, and decoding from the
+/// message split off tonic's buffer as one `Bytes`.
 struct FrozenCodec<T, U>(PhantomData<fn(T) -> U>);
 
 impl<T, U> Default for FrozenCodec<T, U> {
@@ -316,18 +316,7 @@ impl<T, U> Default for FrozenCodec<T, U> {
     }
 }
 
-struct ProstEncode<T>(PhantomData<fn(T)>);
 struct FrozenDecode<U>(PhantomData<fn() -> U>);
-
-impl<T: prost::Message> Encoder for ProstEncode<T> {
-    type Item = T;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        item.encode(buf)
-            .map_err(|e| tonic::Status::internal(format!("encoding the request: {e}")))
-    }
-}
 
 impl<U: prost::Message + Default> Decoder for FrozenDecode<U> {
     type Item = U;
@@ -349,11 +338,11 @@ where
 {
     type Encode = T;
     type Decode = U;
-    type Encoder = ProstEncode<T>;
+    type Encoder = tonic_prost::ProstEncoder<T>;
     type Decoder = FrozenDecode<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncode(PhantomData)
+        tonic_prost::ProstEncoder::new(BufferSettings::default())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -382,11 +371,7 @@ impl TunedSource {
         let dial = ep.dialer(wire::authority(&ep.grpc_url)?, tls::ALPN_H2, &metrics);
         // The origin becomes `:scheme` and `:authority`; the dialer does TLS.
         let mut origin = ep.grpc_url.clone().into_parts();
-        origin.scheme = Some(if dial.is_tls() {
-            http::uri::Scheme::HTTPS
-        } else {
-            http::uri::Scheme::HTTP
-        });
+        origin.scheme = Some(dial.scheme());
         origin.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
         let origin = http::Uri::from_parts(origin)?;
         let conns = Conns::new(dial, ep.pool_size, metrics.clone());

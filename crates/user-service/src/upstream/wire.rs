@@ -142,9 +142,20 @@ impl Dialer {
         }
     }
 
-    /// Whether connections are TLS.
-    pub fn is_tls(&self) -> bool {
-        self.tls.is_some()
+    /// The scheme calls over these connections carry (HTTP/2's `:scheme`):
+    /// `https` with TLS, `http` without.
+    pub fn scheme(&self) -> http::uri::Scheme {
+        if self.tls.is_some() {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        }
+    }
+
+    /// `path_and_query` on this address in the absolute form HTTP/2 wants:
+    /// it becomes `:scheme` and `:authority`.
+    pub fn absolute(&self, path_and_query: &str) -> String {
+        format!("{}://{}{path_and_query}", self.scheme(), self.addr)
     }
 
     /// A counted connection: TCP (see [`connect`]), then the TLS handshake
