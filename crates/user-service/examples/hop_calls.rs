@@ -7,6 +7,7 @@
 //! warm-up cancelled out.
 //!
 //! `cargo run --release -p user-service --example hop_calls -- TRANSPORT ORDERS N [--runtime] [--block-on]`
+//! (`-- --list` prints every transport's name)
 //!
 //! With `--runtime`, it prints one line of JSON: Tokio's counters for both
 //! runtimes (the callers', order-service's) over the N calls, per call.
@@ -70,24 +71,19 @@ impl Counters {
         c
     }
 
-    /// `self - before` per call, as JSON members.
-    fn per_call(&self, before: &Counters, n: u32) -> String {
-        let n = f64::from(n);
-        let each = |a: u64, b: u64| (a - b) as f64 / n;
-        let opt = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => format!("{:.3}", each(a, b)),
-            _ => "null".to_owned(),
-        };
-        format!(
-            r#"{{"parks":{:.3},"busy_us":{:.3},"spawned":{},"remote":{},"local":{},"steals":{},"io_ready":{}}}"#,
-            each(self.parks, before.parks),
-            each(self.busy_us, before.busy_us),
-            opt(self.spawned, before.spawned),
-            opt(self.remote, before.remote),
-            opt(self.local, before.local),
-            opt(self.steals, before.steals),
-            opt(self.io_ready, before.io_ready),
-        )
+    /// `self - before` per call; a counter this build lacks is null.
+    fn per_call(&self, before: &Counters, n: u32) -> serde_json::Value {
+        let each = |a: u64, b: u64| (a - b) as f64 / f64::from(n);
+        let opt = |a: Option<u64>, b: Option<u64>| Some(each(a?, b?));
+        serde_json::json!({
+            "parks": each(self.parks, before.parks),
+            "busy_us": each(self.busy_us, before.busy_us),
+            "spawned": opt(self.spawned, before.spawned),
+            "remote": opt(self.remote, before.remote),
+            "local": opt(self.local, before.local),
+            "steals": opt(self.steals, before.steals),
+            "io_ready": opt(self.io_ready, before.io_ready),
+        })
     }
 }
 
@@ -100,6 +96,12 @@ fn main() -> anyhow::Result<()> {
         }
         None => false,
     };
+    if flag("--list") {
+        // Every transport's name, for the scripts that run them all.
+        let names: Vec<&str> = Transport::ALL.iter().map(|t| t.name()).collect();
+        println!("{}", names.join(" "));
+        return Ok(());
+    }
     let runtime = flag("--runtime");
     let in_task = !flag("--block-on");
     let [via, orders, n] = args.as_slice() else {
@@ -151,12 +153,16 @@ fn main() -> anyhow::Result<()> {
     };
     if runtime {
         let after = (Counters::read(rt.handle()), Counters::read(&order.runtime));
-        println!(
-            r#"{{"transport":"{via}","orders":{orders},"calls":{n},"in_task":{in_task},"us_per_call":{:.2},"callers":{},"order_service":{}}}"#,
-            took.as_secs_f64() * 1e6 / f64::from(n),
-            after.0.per_call(&before.0, n),
-            after.1.per_call(&before.1, n),
-        );
+        let line = serde_json::json!({
+            "transport": via.name(),
+            "orders": orders,
+            "calls": n,
+            "in_task": in_task,
+            "us_per_call": took.as_secs_f64() * 1e6 / f64::from(n),
+            "callers": after.0.per_call(&before.0, n),
+            "order_service": after.1.per_call(&before.1, n),
+        });
+        println!("{line}");
     }
     // The server thread never ends by itself: leave without waiting for it.
     std::process::exit(0)
