@@ -661,6 +661,23 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
         run: serde_json::to_value(info).unwrap_or_default(),
         ..Report::default()
     };
+    let vias = info.knobs.transports();
+    if [transports::GRPC_TUNED, transports::H2C_PROTO_TUNED]
+        .iter()
+        .any(|t| vias.iter().any(|v| v == t))
+    {
+        // What differs between a tuned twin and its stock transport, stated
+        // wherever both may sit side by side.
+        report.intro.push(
+            "`grpc-tuned` and `h2c-proto-tuned` make the same calls as `grpc` and `h2c-proto`, \
+             to the same servers, on connections of the `h2` crate the caller uses directly: no \
+             tonic `Channel` (no `Buffer` task) and no hyper client task per call. `grpc-tuned` \
+             also sends its request as one DATA frame, decodes the answer from one `Bytes` rather \
+             than tonic's `BytesMut`, and sends no `user-agent` header. Windows are hyper's \
+             defaults in both. The stock transports are what tonic and hyper give by default."
+                .to_owned(),
+        );
+    }
     let others: Vec<f64> = results
         .records
         .iter()
@@ -913,6 +930,22 @@ mod tests {
             md.contains("Planned cells not measured on this machine"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn the_report_states_how_the_tuned_twins_differ_only_when_the_run_has_them() {
+        let (info, results) = crate::synthetic::run(&["payload"], true, 2);
+        let said = |info: &RunInfo| {
+            build_report(info, &results)
+                .markdown()
+                .contains("no `user-agent` header")
+        };
+        assert!(said(&info), "every transport, the twins among them");
+        let mut stock = info.clone();
+        stock.knobs.transports = Some(vec!["grpc".into(), "h2c-proto".into()]);
+        assert!(!said(&stock));
+        stock.knobs.transports = Some(vec!["grpc".into(), "grpc-tuned".into()]);
+        assert!(said(&stock));
     }
 
     #[test]
