@@ -678,6 +678,21 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                 .to_owned(),
         );
     }
+    if [transports::CONNECT_H1_PROTO, transports::CONNECT_H2C_PROTO]
+        .iter()
+        .any(|t| vias.iter().any(|v| v == t))
+    {
+        report.intro.push(
+            "`connect-h1-proto` and `connect-h2c-proto` call `ListOrders` with the Connect \
+             protocol: connect-rust's client POSTs a protobuf `ListOrdersRequest` to \
+             order-service's REST port, where connect-rust's server answers from the same store. \
+             They use the same connection pools as `h1-proto` and `h2c-proto`, and the answer's \
+             bytes are the same. What differs is a POST with a body against a GET with a query \
+             string, Connect's headers, and the protobuf runtime on both ends (buffa, not \
+             prost). Neither end compresses."
+                .to_owned(),
+        );
+    }
     let others: Vec<f64> = results
         .records
         .iter()
@@ -946,6 +961,22 @@ mod tests {
         assert!(!said(&stock));
         stock.knobs.transports = Some(vec!["grpc".into(), "grpc-tuned".into()]);
         assert!(said(&stock));
+    }
+
+    #[test]
+    fn the_report_states_what_connect_changes_only_when_the_run_has_it() {
+        let (info, results) = crate::synthetic::run(&["payload"], true, 2);
+        let said = |info: &RunInfo| {
+            build_report(info, &results)
+                .markdown()
+                .contains("the protobuf runtime on both ends (buffa, not prost)")
+        };
+        assert!(said(&info), "every transport, Connect's among them");
+        let mut some = info.clone();
+        some.knobs.transports = Some(vec!["h1-proto".into(), "grpc".into()]);
+        assert!(!said(&some));
+        some.knobs.transports = Some(vec!["h1-proto".into(), "connect-h1-proto".into()]);
+        assert!(said(&some));
     }
 
     #[test]

@@ -9,9 +9,18 @@
 //! service does on each side (domain -> wire before encoding, wire -> domain
 //! after decoding), as order-service and user-service do on every call.
 //!
+//! The `proto-buffa` rows are the same typed (v2) messages on buffa, the
+//! runtime connect-rust generates for (the Connect transports use it): the
+//! same bytes as `proto-v2`, another runtime. Its decode reads a zero-copy
+//! view, as the Connect client does, and its `domain` row converts from that
+//! view.
+//!
 //! `cargo bench -p model --bench codec` (add `-- 1000` to run one size).
 
 use std::hint::black_box;
+
+use buffa::{Message as _, MessageView as _};
+use proto_connect::order::v2 as cx;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use model::json::{OrderJson, OrderPageJson};
@@ -56,6 +65,10 @@ fn v1_page(o: &[Order]) -> pb1::ListOrdersResponse {
     }
 }
 
+fn buffa_page(o: &[Order]) -> cx::ListOrdersResponse {
+    model::connect::page_to_cx(o, FieldSet::ALL, String::new())
+}
+
 /// The conversion a caller does after decoding: every wire order to a domain one.
 fn to_domain<T: TryInto<Order, Error = model::ParseError>>(wire: Vec<T>) -> Vec<Order> {
     wire.into_iter()
@@ -68,7 +81,7 @@ fn encode(c: &mut Criterion) {
     let mut g = c.benchmark_group("encode");
     for n in SIZES {
         let o = orders(n);
-        let (j, p2, p1) = (json_page(&o), v2_page(&o), v1_page(&o));
+        let (j, p2, p1, bf) = (json_page(&o), v2_page(&o), v1_page(&o), buffa_page(&o));
         g.throughput(Throughput::Elements(u64::from(n)));
         g.bench_with_input(BenchmarkId::new("json/wire", n), &j, |b, j| {
             b.iter(|| serde_json::to_vec(black_box(j)).expect("encodes"));
@@ -84,6 +97,12 @@ fn encode(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("proto-v1/wire", n), &p1, |b, p| {
             b.iter(|| black_box(p).encode_to_vec());
+        });
+        g.bench_with_input(BenchmarkId::new("proto-buffa/wire", n), &bf, |b, p| {
+            b.iter(|| black_box(p).encode_to_vec());
+        });
+        g.bench_with_input(BenchmarkId::new("proto-buffa/domain", n), &o, |b, o| {
+            b.iter(|| buffa_page(black_box(o)).encode_to_vec());
         });
         g.bench_with_input(BenchmarkId::new("proto-v1/domain", n), &o, |b, o| {
             b.iter(|| v1_page(black_box(o)).encode_to_vec());
@@ -125,6 +144,22 @@ fn decode(c: &mut Criterion) {
             b.iter(|| {
                 let page = pb1::ListOrdersResponse::decode(black_box(&p[..])).expect("decodes");
                 to_domain(page.orders)
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("proto-buffa/wire", n), &p2, |b, p| {
+            b.iter(|| {
+                cx::__buffa::view::ListOrdersResponseView::decode_view(black_box(&p[..]))
+                    .expect("decodes")
+                    .orders
+                    .len()
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("proto-buffa/domain", n), &p2, |b, p| {
+            b.iter(|| {
+                let page =
+                    cx::__buffa::view::ListOrdersResponseView::decode_view(black_box(&p[..]))
+                        .expect("decodes");
+                model::connect::page_from_view(&page).expect("parses")
             });
         });
     }

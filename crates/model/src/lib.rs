@@ -6,11 +6,14 @@
 //! - [`json`]: the JSON form of the typed API, with OpenAPI schemas.
 //! - [`v2`]: conversions to and from the typed protobuf API.
 //! - [`v1`]: conversions to and from the legacy all-strings API.
+//! - [`connect`]: conversions to and from the same typed API as generated for
+//!   Connect (connect-rust's buffa runtime): the one place buffa meets the domain.
 //! - [`PageToken`]: the opaque cursor of a page of orders.
 //!
 //! Parsing happens here, once: a wire message becomes a domain value through
 //! `TryFrom`, and a bad field becomes a [`ParseError`] that names it.
 
+pub mod connect;
 pub mod fields;
 pub mod json;
 pub mod order;

@@ -32,7 +32,7 @@ pub fn parse_uuid(field: &str, s: &str) -> Result<Uuid, ParseError> {
         .map_err(|_| ParseError::new(field, format!("{} is not a UUID", crate::quoted(s))))
 }
 
-fn parse_uuid_or_nil(field: &str, s: &str) -> Result<Uuid, ParseError> {
+pub(crate) fn parse_uuid_or_nil(field: &str, s: &str) -> Result<Uuid, ParseError> {
     if s.is_empty() {
         Ok(Uuid::nil())
     } else {
@@ -40,7 +40,7 @@ fn parse_uuid_or_nil(field: &str, s: &str) -> Result<Uuid, ParseError> {
     }
 }
 
-fn uuid_or_empty(u: Uuid) -> String {
+pub(crate) fn uuid_or_empty(u: Uuid) -> String {
     if u.is_nil() {
         String::new()
     } else {

@@ -10,7 +10,10 @@
 //! - [`grpc`]: gRPC v2 (unary, server and bidi streams) and v1, health,
 //!   reflection, gRPC-web.
 //! - [`tcp`]: the raw-TCP floor (length-prefixed protobuf frames).
+//! - [`connect`]: `order.v2.OrderService` over Connect (connect-rust, buffa),
+//!   on the REST port.
 
+pub mod connect;
 pub mod grpc;
 pub mod rest;
 pub mod service;

@@ -254,14 +254,20 @@ pub fn render_process(out: &mut String) {
     );
 }
 
-/// The protocol label of an HTTP request: `grpc`, `grpc-web`, `h2c` or `http1`.
+/// The protocol label of an HTTP request: `grpc`, `grpc-web`, `connect`,
+/// `h2c` or `http1`. A Connect call says so in `Connect-Protocol-Version`
+/// (unary) or in its streaming content type.
 pub fn protocol_of<B>(req: &http::Request<B>) -> &'static str {
     let ct = req
         .headers()
         .get(http::header::CONTENT_TYPE)
         .map(http::HeaderValue::as_bytes)
         .unwrap_or_default();
-    if ct.starts_with(b"application/grpc-web") {
+    if req.headers().contains_key("connect-protocol-version")
+        || ct.starts_with(b"application/connect+")
+    {
+        "connect"
+    } else if ct.starts_with(b"application/grpc-web") {
         "grpc-web"
     } else if ct.starts_with(b"application/grpc") {
         "grpc"

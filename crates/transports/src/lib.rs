@@ -9,9 +9,10 @@
 //! ([`H1_JSON`], [`TCP_PROTO`]) from here. A new transport is added here
 //! first: user-service's tests then fail until it has an adapter of that name.
 //!
-//! The names are kebab-case: the wire first (`h1`, `h2c`, `grpc`, `tcp`),
-//! then what tells it apart (the body, or how the connection is used). No
-//! dependencies, so anything in the workspace can use it.
+//! The names are kebab-case: the protocol and wire first (`h1`, `h2c`,
+//! `connect-h1`, `connect-h2c`, `grpc`, `tcp`), then what tells it apart
+//! (the body, or how the connection is used). No dependencies, so anything
+//! in the workspace can use it.
 
 /// HTTP/1.1, JSON body, N pooled keep-alive connections: at most N calls in
 /// flight, the rest wait. The REST baseline.
@@ -30,6 +31,13 @@ pub const H2C_PROTO: &str = "h2c-proto";
 /// by the caller (no hyper, no task per call): the twin that shows what
 /// hyper's HTTP/2 client costs.
 pub const H2C_PROTO_TUNED: &str = "h2c-proto-tuned";
+/// Connect unary `ListOrders` (connect-rust's client, buffa messages, a
+/// protobuf body POSTed to order-service's REST port), on HTTP/1.1
+/// connections pooled as [`H1_PROTO`].
+pub const CONNECT_H1_PROTO: &str = "connect-h1-proto";
+/// Connect unary `ListOrders` as [`CONNECT_H1_PROTO`], on h2c connections
+/// multiplexed as [`H2C_PROTO`].
+pub const CONNECT_H2C_PROTO: &str = "connect-h2c-proto";
 /// gRPC unary `ListOrders`, protobuf, N channels (one HTTP/2 connection each).
 pub const GRPC: &str = "grpc";
 /// gRPC unary `ListOrders` as [`GRPC`], to the same server, with tonic's
@@ -54,13 +62,15 @@ pub const TCP_PROTO: &str = "tcp-proto";
 pub const GRPC_V1: &str = "grpc-v1";
 
 /// Every transport, in the order of the design's matrix.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 14] = [
     H1_JSON,
     H1_JSON_CLOSE,
     H2C_JSON,
     H1_PROTO,
     H2C_PROTO,
     H2C_PROTO_TUNED,
+    CONNECT_H1_PROTO,
+    CONNECT_H2C_PROTO,
     GRPC,
     GRPC_TUNED,
     GRPC_STREAM,
@@ -129,6 +139,8 @@ mod tests {
                 "h1-proto",
                 "h2c-proto",
                 "h2c-proto-tuned",
+                "connect-h1-proto",
+                "connect-h2c-proto",
                 "grpc",
                 "grpc-tuned",
                 "grpc-stream",
@@ -174,7 +186,7 @@ mod tests {
     fn joined_lists_every_name_in_order() {
         assert_eq!(
             joined(", "),
-            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, h2c-proto-tuned, grpc, grpc-tuned, grpc-stream, grpc-bidi, tcp-proto, grpc-v1"
+            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, h2c-proto-tuned, connect-h1-proto, connect-h2c-proto, grpc, grpc-tuned, grpc-stream, grpc-bidi, tcp-proto, grpc-v1"
         );
         assert_eq!(joined("|").split('|').collect::<Vec<_>>(), ALL);
     }

@@ -22,6 +22,8 @@
 //!   [`upstream::http`] (h1-json, h1-json-close, h2c-json, h1-proto,
 //!   h2c-proto), [`upstream::grpc`] (grpc, grpc-stream, grpc-v1, grpc-bidi),
 //!   [`upstream::tuned`] (grpc-tuned, and h2c-proto-tuned's connections),
+//!   [`upstream::connect`] (connect-h1-proto, connect-h2c-proto, on the
+//!   REST adapters' connection pools),
 //!   [`upstream::tcp`] (tcp-proto), [`upstream::mux`] (request-id
 //!   multiplexing shared by grpc-bidi and tcp-proto), [`upstream::wire`]
 //!   (counted sockets).

@@ -86,10 +86,11 @@ impl Experiment for Codec {
 }
 
 /// The encodings the benchmark compares, in table order, with their labels.
-pub const FORMATS: [(&str, &str); 3] = [
+pub const FORMATS: [(&str, &str); 4] = [
     ("json", "JSON"),
     ("proto-v2", "protobuf v2 (typed)"),
     ("proto-v1", "protobuf v1 (all strings)"),
+    ("proto-buffa", "protobuf v2 on buffa (Connect's runtime)"),
 ];
 
 /// One benchmark's result, as criterion estimated it.
@@ -97,7 +98,8 @@ pub const FORMATS: [(&str, &str); 3] = [
 pub struct CodecRecord {
     /// `encode` or `decode`.
     pub op: String,
-    /// `json`, `proto-v2` or `proto-v1`.
+    /// `json`, `proto-v2`, `proto-v1` or `proto-buffa` (the same bytes as
+    /// `proto-v2`, on connect-rust's runtime).
     pub format: String,
     /// `wire` (the wire type alone) or `domain` (with the conversion).
     pub stage: String,
@@ -423,11 +425,27 @@ fn reading(run: &CodecRun, n: u32) -> String {
         run.median("encode", "proto-v2", "domain", n),
         run.median("encode", "proto-v2", "wire", n),
     );
+    let runtime = run
+        .round_trip_ratio("proto-buffa", "proto-v2", n)
+        .map(|s| s.median);
+    let runtime = match runtime {
+        Some(r) if r < 1.0 => format!(
+            " The same typed messages on buffa take ×{r:.2} of prost's round trip: the runtime \
+             alone makes a Connect transport's codec {:.0}% cheaper.",
+            (1.0 - r) * 100.0
+        ),
+        Some(r) => format!(
+            " The same typed messages on buffa take ×{r:.2} of prost's round trip: the runtime \
+             alone makes a Connect transport's codec {:.0}% dearer.",
+            (r - 1.0) * 100.0
+        ),
+        None => String::new(),
+    };
     match (v2, v1, direct) {
         (Some(v2), Some(v1), Some(direct)) => format!(
             "With conversions, a typed protobuf round trip takes ×{v2:.2} of JSON's and the \
              all-strings v1 ×{v1:.2}; encoding v2 from the domain type costs {direct:.2}× encoding the \
-             generated message directly.",
+             generated message directly.{runtime}",
         ),
         _ => format!("{MISSING}: the benchmark left no estimates for this size."),
     }
@@ -487,7 +505,7 @@ mod tests {
         // An older run's files are ignored.
         std::fs::create_dir_all(dir.join("encode/json_wire/1000/base")).unwrap();
         let records = read_estimates(&dir).unwrap();
-        assert_eq!(records.len(), 12);
+        assert_eq!(records.len(), 16);
         let run = CodecRun {
             command: "cargo bench".into(),
             warm_up_s: 1.0,
@@ -500,11 +518,17 @@ mod tests {
         assert_eq!(run.round_trip("proto-v2", 1000), Some(12000.0));
         let s = section(Some(&run), &[1000]);
         let t = first_table(&s);
-        assert_eq!(t.rows.len(), 3);
+        assert_eq!(t.rows.len(), 4);
         assert_eq!(t.rows[0][1].to_string(), "1.00 µs ±2%");
         // One round: criterion's interval as ±, and no rerun interval.
         assert_eq!(t.rows[1][5].to_string(), "12.0 µs · ×2.00");
         assert!(t.reading.contains("×2.00 of JSON's"), "{}", t.reading);
+        // buffa: 8,000 + 16,000 against prost's 12,000.
+        assert!(
+            t.reading.contains("×2.00 of prost's") && t.reading.contains("100% dearer"),
+            "{}",
+            t.reading
+        );
         let report = crate::report::Report {
             sections: vec![s.clone()],
             ..crate::report::Report::default()

@@ -11,10 +11,10 @@ const RIGHT: f64 = 200.0;
 const TOP: f64 = 44.0;
 const BOTTOM: f64 = 84.0;
 
-/// Colours that stay apart for up to a dozen series.
-const PALETTE: [&str; 12] = [
+/// Colours that stay apart for up to sixteen series (every transport).
+const PALETTE: [&str; 16] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-    "#7f7f7f", "#bcbd22", "#393b79", "#ad494a",
+    "#7f7f7f", "#bcbd22", "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd",
 ];
 
 /// Escapes text for SVG/HTML.

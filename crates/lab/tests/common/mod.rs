@@ -215,7 +215,12 @@ pub fn synthetic_codec(sizes: &[u32]) -> CodecRun {
     let mut records = Vec::new();
     for &n in sizes {
         for (op, op_k) in [("encode", 1.0), ("decode", 1.8)] {
-            for (format, f_k) in [("json", 3.0), ("proto-v2", 1.0), ("proto-v1", 1.4)] {
+            for (format, f_k) in [
+                ("json", 3.0),
+                ("proto-v2", 1.0),
+                ("proto-v1", 1.4),
+                ("proto-buffa", 0.9),
+            ] {
                 for (stage, s_k) in [("wire", 1.0), ("domain", 2.5)] {
                     let median = 300.0 * f64::from(n) * op_k * f_k * s_k;
                     records.push(CodecRecord {

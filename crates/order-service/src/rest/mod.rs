@@ -43,7 +43,17 @@ pub struct RestState {
 
 /// The REST router.
 pub fn router(state: RestState) -> Router {
-    Router::new()
+    // Connect shares this listener (see `crate::connect`): one route per
+    // method, so that the metrics' route label names the method.
+    let connect = crate::connect::service(state.orders.clone(), state.max_body_bytes);
+    let mut router = Router::new();
+    for method in crate::connect::METHODS {
+        router = router.route_service(
+            &format!("{}{method}", crate::connect::PREFIX),
+            connect.clone(),
+        );
+    }
+    router
         .route("/v2/orders", get(list_orders).post(create_order))
         .route("/v2/orders/{id}", get(get_order))
         .route("/v1/orders", get(list_orders_v1))

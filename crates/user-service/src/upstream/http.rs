@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST};
-use http::{HeaderValue, Request, StatusCode};
+use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -42,12 +42,49 @@ use crate::metrics::TransportMetrics;
 const PROTOBUF: &str = "application/x-protobuf";
 const JSON: &str = "application/json";
 
-/// What came back from one GET.
+/// What came back from one call.
 #[derive(Debug)]
 pub struct Answer {
     pub status: StatusCode,
-    pub content_type: Option<HeaderValue>,
+    pub headers: http::HeaderMap,
     pub body: Bytes,
+}
+
+impl Answer {
+    /// The answer's `Content-Type`, if it has one.
+    pub fn content_type(&self) -> Option<&HeaderValue> {
+        self.headers.get(CONTENT_TYPE)
+    }
+}
+
+/// One request to the REST port: a GET of the REST API, or a Connect call's
+/// POST (see [`super::connect`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Outgoing<'a> {
+    pub method: Method,
+    /// Origin form: `/v2/orders?…`.
+    pub path_and_query: &'a str,
+    /// Sent as they are; `Host` (HTTP/1.1) and the trace context are added.
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+    /// Free of side effects, so it may be sent again on a new connection
+    /// when the one it went out on failed before any answer.
+    pub retryable: bool,
+}
+
+impl<'a> Outgoing<'a> {
+    /// A bodiless GET that accepts `accept`.
+    fn get(path_and_query: &'a str, accept: &'static str) -> Self {
+        let mut headers = http::HeaderMap::with_capacity(1);
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
+        Outgoing {
+            method: Method::GET,
+            path_and_query,
+            headers,
+            body: Bytes::new(),
+            retryable: true,
+        }
+    }
 }
 
 /// Where the REST port is, and how to dial it (cleartext or TLS).
@@ -104,7 +141,7 @@ where
 pub(crate) fn into_answer(parts: http::response::Parts, body: Bytes) -> Answer {
     Answer {
         status: parts.status,
-        content_type: parts.headers.get(CONTENT_TYPE).cloned(),
+        headers: parts.headers,
         body,
     }
 }
@@ -136,20 +173,21 @@ async fn open_h1(
 
 fn h1_request(
     target: &Target,
-    path_and_query: &str,
-    accept: &'static str,
+    out: &Outgoing<'_>,
     close: bool,
 ) -> Result<Request<Full<Bytes>>, UpstreamError> {
-    let mut b = Request::get(path_and_query)
-        .header(HOST, target.host.clone())
-        .header(ACCEPT, accept);
-    if close {
-        b = b.header(CONNECTION, "close");
-    }
-    let mut req = b
-        .body(Full::new(Bytes::new()))
+    let mut req = Request::builder()
+        .method(out.method.clone())
+        .uri(out.path_and_query)
+        .body(Full::new(out.body.clone()))
         .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))?;
-    telemetry::propagation::inject_headers(req.headers_mut());
+    let h = req.headers_mut();
+    h.insert(HOST, target.host.clone());
+    h.extend(out.headers.clone());
+    if close {
+        h.insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    telemetry::propagation::inject_headers(h);
     Ok(req)
 }
 
@@ -177,11 +215,7 @@ impl H1Pool {
         }
     }
 
-    async fn get(
-        &self,
-        path_and_query: &str,
-        accept: &'static str,
-    ) -> Result<Answer, UpstreamError> {
+    pub(crate) async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, UpstreamError> {
         // Held until the answer is read: the budget is calls, not just sockets.
         let _slot =
             self.slots.acquire().await.map_err(|_| {
@@ -193,13 +227,14 @@ impl H1Pool {
                 Some(s) => (s, true),
                 None => (open_h1(&self.target, &self.metrics).await?, false),
             };
-            let req = h1_request(&self.target, path_and_query, accept, false)?;
+            let req = h1_request(&self.target, out, false)?;
             let on_wire = self.metrics.in_flight();
             let resp = match sender.send_request(req).await {
                 Ok(r) => r,
                 // A keep-alive connection the server closed while it sat
-                // idle: the GET is idempotent, so try once more on a new one.
-                Err(e) if reused && !retried => {
+                // idle: the call is free of side effects, so try once more
+                // on a new one.
+                Err(e) if reused && !retried && out.retryable => {
                     tracing::debug!(error = %e, "a pooled HTTP/1.1 connection was stale; retrying on a new one");
                     retried = true;
                     drop((on_wire, sender));
@@ -234,17 +269,13 @@ pub struct H1Close {
 }
 
 impl H1Close {
-    async fn get(
-        &self,
-        path_and_query: &str,
-        accept: &'static str,
-    ) -> Result<Answer, UpstreamError> {
+    async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, UpstreamError> {
         let _slot =
             self.slots.acquire().await.map_err(|_| {
                 UpstreamError::Unavailable("the connection pool is closed".to_owned())
             })?;
         let mut sender = open_h1(&self.target, &self.metrics).await?;
-        let req = h1_request(&self.target, path_and_query, accept, true)?;
+        let req = h1_request(&self.target, out, true)?;
         let _on_wire = self.metrics.in_flight();
         let resp = sender
             .send_request(req)
@@ -371,20 +402,18 @@ impl H2Pool {
             .await
     }
 
-    async fn get(
-        &self,
-        path_and_query: &str,
-        accept: &'static str,
-    ) -> Result<Answer, UpstreamError> {
+    pub(crate) async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, UpstreamError> {
         let i = self.slots.pick();
-        let uri = self.target.dial.absolute(path_and_query);
+        let uri = self.target.dial.absolute(out.path_and_query);
         let mut failed = None;
         loop {
             let (generation, mut sender) = self.sender(i, failed).await?;
-            let mut req = Request::get(uri.as_str())
-                .header(ACCEPT, accept)
-                .body(Full::new(Bytes::new()))
+            let mut req = Request::builder()
+                .method(out.method.clone())
+                .uri(uri.as_str())
+                .body(Full::new(out.body.clone()))
                 .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))?;
+            req.headers_mut().extend(out.headers.clone());
             telemetry::propagation::inject_headers(req.headers_mut());
             let on_wire = self.metrics.in_flight();
             let sent = match sender.ready().await {
@@ -395,7 +424,7 @@ impl H2Pool {
                 Ok(r) => r,
                 // The shared connection died before answering (order-service
                 // went away and came back): one more try on a new connection.
-                Err(e) if failed.is_none() => {
+                Err(e) if failed.is_none() && out.retryable => {
                     tracing::debug!(error = %e, "an HTTP/2 connection failed; retrying on a new one");
                     failed = Some(generation);
                     drop(on_wire);
@@ -406,6 +435,38 @@ impl H2Pool {
             let (parts, body) = resp.into_parts();
             let body = read_body(body).await?;
             return Ok(into_answer(parts, body));
+        }
+    }
+}
+
+/// A pool of connections to the REST port, HTTP/1.1 or h2c, as the REST
+/// adapters of the same wire use it: what the Connect adapters send on.
+#[derive(Debug)]
+pub(crate) enum Pooled {
+    H1(H1Pool),
+    H2(H2Pool),
+}
+
+impl Pooled {
+    /// `ep.pool_size` connections to the REST port, h2c when `h2`.
+    pub(crate) fn new(
+        h2: bool,
+        ep: &Endpoints,
+        metrics: Arc<TransportMetrics>,
+    ) -> anyhow::Result<Self> {
+        let alpn = if h2 { tls::ALPN_H2 } else { tls::ALPN_HTTP1 };
+        let target = Target::new(&ep.rest_url, ep, alpn, &metrics)?;
+        Ok(if h2 {
+            Pooled::H2(H2Pool::new(target, ep.pool_size, metrics))
+        } else {
+            Pooled::H1(H1Pool::new(target, ep.pool_size, metrics))
+        })
+    }
+
+    pub(crate) async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        match self {
+            Pooled::H1(p) => p.send(out).await,
+            Pooled::H2(p) => p.send(out).await,
         }
     }
 }
@@ -476,9 +537,9 @@ impl RestSource {
         }
         let accept = if self.proto { PROTOBUF } else { JSON };
         let answer = match &self.wire {
-            Wire::H1(p) => p.get(&pq, accept).await?,
-            Wire::H1Close(p) => p.get(&pq, accept).await?,
-            Wire::H2(p) => p.get(&pq, accept).await?,
+            Wire::H1(p) => p.send(&Outgoing::get(&pq, accept)).await?,
+            Wire::H1Close(p) => p.send(&Outgoing::get(&pq, accept)).await?,
+            Wire::H2(p) => p.send(&Outgoing::get(&pq, accept)).await?,
             Wire::H2Direct(p) => p.get(&pq, accept).await?,
         };
         decode(answer, self.proto)
@@ -502,11 +563,7 @@ fn decode(a: Answer, proto: bool) -> Result<Vec<model::Order>, UpstreamError> {
             },
         });
     }
-    let ct = a
-        .content_type
-        .as_ref()
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let ct = a.content_type().and_then(|v| v.to_str().ok()).unwrap_or("");
     let wanted = if proto { PROTOBUF } else { JSON };
     if !ct.starts_with(wanted) {
         return Err(UpstreamError::Protocol(format!(
@@ -549,9 +606,11 @@ mod tests {
     use super::*;
 
     fn answer(status: u16, ct: &str, body: &[u8]) -> Answer {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_str(ct).unwrap());
         Answer {
             status: StatusCode::from_u16(status).unwrap(),
-            content_type: Some(HeaderValue::from_str(ct).unwrap()),
+            headers,
             body: Bytes::copy_from_slice(body),
         }
     }

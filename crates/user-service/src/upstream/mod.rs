@@ -13,6 +13,7 @@
 //! on the socket itself.
 
 pub mod balance;
+pub mod connect;
 pub mod grpc;
 pub mod http;
 pub mod mux;
@@ -55,6 +56,12 @@ pub enum Transport {
     /// `H2cProto`'s GET over `h2` connections of its own rather than
     /// hyper's client (see [`tuned`]).
     H2cProtoTuned,
+    /// Connect unary `ListOrders` (connect-rust, buffa) over HTTP/1.1,
+    /// pooled as [`Transport::H1Proto`].
+    ConnectH1Proto,
+    /// Connect unary `ListOrders` over h2c, multiplexed as
+    /// [`Transport::H2cProto`].
+    ConnectH2cProto,
     /// gRPC unary `ListOrders`.
     Grpc,
     /// gRPC unary `ListOrders`, tonic's client over `h2` connections of its
@@ -74,13 +81,15 @@ pub enum Transport {
 impl Transport {
     /// Every transport, in the order of the design's matrix: the order of
     /// [`transports::ALL`], which a test holds this list to.
-    pub const ALL: [Transport; 12] = [
+    pub const ALL: [Transport; 14] = [
         Transport::H1Json,
         Transport::H1JsonClose,
         Transport::H2cJson,
         Transport::H1Proto,
         Transport::H2cProto,
         Transport::H2cProtoTuned,
+        Transport::ConnectH1Proto,
+        Transport::ConnectH2cProto,
         Transport::Grpc,
         Transport::GrpcTuned,
         Transport::GrpcStream,
@@ -99,6 +108,8 @@ impl Transport {
             Transport::H1Proto => transports::H1_PROTO,
             Transport::H2cProto => transports::H2C_PROTO,
             Transport::H2cProtoTuned => transports::H2C_PROTO_TUNED,
+            Transport::ConnectH1Proto => transports::CONNECT_H1_PROTO,
+            Transport::ConnectH2cProto => transports::CONNECT_H2C_PROTO,
             Transport::Grpc => transports::GRPC,
             Transport::GrpcTuned => transports::GRPC_TUNED,
             Transport::GrpcStream => transports::GRPC_STREAM,
@@ -375,6 +386,9 @@ fn adapter(
         | Transport::H1Proto
         | Transport::H2cProto
         | Transport::H2cProtoTuned => Arc::new(http::RestSource::new(t, ep, m)?),
+        Transport::ConnectH1Proto | Transport::ConnectH2cProto => {
+            Arc::new(connect::ConnectSource::new(t, ep, m)?)
+        }
         Transport::Grpc | Transport::GrpcStream | Transport::GrpcV1 => {
             Arc::new(grpc::GrpcSource::new(t, ep, m)?)
         }

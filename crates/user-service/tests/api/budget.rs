@@ -25,6 +25,7 @@ async fn with_a_pool_of_one_multiplexed_transports_use_exactly_one_connection() 
     for via in [
         Transport::H2cJson,
         Transport::H2cProto,
+        Transport::ConnectH2cProto,
         Transport::Grpc,
         Transport::GrpcStream,
         Transport::GrpcBidi,
@@ -49,7 +50,11 @@ async fn with_a_pool_of_one_multiplexed_transports_use_exactly_one_connection() 
 async fn with_a_pool_of_one_http1_never_has_more_than_one_call_in_flight() {
     let orders = OrderService::start().await;
     let users = spawn_users_with(&orders, |s| s.pool_size = 1).await;
-    for via in [Transport::H1Json, Transport::H1Proto] {
+    for via in [
+        Transport::H1Json,
+        Transport::H1Proto,
+        Transport::ConnectH1Proto,
+    ] {
         burst(&users, via).await;
         let s = users.snapshot(via);
         assert_eq!(s.calls, CONCURRENT as u64, "{via}: {s:?}");
@@ -116,7 +121,11 @@ async fn a_pool_of_n_never_opens_more_than_n_connections() {
         } else {
             assert!(s.connections_opened <= 3, "{via}: {s:?}");
             assert!(
-                s.in_flight_max <= 3 || !matches!(via, Transport::H1Json | Transport::H1Proto),
+                s.in_flight_max <= 3
+                    || !matches!(
+                        via,
+                        Transport::H1Json | Transport::H1Proto | Transport::ConnectH1Proto
+                    ),
                 "{via}: {s:?}"
             );
         }

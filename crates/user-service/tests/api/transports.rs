@@ -118,6 +118,8 @@ transport_tests! {
     h2c_json_returns_the_same_user_and_orders_as_order_service_holds => Transport::H2cJson,
     h1_proto_returns_the_same_user_and_orders_as_order_service_holds => Transport::H1Proto,
     h2c_proto_returns_the_same_user_and_orders_as_order_service_holds => Transport::H2cProto,
+    connect_h1_proto_returns_the_same_user_and_orders_as_order_service_holds => Transport::ConnectH1Proto,
+    connect_h2c_proto_returns_the_same_user_and_orders_as_order_service_holds => Transport::ConnectH2cProto,
     grpc_returns_the_same_user_and_orders_as_order_service_holds => Transport::Grpc,
     grpc_stream_returns_the_same_user_and_orders_as_order_service_holds => Transport::GrpcStream,
     grpc_bidi_returns_the_same_user_and_orders_as_order_service_holds => Transport::GrpcBidi,

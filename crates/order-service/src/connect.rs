@@ -1,0 +1,187 @@
+//! The Connect protocol (connect-rust, on the buffa runtime), served on the
+//! REST port: `POST /order.v2.OrderService/<Method>` with a protobuf or JSON
+//! body, over HTTP/1.1 or h2c.
+//!
+//! Connect is plain HTTP by design, so it shares the REST listener: the same
+//! connection cap, time bounds, TLS, tracing layer, metrics and limit of work
+//! in service, and no port of its own to configure, publish or balance.
+//! Its routes are `order.v2.OrderService`'s: `GetOrder`, `ListOrders` and
+//! `StreamOrders` are answered from the same store as every other surface;
+//! the stream-of-lookups, batch and create calls answer `unimplemented` and
+//! say where they are served.
+//!
+//! connect-rust also answers the gRPC and gRPC-web protocols on these paths;
+//! responses are never compressed, as on the REST routes.
+
+use std::sync::Arc;
+
+use connectrpc::{
+    CompressionPolicy, CompressionRegistry, ConnectError, ConnectRpcService, RequestContext,
+    Response, ServiceRequest, ServiceResult, ServiceStream,
+};
+use futures::StreamExt as _;
+use model::connect as mc;
+use proto_connect::order::v2::{self as cx, OrderServiceExt as _};
+
+use crate::service::{AppError, Orders};
+
+/// The path prefix of every Connect route.
+pub const PREFIX: &str = "/order.v2.OrderService/";
+
+/// The methods answered over Connect, as route paths.
+pub const METHODS: [&str; 7] = [
+    "GetOrder",
+    "ListOrders",
+    "StreamOrders",
+    "LookupOrders",
+    "BatchListOrders",
+    "BatchStreamOrders",
+    "CreateOrder",
+];
+
+impl From<AppError> for ConnectError {
+    fn from(e: AppError) -> Self {
+        e.log();
+        let msg = e.to_string();
+        match e {
+            AppError::Invalid(_) => ConnectError::invalid_argument(msg),
+            AppError::NotFound(_) => ConnectError::not_found(msg),
+            AppError::KeyReused(_) => ConnectError::failed_precondition(msg),
+            AppError::Unavailable(_) => ConnectError::unavailable(msg),
+            AppError::Internal(_) => ConnectError::internal(msg),
+        }
+    }
+}
+
+/// `order.v2.OrderService` over Connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOrders {
+    orders: Orders,
+}
+
+/// The request's list query, parsed as the gRPC surface parses it:
+/// `page_size` 0 means the default, an absent mask means all fields.
+fn list_query(
+    orders: &Orders,
+    user_id: &str,
+    page_size: i32,
+    page_token: &str,
+    mask: Option<&mc::FieldMaskView<'_>>,
+) -> Result<crate::store::ListQuery, AppError> {
+    let fields = mc::field_set(mask)?;
+    let size = (page_size != 0).then_some(i64::from(page_size));
+    Ok(orders.list_query(user_id, ("page_size", size), page_token, fields)?)
+}
+
+fn elsewhere(method: &str) -> ConnectError {
+    ConnectError::unimplemented(format!(
+        "{method} is served over gRPC (and REST where it has a route); over Connect this \
+         service answers GetOrder, ListOrders and StreamOrders"
+    ))
+}
+
+// The trait's methods return `impl Encodable`; these name the message.
+#[allow(refining_impl_trait)]
+impl cx::OrderService for ConnectOrders {
+    async fn get_order(
+        &self,
+        _ctx: RequestContext,
+        req: ServiceRequest<'_, cx::GetOrderRequest>,
+    ) -> ServiceResult<cx::GetOrderResponse> {
+        let fields = mc::field_set(req.read_mask.as_option()).map_err(AppError::from)?;
+        let id = req.id.to_owned();
+        let order = self.orders.get(&id, fields).await?;
+        Response::ok(cx::GetOrderResponse {
+            order: buffa::MessageField::some(mc::order_to_cx(&order, fields)),
+            ..Default::default()
+        })
+    }
+
+    async fn list_orders(
+        &self,
+        _ctx: RequestContext,
+        req: ServiceRequest<'_, cx::ListOrdersRequest>,
+    ) -> ServiceResult<cx::ListOrdersResponse> {
+        let q = list_query(
+            &self.orders,
+            req.user_id,
+            req.page_size,
+            req.page_token,
+            req.read_mask.as_option(),
+        )?;
+        let page = self.orders.list(&q).await?;
+        let next = page.next.map(|t| t.encode()).unwrap_or_default();
+        Response::ok(mc::page_to_cx(&page.orders, q.fields, next))
+    }
+
+    async fn stream_orders(
+        &self,
+        _ctx: RequestContext,
+        req: ServiceRequest<'_, cx::StreamOrdersRequest>,
+    ) -> ServiceResult<ServiceStream<cx::StreamOrdersResponse>> {
+        let q = list_query(
+            &self.orders,
+            req.user_id,
+            req.page_size,
+            req.page_token,
+            req.read_mask.as_option(),
+        )?;
+        let fields = q.fields;
+        let page = self.orders.list(&q).await?;
+        let stream = futures::stream::iter(page.orders).map(move |o| {
+            Ok(cx::StreamOrdersResponse {
+                order: buffa::MessageField::some(mc::order_to_cx(&o, fields)),
+                ..Default::default()
+            })
+        });
+        Response::ok(Box::pin(stream) as ServiceStream<_>)
+    }
+
+    async fn lookup_orders(
+        &self,
+        _ctx: RequestContext,
+        _requests: connectrpc::InboundStream<cx::LookupOrdersRequest>,
+    ) -> ServiceResult<ServiceStream<cx::LookupOrdersResponse>> {
+        Err(elsewhere("LookupOrders"))
+    }
+
+    async fn batch_list_orders(
+        &self,
+        _ctx: RequestContext,
+        _req: ServiceRequest<'_, cx::BatchListOrdersRequest>,
+    ) -> ServiceResult<cx::BatchListOrdersResponse> {
+        Err(elsewhere("BatchListOrders"))
+    }
+
+    async fn batch_stream_orders(
+        &self,
+        _ctx: RequestContext,
+        _req: ServiceRequest<'_, cx::BatchStreamOrdersRequest>,
+    ) -> ServiceResult<ServiceStream<cx::BatchStreamOrdersResponse>> {
+        Err(elsewhere("BatchStreamOrders"))
+    }
+
+    async fn create_order(
+        &self,
+        _ctx: RequestContext,
+        _req: ServiceRequest<'_, cx::CreateOrderRequest>,
+    ) -> ServiceResult<cx::CreateOrderResponse> {
+        Err(elsewhere("CreateOrder"))
+    }
+}
+
+/// The Connect service: `max_body_bytes` bounds a request body and a
+/// message, as it bounds every REST body.
+pub fn service(orders: Orders, max_body_bytes: usize) -> ConnectRpcService {
+    let router = Arc::new(ConnectOrders { orders }).register(connectrpc::Router::new());
+    ConnectRpcService::new(router)
+        .with_limits(
+            connectrpc::Limits::default()
+                .with_max_request_body_size(max_body_bytes)
+                .with_max_message_size(max_body_bytes),
+        )
+        // Nothing compressed: no surface of this service compresses unless
+        // asked to, and a byte count must not mix wires and gzip.
+        .with_compression(CompressionRegistry::new())
+        .with_compression_policy(CompressionPolicy::disabled())
+}
