@@ -100,11 +100,11 @@ pub fn serve(
     shared.unregister(id);
 }
 
-/// Which way bytes flow, for the byte counters.
+/// Which way bytes flow, for the byte counters and the links.
 #[derive(Debug, Clone, Copy)]
 enum Dir {
-    ToUpstream,
-    ToClient,
+    ToUpstream = 0,
+    ToClient = 1,
 }
 
 /// Copies `src` to `dst` with the delay, until EOF or an error on either.
@@ -133,11 +133,19 @@ fn direction(
         let _ = src.shutdown(Shutdown::Both);
         return;
     };
-    read_loop(&src, not_before, config, &queue, seed);
+    read_loop(&src, not_before, config, shared, dir, &queue, seed);
     let _ = writer.join();
 }
 
-fn read_loop(src: &TcpStream, not_before: Instant, config: &Config, queue: &Queue, seed: u64) {
+fn read_loop(
+    src: &TcpStream,
+    not_before: Instant,
+    config: &Config,
+    shared: &Shared,
+    dir: Dir,
+    queue: &Queue,
+    seed: u64,
+) {
     let mut rng = SplitMix(seed);
     let mut buf = vec![0u8; READ_BUF];
     let mut last = not_before;
@@ -146,8 +154,13 @@ fn read_loop(src: &TcpStream, not_before: Instant, config: &Config, queue: &Queu
         let got = reader.read(&mut buf);
         let now = Instant::now();
         // Bytes read at `now` leave at now + delay (+ jitter), but never
-        // before the previous chunk: jitter must not reorder.
-        let mut release = now.max(not_before) + config.delay;
+        // before the previous chunk: jitter must not reorder. With a cap,
+        // "now" is when the link has finished sending them.
+        let mut sent = now.max(not_before);
+        if let (Some(rate), Ok(n @ 1..)) = (config.rate, &got) {
+            sent = shared.transmit(dir as usize, sent, *n, rate);
+        }
+        let mut release = sent + config.delay;
         if !config.jitter.is_zero() {
             release += config.jitter.mul_f64(rng.unit());
         }

@@ -9,8 +9,14 @@
 //! through unchanged; a half-close (FIN) is passed on after the same delay.
 //! `TCP_NODELAY` is set on both sides, so the kernel adds no wait of its own.
 //!
-//! What it does not emulate: bandwidth, loss, and TCP's congestion window
-//! over a long path (the kernel sees two loopback hops with no delay). When
+//! A bandwidth cap ([`Config::rate`]) makes each direction one link of that
+//! many bytes per second, shared by every connection of the proxy: a chunk
+//! leaves only once the link has sent the chunks before it (on any
+//! connection) and its own bytes at that rate, then takes the delay. There
+//! is no burst allowance: a link is busy or free.
+//!
+//! What it does not emulate: loss, and TCP's congestion window over a long
+//! path (the kernel sees two loopback hops with no delay). When
 //! the client's `connect()` returns is not delayed either; instead a new
 //! connection's first client bytes are held one extra round trip
 //! ([`Config::handshake`]), the SYN/SYN-ACK a real path costs first.
@@ -65,6 +71,9 @@ pub struct Config {
     /// (back-pressure). Throughput per direction is capped near
     /// `max_buffered / delay`.
     pub max_buffered: usize,
+    /// Bytes per second each direction may carry, every connection
+    /// together; `None`: as fast as loopback.
+    pub rate: Option<u64>,
 }
 
 impl Config {
@@ -75,6 +84,7 @@ impl Config {
             jitter: Duration::ZERO,
             handshake: true,
             max_buffered: 8 << 20,
+            rate: None,
         }
     }
 
@@ -87,6 +97,18 @@ impl Config {
     pub fn with_jitter(mut self, jitter: Duration) -> Config {
         self.jitter = jitter;
         self
+    }
+
+    /// With each direction capped at `bytes_per_s` (at least 1), every
+    /// connection together.
+    pub fn with_rate(mut self, bytes_per_s: u64) -> Config {
+        self.rate = Some(bytes_per_s.max(1));
+        self
+    }
+
+    /// `mbit` megabits (10^6 bits) per second as bytes per second.
+    pub fn mbit(mbit: f64) -> u64 {
+        (mbit * 125_000.0).round() as u64
     }
 }
 
@@ -189,9 +211,24 @@ struct Shared {
     next_id: AtomicU64,
     /// Both sockets of every live connection, so that shutdown can end them.
     live: Mutex<HashMap<u64, LiveSockets>>,
+    /// With a bandwidth cap: when each direction's link (to upstream, to
+    /// client) has sent everything given to it so far.
+    links: [Mutex<Option<Instant>>; 2],
 }
 
 impl Shared {
+    /// When `bytes` handed to direction `dir`'s link at `ready` have been
+    /// sent at `rate` bytes per second, after whatever it was sending.
+    fn transmit(&self, dir: usize, ready: Instant, bytes: usize, rate: u64) -> Instant {
+        let mut link = self.links[dir]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let start = link.map_or(ready, |free| free.max(ready));
+        let done = start + Duration::from_secs_f64(bytes as f64 / rate as f64);
+        *link = Some(done);
+        done
+    }
+
     fn register(&self, client: &TcpStream, upstream: &TcpStream) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = (client.try_clone().ok(), upstream.try_clone().ok());

@@ -26,9 +26,12 @@ delay-proxy --rtt-ms 10 \\\n    \
 --listen 127.0.0.1:60052 --upstream 127.0.0.1:50052\n\n\
 On startup it prints one line per route, `listening on LISTEN -> UPSTREAM`, with the port it \
 bound (use port 0 for a free one). Ctrl-C stops it.\n\n\
-Not emulated: bandwidth, loss, TCP's congestion window over a long path. The client's \
-connect() returns at once, but a new connection's first bytes are held one extra round trip \
-(the TCP handshake) unless --no-handshake."
+With --rate-mbit, each direction is one link of that many megabits per second, shared by \
+every connection: a chunk leaves once the link has sent what came before it and its own \
+bytes, then takes the delay.\n\n\
+Not emulated: loss, TCP's congestion window over a long path. The client's connect() returns \
+at once, but a new connection's first bytes are held one extra round trip (the TCP \
+handshake) unless --no-handshake."
 )]
 struct Cli {
     /// Address to listen on (repeat for several routes; port 0 picks one).
@@ -57,6 +60,10 @@ struct Cli {
     /// reading pauses.
     #[arg(long, value_name = "KIB", default_value_t = 8192)]
     max_buffered_kib: usize,
+    /// Cap each direction at this many megabits (10^6 bits) per second,
+    /// every connection together (fractions allowed: 0.5).
+    #[arg(long, value_name = "MBIT")]
+    rate_mbit: Option<f64>,
     /// Print the counters (connections, bytes, lateness) every S seconds.
     #[arg(long, value_name = "S")]
     stats_every: Option<f64>,
@@ -86,6 +93,12 @@ fn main() -> anyhow::Result<()> {
     let mut config = Config::one_way(delay).with_jitter(millis("--jitter-ms", cli.jitter_ms)?);
     config.handshake = !cli.no_handshake;
     config.max_buffered = cli.max_buffered_kib.max(1) * 1024;
+    if let Some(mbit) = cli.rate_mbit {
+        if !mbit.is_finite() || mbit <= 0.0 {
+            bail!("--rate-mbit must be a positive number of megabits per second (got {mbit})");
+        }
+        config = config.with_rate(Config::mbit(mbit));
+    }
     let mut routes = Vec::new();
     for (listen, up) in cli.listen.iter().zip(&cli.upstream) {
         let upstream = up
@@ -103,7 +116,7 @@ fn main() -> anyhow::Result<()> {
         println!("listening on {addr} -> {}", r.upstream);
     }
     println!(
-        "one-way delay {:?} each direction (round trip {:?}), jitter up to {:?}, handshake {}",
+        "one-way delay {:?} each direction (round trip {:?}), jitter up to {:?}, handshake {}, {}",
         config.delay,
         config.delay * 2,
         config.jitter,
@@ -111,6 +124,10 @@ fn main() -> anyhow::Result<()> {
             "emulated"
         } else {
             "not emulated"
+        },
+        match config.rate {
+            Some(r) => format!("each direction capped at {r} bytes/s"),
+            None => "no bandwidth cap".to_owned(),
         }
     );
     let every = cli

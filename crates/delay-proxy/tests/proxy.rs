@@ -1,5 +1,6 @@
 //! The proxy on real sockets: it delays as asked (asserted on lower bounds,
-//! never on tight upper limits: this machine is shared), keeps byte order
+//! never on tight upper limits: this machine is shared; a bandwidth cap is
+//! held to N/B below and a loose 1.5 × N/B + 50 ms above), keeps byte order
 //! under jitter, passes large transfers through intact, propagates a
 //! half-close, closes cleanly when the upstream is down, and the command
 //! prints the address it bound.
@@ -325,4 +326,91 @@ fn the_command_refuses_unpaired_routes_with_a_clear_error() {
     ] {
         assert!(text.contains(flag), "--help lacks {flag}");
     }
+}
+
+/// Sends `n` bytes on `s` while reading `n` from it, and says when the last
+/// byte it read arrived, counted from `t0`.
+fn both_ways(mut s: TcpStream, n: usize, t0: Instant) -> Duration {
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![7u8; 16 * 1024];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(chunk.len());
+            w.write_all(&chunk[..k]).unwrap();
+            left -= k;
+        }
+    });
+    let mut got = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    while got < n {
+        let k = s.read(&mut buf).unwrap();
+        assert!(k > 0, "the stream ended after {got} of {n} bytes");
+        got += k;
+    }
+    let took = t0.elapsed();
+    writer.join().unwrap();
+    took
+}
+
+/// N bytes through a cap of B bytes/s take at least N/B, and, with no
+/// delay, at most 1.5 × N/B + 50 ms; each direction is a link of its own,
+/// so N bytes each way at once take no longer than N one way.
+#[test]
+fn a_bandwidth_cap_bounds_each_direction_on_both_sides() {
+    const RATE: u64 = 1 << 20;
+    const N: usize = 512 * 1024;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = l.local_addr().unwrap();
+    let mut config = Config::one_way(Duration::ZERO).with_rate(RATE);
+    config.handshake = false;
+    let p = proxy(config, upstream);
+    let (tx, rx) = mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let t0 = rx.recv().unwrap();
+        both_ways(s, N, t0)
+    });
+    let client = connect(p.local_addr(0));
+    // Let the proxy connect upstream before the clock starts.
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    tx.send(t0).unwrap();
+    let to_client = both_ways(client, N, t0);
+    let to_upstream = server.join().unwrap();
+
+    let least = Duration::from_secs_f64(N as f64 / RATE as f64);
+    let most = least.mul_f64(1.5) + Duration::from_millis(50);
+    for (way, took) in [("to the client", to_client), ("to upstream", to_upstream)] {
+        assert!(
+            took >= least,
+            "{N} B {way} took {took:?}, under N/B = {least:?}"
+        );
+        assert!(took <= most, "{N} B {way} took {took:?}, over {most:?}");
+    }
+    let s = p.stats();
+    assert_eq!(s.bytes_to_upstream, N as u64);
+    assert_eq!(s.bytes_to_client, N as u64);
+}
+
+#[test]
+fn the_command_refuses_a_rate_that_is_not_positive() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_delay-proxy"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--rtt-ms",
+            "1",
+            "--rate-mbit",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--rate-mbit must be a positive"), "{err}");
 }
