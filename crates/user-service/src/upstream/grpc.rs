@@ -84,6 +84,17 @@ pub(crate) fn from_status(s: &tonic::Status) -> UpstreamError {
     }
 }
 
+/// Whether a call failed on its connection before order-service answered:
+/// tonic made the status from a transport error (an h2 or hyper error, a
+/// reset, a connection closed under the call, as when a rotated connection
+/// goes away under a call in flight), which a status order-service sent
+/// never carries. A timeout is not one: sending again would only wait twice.
+pub(crate) fn connection_failed(s: &tonic::Status) -> bool {
+    use tonic::Code;
+    std::error::Error::source(s).is_some()
+        && matches!(s.code(), Code::Internal | Code::Unavailable | Code::Unknown)
+}
+
 /// The unary and server-streaming adapters.
 #[derive(Debug)]
 pub struct GrpcSource {
@@ -130,10 +141,22 @@ impl GrpcSource {
     }
 
     async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
-        let mut client = self.v2();
-        let req = self.request(list_request(q));
         let _on_wire = self.metrics.in_flight();
-        let answer = client.list_orders(req).await.map_err(|s| from_status(&s))?;
+        // ListOrders reads only: a call whose connection failed under it is
+        // sent once more, on the next channel, as the REST adapters resend
+        // a GET whose pooled connection had died.
+        let mut retried = false;
+        let answer = loop {
+            let mut client = self.v2();
+            match client.list_orders(self.request(list_request(q))).await {
+                Ok(a) => break a,
+                Err(s) if !retried && connection_failed(&s) => {
+                    tracing::debug!(status = %s, "a gRPC call's connection failed; sending it again");
+                    retried = true;
+                }
+                Err(s) => return Err(from_status(&s)),
+            }
+        };
         to_domain(answer.into_inner().orders)
     }
 
@@ -228,16 +251,27 @@ impl GrpcSource {
     }
 
     async fn legacy(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
-        let mut client = V1Client::new(self.channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let req = self.request(proto::order::v1::ListOrdersRequest {
+        let msg = proto::order::v1::ListOrdersRequest {
             user_id: q.user_id.to_string(),
             page_size: page_size(q),
             page_token: String::new(),
-        });
+        };
         let _on_wire = self.metrics.in_flight();
-        let answer = client.list_orders(req).await.map_err(|s| from_status(&s))?;
+        // Sent once more when its connection failed, as `unary` does.
+        let mut retried = false;
+        let answer = loop {
+            let mut client = V1Client::new(self.channel())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            match client.list_orders(self.request(msg.clone())).await {
+                Ok(a) => break a,
+                Err(s) if !retried && connection_failed(&s) => {
+                    tracing::debug!(status = %s, "a gRPC call's connection failed; sending it again");
+                    retried = true;
+                }
+                Err(s) => return Err(from_status(&s)),
+            }
+        };
         // v1 has no field selection: every field crosses the wire and the
         // unselected ones are blanked here, so the answer equals the others'.
         Ok(select(to_domain(answer.into_inner().orders)?, q.fields))
@@ -414,5 +448,24 @@ mod tests {
         let two = model::FieldSet::parse_csv("id,status").expect("fields");
         let out = select(expected, two);
         assert!(out.iter().all(|o| o.product_name.is_empty()));
+    }
+
+    #[test]
+    fn only_a_status_made_from_a_transport_error_counts_as_a_failed_connection() {
+        // What order-service sends: no source, whatever the code.
+        assert!(!connection_failed(&tonic::Status::internal("a bug")));
+        assert!(!connection_failed(&tonic::Status::unavailable(
+            "store down"
+        )));
+        // What tonic makes of a connection that broke under the call.
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        )));
+        assert!(std::error::Error::source(&broken).is_some(), "{broken:?}");
+        assert!(connection_failed(&broken), "{broken:?}");
+        // A deadline is never sent twice.
+        let late = tonic::Status::from_error(Box::new(tonic::TimeoutExpired(())));
+        assert!(!connection_failed(&late), "{late:?}");
     }
 }
