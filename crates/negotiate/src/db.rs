@@ -80,6 +80,43 @@ pub async fn connect(
     Ok(pool)
 }
 
+/// Creates the database `url` names when its server does not have it yet
+/// (through the server's `postgres` database, as `createdb` does), and
+/// returns its name when it did; an existing database is left alone.
+pub async fn create_if_missing(url: &str) -> anyhow::Result<Option<String>> {
+    use sqlx::ConnectOptions as _;
+    use std::str::FromStr as _;
+    let redacted = redact(url);
+    let options = sqlx::postgres::PgConnectOptions::from_str(url)
+        .with_context(|| format!("reading the Postgres URL {redacted}"))?;
+    let name = options
+        .get_database()
+        .filter(|n| !n.is_empty())
+        .with_context(|| format!("{redacted} names no database"))?
+        .to_owned();
+    let mut admin = options
+        .database("postgres")
+        .connect()
+        .await
+        .with_context(|| format!("connecting to the Postgres server of {redacted}"))?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut admin)
+            .await
+            .context("asking Postgres which databases it has")?;
+    if exists {
+        return Ok(None);
+    }
+    let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+    // The name is quoted as an identifier: no other SQL can ride in it.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {quoted}")))
+        .execute(&mut admin)
+        .await
+        .with_context(|| format!("creating the database {quoted}"))?;
+    Ok(Some(name))
+}
+
 /// What a database error means for the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {

@@ -19,10 +19,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             app.run_until_stopped(shutdown_signal()).await
         }
         Command::Seed => {
-            anyhow::ensure!(
-                cli.settings.database_url.is_some(),
-                "seed needs a Postgres URL: --database-url or ORDER_DATABASE_URL"
-            );
+            let Some(url) = &cli.settings.database_url else {
+                anyhow::bail!("seed needs a Postgres URL: --database-url or ORDER_DATABASE_URL");
+            };
+            // A server without the database gets it, and the caller is told.
+            if let Some(name) = negotiate::db::create_if_missing(&url.0).await? {
+                println!("created the database {name}");
+            }
             let Store::Postgres(pg) = open_store(&cli.settings).await? else {
                 anyhow::bail!("seed needs the Postgres store");
             };

@@ -28,6 +28,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pool = cli.settings.pool().ok_or_else(|| {
                 anyhow::anyhow!("seed needs --database-url (or USER_DATABASE_URL)")
             })?;
+            // A server without the database gets it, and the caller is told.
+            if let Some(name) = negotiate::db::create_if_missing(&pool.url.0).await? {
+                println!("created the database {name}");
+            }
             let store = PgStore::connect(&pool).await?;
             let inserted = store.seed().await?;
             tracing::info!(inserted, database = %pool.url.redacted(), "seeded the data set's users");

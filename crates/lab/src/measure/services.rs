@@ -931,16 +931,14 @@ pub fn seed(cfg: &ServiceConfig) -> anyhow::Result<()> {
             .with_context(|| format!("running {name} seed"))?;
         if !out.status.success() {
             bail!(
-                "{name} seed failed ({}): {}\n(does the database exist? createdb -h HOST -U USER {})",
+                "{name} seed failed ({}): {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim(),
-                url.rsplit('/')
-                    .next()
-                    .unwrap_or("")
-                    .split('?')
-                    .next()
-                    .unwrap_or("")
             );
+        }
+        // The seed command creates a missing database and says so.
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            println!("{name}: {line}");
         }
     }
     Ok(())
