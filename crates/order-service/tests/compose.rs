@@ -136,3 +136,40 @@ fn k6_reaches_the_grpc_port_under_the_name_its_script_reads() {
         "the script loads the contract from elsewhere now"
     );
 }
+
+/// Postgres is reachable from the host for `lab run --database-url`, but
+/// only on loopback, and not on 5432, where a local Postgres usually is; it
+/// forwards to the port the services' URLs and the health check use.
+#[test]
+fn postgres_is_published_on_loopback_beside_a_local_postgres() {
+    let compose = compose();
+    let ports: Vec<&str> = service(&compose, "postgres")
+        .get("ports")
+        .and_then(Value::as_sequence)
+        .expect("postgres publishes a port")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    let parts: Vec<&str> = ports[0].split(':').collect();
+    assert_eq!(
+        parts.len(),
+        3,
+        "host address, host port, container port: {ports:?}"
+    );
+    assert_eq!(
+        parts[0], "127.0.0.1",
+        "published beyond loopback: {ports:?}"
+    );
+    assert_ne!(parts[1], "5432", "clashes with a local Postgres: {ports:?}");
+    // The services reach it inside the stack at the container port.
+    let url = in_compose().database_url.expect("a database URL").0;
+    let authority = url
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("the URL names a host");
+    let (host, port) = host_port(authority);
+    assert_eq!(host, "postgres");
+    assert_eq!(port.map(|p| p.to_string()).as_deref(), Some(parts[2]));
+}
