@@ -63,8 +63,6 @@ impl ClientTransport for Via {
                 path_and_query: pq,
                 headers: parts.headers,
                 body,
-                // The only call made here, ListOrders, reads and changes nothing.
-                retryable: true,
             };
             let answer = pool.send(&out).await.map_err(ViaError)?;
             let mut response = http::Response::new(Full::new(answer.body));

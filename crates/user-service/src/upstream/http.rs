@@ -58,7 +58,8 @@ impl Answer {
 }
 
 /// One request to the REST port: a GET of the REST API, or a Connect call's
-/// POST (see [`super::connect`]).
+/// POST (see [`super::connect`]). Every call sent here reads only, so one
+/// whose connection failed before any answer is sent again on a new one.
 #[derive(Debug, Clone)]
 pub(crate) struct Outgoing<'a> {
     pub method: Method,
@@ -67,9 +68,6 @@ pub(crate) struct Outgoing<'a> {
     /// Sent as they are; `Host` (HTTP/1.1) and the trace context are added.
     pub headers: http::HeaderMap,
     pub body: Bytes,
-    /// Free of side effects, so it may be sent again on a new connection
-    /// when the one it went out on failed before any answer.
-    pub retryable: bool,
 }
 
 impl<'a> Outgoing<'a> {
@@ -82,7 +80,6 @@ impl<'a> Outgoing<'a> {
             path_and_query,
             headers,
             body: Bytes::new(),
-            retryable: true,
         }
     }
 }
@@ -232,9 +229,8 @@ impl H1Pool {
             let resp = match sender.send_request(req).await {
                 Ok(r) => r,
                 // A keep-alive connection the server closed while it sat
-                // idle: the call is free of side effects, so try once more
-                // on a new one.
-                Err(e) if reused && !retried && out.retryable => {
+                // idle: the call reads only, so try once more on a new one.
+                Err(e) if reused && !retried => {
                     tracing::debug!(error = %e, "a pooled HTTP/1.1 connection was stale; retrying on a new one");
                     retried = true;
                     drop((on_wire, sender));
@@ -424,7 +420,7 @@ impl H2Pool {
                 Ok(r) => r,
                 // The shared connection died before answering (order-service
                 // went away and came back): one more try on a new connection.
-                Err(e) if failed.is_none() && out.retryable => {
+                Err(e) if failed.is_none() => {
                     tracing::debug!(error = %e, "an HTTP/2 connection failed; retrying on a new one");
                     failed = Some(generation);
                     drop(on_wire);
@@ -454,13 +450,16 @@ impl Pooled {
         ep: &Endpoints,
         metrics: Arc<TransportMetrics>,
     ) -> anyhow::Result<Self> {
-        let alpn = if h2 { tls::ALPN_H2 } else { tls::ALPN_HTTP1 };
-        let target = Target::new(&ep.rest_url, ep, alpn, &metrics)?;
-        Ok(if h2 {
-            Pooled::H2(H2Pool::new(target, ep.pool_size, metrics))
+        let target = Target::new(&ep.rest_url, ep, alpn(h2), &metrics)?;
+        Ok(Pooled::on(target, h2, ep.pool_size, metrics))
+    }
+
+    fn on(target: Target, h2: bool, size: usize, metrics: Arc<TransportMetrics>) -> Self {
+        if h2 {
+            Pooled::H2(H2Pool::new(target, size, metrics))
         } else {
-            Pooled::H1(H1Pool::new(target, ep.pool_size, metrics))
-        })
+            Pooled::H1(H1Pool::new(target, size, metrics))
+        }
     }
 
     pub(crate) async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, UpstreamError> {
@@ -471,12 +470,16 @@ impl Pooled {
     }
 }
 
+/// The protocols a connection to the REST port offers by ALPN (with TLS).
+fn alpn(h2: bool) -> &'static [&'static [u8]] {
+    if h2 { tls::ALPN_H2 } else { tls::ALPN_HTTP1 }
+}
+
 /// The wire under a REST adapter.
 #[derive(Debug)]
 enum Wire {
-    H1(H1Pool),
+    Pooled(Pooled),
     H1Close(H1Close),
-    H2(H2Pool),
     /// `h2c-proto-tuned`: the `h2` crate's connections, no hyper.
     H2Direct(super::tuned::Conns),
 }
@@ -496,15 +499,19 @@ impl RestSource {
         ep: &Endpoints,
         metrics: Arc<TransportMetrics>,
     ) -> anyhow::Result<Self> {
-        let alpn = match transport {
-            Transport::H2cJson | Transport::H2cProto | Transport::H2cProtoTuned => tls::ALPN_H2,
-            _ => tls::ALPN_HTTP1,
-        };
-        let target = Target::new(&ep.rest_url, ep, alpn, &metrics)?;
+        let h2 = matches!(
+            transport,
+            Transport::H2cJson | Transport::H2cProto | Transport::H2cProtoTuned
+        );
+        let target = Target::new(&ep.rest_url, ep, alpn(h2), &metrics)?;
         let n = ep.pool_size;
         let (wire, proto) = match transport {
-            Transport::H1Json => (Wire::H1(H1Pool::new(target, n, metrics)), false),
-            Transport::H1Proto => (Wire::H1(H1Pool::new(target, n, metrics)), true),
+            Transport::H1Json | Transport::H2cJson => {
+                (Wire::Pooled(Pooled::on(target, h2, n, metrics)), false)
+            }
+            Transport::H1Proto | Transport::H2cProto => {
+                (Wire::Pooled(Pooled::on(target, h2, n, metrics)), true)
+            }
             Transport::H1JsonClose => (
                 Wire::H1Close(H1Close {
                     target,
@@ -513,8 +520,6 @@ impl RestSource {
                 }),
                 false,
             ),
-            Transport::H2cJson => (Wire::H2(H2Pool::new(target, n, metrics)), false),
-            Transport::H2cProto => (Wire::H2(H2Pool::new(target, n, metrics)), true),
             Transport::H2cProtoTuned => (
                 Wire::H2Direct(super::tuned::Conns::new(target.dial, n, metrics)),
                 true,
@@ -537,9 +542,8 @@ impl RestSource {
         }
         let accept = if self.proto { PROTOBUF } else { JSON };
         let answer = match &self.wire {
-            Wire::H1(p) => p.send(&Outgoing::get(&pq, accept)).await?,
+            Wire::Pooled(p) => p.send(&Outgoing::get(&pq, accept)).await?,
             Wire::H1Close(p) => p.send(&Outgoing::get(&pq, accept)).await?,
-            Wire::H2(p) => p.send(&Outgoing::get(&pq, accept)).await?,
             Wire::H2Direct(p) => p.get(&pq, accept).await?,
         };
         decode(answer, self.proto)
