@@ -95,6 +95,25 @@ pub(crate) fn connection_failed(s: &tonic::Status) -> bool {
         && matches!(s.code(), Code::Internal | Code::Unavailable | Code::Unknown)
 }
 
+/// The answer of `call`, made once more when its connection failed under it
+/// (see [`connection_failed`]): only for calls that read and change nothing,
+/// as the REST adapters resend a GET whose pooled connection had died.
+async fn resent_once<T, Fut>(mut call: impl FnMut() -> Fut) -> Result<T, UpstreamError>
+where
+    Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    let answer = match call().await {
+        Err(s) if connection_failed(&s) => {
+            tracing::debug!(status = %s, "a gRPC call's connection failed; sending it again");
+            call().await
+        }
+        other => other,
+    };
+    answer
+        .map(tonic::Response::into_inner)
+        .map_err(|s| from_status(&s))
+}
+
 /// The unary and server-streaming adapters.
 #[derive(Debug)]
 pub struct GrpcSource {
@@ -142,22 +161,14 @@ impl GrpcSource {
 
     async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
         let _on_wire = self.metrics.in_flight();
-        // ListOrders reads only: a call whose connection failed under it is
-        // sent once more, on the next channel, as the REST adapters resend
-        // a GET whose pooled connection had died.
-        let mut retried = false;
-        let answer = loop {
+        // ListOrders reads only; a resend goes out on the next channel.
+        let answer = resent_once(|| {
             let mut client = self.v2();
-            match client.list_orders(self.request(list_request(q))).await {
-                Ok(a) => break a,
-                Err(s) if !retried && connection_failed(&s) => {
-                    tracing::debug!(status = %s, "a gRPC call's connection failed; sending it again");
-                    retried = true;
-                }
-                Err(s) => return Err(from_status(&s)),
-            }
-        };
-        to_domain(answer.into_inner().orders)
+            let req = self.request(list_request(q));
+            async move { client.list_orders(req).await }
+        })
+        .await?;
+        to_domain(answer.orders)
     }
 
     async fn stream(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
@@ -257,24 +268,17 @@ impl GrpcSource {
             page_token: String::new(),
         };
         let _on_wire = self.metrics.in_flight();
-        // Sent once more when its connection failed, as `unary` does.
-        let mut retried = false;
-        let answer = loop {
+        let answer = resent_once(|| {
             let mut client = V1Client::new(self.channel())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            match client.list_orders(self.request(msg.clone())).await {
-                Ok(a) => break a,
-                Err(s) if !retried && connection_failed(&s) => {
-                    tracing::debug!(status = %s, "a gRPC call's connection failed; sending it again");
-                    retried = true;
-                }
-                Err(s) => return Err(from_status(&s)),
-            }
-        };
+            let req = self.request(msg.clone());
+            async move { client.list_orders(req).await }
+        })
+        .await?;
         // v1 has no field selection: every field crosses the wire and the
         // unselected ones are blanked here, so the answer equals the others'.
-        Ok(select(to_domain(answer.into_inner().orders)?, q.fields))
+        Ok(select(to_domain(answer.orders)?, q.fields))
     }
 }
 
