@@ -16,14 +16,13 @@ async fn exists(name: &str) -> bool {
         .unwrap()
 }
 
-async fn drop_db(name: &str) {
-    let mut c = sqlx::PgConnection::connect(&pgtest::server_url())
-        .await
-        .unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS \"{name}\""
-    )))
-    .execute(&mut c)
+/// The test kit's drop, for a database this test named itself.
+async fn drop_db(name: &str, url: &str) {
+    pgtest::TestDb {
+        url: url.to_owned(),
+        name: name.to_owned(),
+    }
+    .drop_database()
     .await
     .unwrap();
 }
@@ -31,14 +30,14 @@ async fn drop_db(name: &str) {
 #[tokio::test]
 async fn a_missing_database_is_created_once_and_an_existing_one_left_alone() {
     let name = format!("create_if_missing_{}", std::process::id());
-    drop_db(&name).await;
     let url = pgtest::url_for(&pgtest::server_url(), &name);
+    drop_db(&name, &url).await;
     assert!(!exists(&name).await);
     let created = negotiate::db::create_if_missing(&url).await.unwrap();
     assert_eq!(created.as_deref(), Some(name.as_str()));
     assert!(exists(&name).await, "the catalogue has it");
     assert_eq!(negotiate::db::create_if_missing(&url).await.unwrap(), None);
-    drop_db(&name).await;
+    drop_db(&name, &url).await;
 }
 
 #[tokio::test]

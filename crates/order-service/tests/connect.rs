@@ -11,22 +11,13 @@
 
 mod common;
 
-use common::{Backend, TestApp, expected_orders, spawn, spawn_with};
+use common::{Backend, TestApp, expected_orders, list_request, spawn, spawn_with};
 use model::{FieldSet, Order, OrderField};
 use prost::Message as _;
 use proto::order::v2 as pb2;
 
 const USER_100: &str = "00000000-0000-0000-0000-000000000100";
 const LIST: &str = "/order.v2.OrderService/ListOrders";
-
-fn list_request(user: &str, n: i32, fields: FieldSet) -> pb2::ListOrdersRequest {
-    pb2::ListOrdersRequest {
-        user_id: user.into(),
-        page_size: n,
-        page_token: String::new(),
-        read_mask: model::v2::field_mask(fields),
-    }
-}
 
 async fn connect_post(
     client: &reqwest::Client,

@@ -6,17 +6,13 @@
 
 use sqlx::Connection as _;
 
-async fn admin() -> sqlx::PgConnection {
-    sqlx::PgConnection::connect(&pgtest::server_url())
-        .await
-        .unwrap()
-}
-
-async fn drop_db(name: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-    )))
-    .execute(&mut admin().await)
+/// The test kit's drop, for a database this test named itself.
+async fn drop_db(name: &str, url: &str) {
+    pgtest::TestDb {
+        url: url.to_owned(),
+        name: name.to_owned(),
+    }
+    .drop_database()
     .await
     .unwrap();
 }
@@ -24,8 +20,8 @@ async fn drop_db(name: &str) {
 #[tokio::test]
 async fn seed_creates_a_missing_database_says_so_and_loads_the_data_set() {
     let name = format!("seed_creates_{}", std::process::id());
-    drop_db(&name).await;
     let url = pgtest::url_for(&pgtest::server_url(), &name);
+    drop_db(&name, &url).await;
     let run = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
             .arg("seed")
@@ -63,5 +59,5 @@ async fn seed_creates_a_missing_database_says_so_and_loads_the_data_set() {
     let out = run();
     assert!(out.status.success());
     assert!(!String::from_utf8_lossy(&out.stdout).contains("created"));
-    drop_db(&name).await;
+    drop_db(&name, &url).await;
 }

@@ -11,7 +11,7 @@ mod common;
 use std::collections::HashMap;
 
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
-use common::{Backend, TestApp, expected_orders, spawn};
+use common::{Backend, TestApp, expected_orders, list_request, spawn};
 use model::json::{OrderJson, OrderPageJson};
 use model::{FieldSet, Order};
 use prost::Message as _;
@@ -48,15 +48,6 @@ async fn rest_proto(client: &reqwest::Client, url: String) -> Vec<Order> {
         .into_iter()
         .map(|o| Order::try_from(o).unwrap())
         .collect()
-}
-
-fn list_request(user: &str, n: i32, fields: FieldSet) -> pb2::ListOrdersRequest {
-    pb2::ListOrdersRequest {
-        user_id: user.into(),
-        page_size: n,
-        page_token: String::new(),
-        read_mask: model::v2::field_mask(fields),
-    }
 }
 
 /// Sends one gRPC-web request over HTTP/1.1 and returns the first message.

@@ -106,6 +106,17 @@ impl TestApp {
     }
 }
 
+/// The first page of `n` orders of `user` with `fields`, as a protobuf
+/// `ListOrdersRequest` (gRPC, and Connect's binary body).
+pub fn list_request(user: &str, n: i32, fields: model::FieldSet) -> pb2::ListOrdersRequest {
+    pb2::ListOrdersRequest {
+        user_id: user.into(),
+        page_size: n,
+        page_token: String::new(),
+        read_mask: model::v2::field_mask(fields),
+    }
+}
+
 /// A `POST /v2/orders` body for `user`, with `note` if given.
 pub fn new_order_json(user: uuid::Uuid, note: Option<&str>) -> serde_json::Value {
     let mut v = serde_json::json!({
