@@ -6,6 +6,13 @@
 //! and 1,000 orders, with 1 caller and with 8 at once. The report gives the
 //! time per call and its ratio to the raw-TCP floor (`tcp-proto`), round by
 //! round with a rerun interval whose noise is pooled over the run's cells.
+//!
+//! Each round then runs the benchmark's paired mode (`HOP_PAIRS`): one
+//! caller, each transport timed in short blocks alternating with blocks of
+//! the floor, so that the two share the machine's state of the moment. The
+//! hop's targets are judged from these paired ratios, which a shared
+//! machine's drift over seconds does not move as it moves criterion's
+//! figures, measured one transport after another.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,15 +51,78 @@ pub struct HopRecord {
     pub round: u32,
 }
 
+/// One transport's paired blocks against the floor in one round: each
+/// ratio is a block of its calls over the adjacent block of the floor's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairRecord {
+    pub via: String,
+    pub orders: u32,
+    /// Calls per block (each side).
+    pub calls: u32,
+    pub ratios: Vec<f64>,
+    /// µs per call, block by block, the floor's and the transport's.
+    pub floor_us: Vec<f64>,
+    pub via_us: Vec<f64>,
+    pub round: u32,
+}
+
+/// What the paired mode writes (`HOP_PAIRS`).
+#[derive(Deserialize)]
+struct PairsFile {
+    pairs: Vec<PairEntry>,
+}
+
+#[derive(Deserialize)]
+struct PairEntry {
+    via: String,
+    orders: u32,
+    calls: u32,
+    ratios: Vec<f64>,
+    floor_us: Vec<f64>,
+    via_us: Vec<f64>,
+}
+
 /// What a hop run left.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HopRun {
     pub command: String,
     pub records: Vec<HopRecord>,
     pub error: Option<String>,
+    /// The paired mode's blocks, round by round (absent from runs made
+    /// before it existed).
+    #[serde(default)]
+    pub pairs: Vec<PairRecord>,
+    #[serde(default)]
+    pub pairs_command: Option<String>,
+    #[serde(default)]
+    pub pairs_error: Option<String>,
 }
 
 impl HopRun {
+    /// The paired ratio of `via` to the floor: each round's median over its
+    /// blocks, summarised over the rounds (median, lowest and highest
+    /// round).
+    fn paired(&self, via: &str, orders: u32) -> Option<Spread> {
+        let medians: Vec<f64> = self
+            .pairs
+            .iter()
+            .filter(|p| p.via == via && p.orders == orders)
+            .filter_map(|p| Some(Spread::of(&p.ratios)?.median))
+            .collect();
+        Spread::of(&medians)
+    }
+
+    /// Blocks and calls per block of `via` at `orders`, over the rounds.
+    fn pair_shape(&self, via: &str, orders: u32) -> Option<(usize, u32)> {
+        let mine: Vec<&PairRecord> = self
+            .pairs
+            .iter()
+            .filter(|p| p.via == via && p.orders == orders)
+            .collect();
+        let calls = mine.iter().map(|p| p.calls).min()?;
+        Some((mine.iter().map(|p| p.ratios.len()).sum(), calls))
+    }
+
     fn rounds(&self) -> u32 {
         self.records.iter().map(|r| r.round).max().unwrap_or(1)
     }
@@ -95,6 +165,18 @@ pub fn timing(quick: bool) -> (f64, f64) {
     if quick { (0.3, 1.0) } else { (1.0, 3.0) }
 }
 
+/// The paired mode's pairs of blocks per transport and size, and the aimed
+/// length of a block in ms.
+pub fn pair_blocks(quick: bool) -> (u32, f64) {
+    if quick { (30, 15.0) } else { (80, 15.0) }
+}
+
+/// Whether the plan has something to pair: the floor, another transport,
+/// and one caller.
+fn pairs_planned(p: &HopPlan) -> bool {
+    p.callers.contains(&1) && p.vias.iter().any(|v| v == FLOOR) && p.vias.len() > 1
+}
+
 impl Experiment for Hop {
     type Plan = HopPlan;
     const NAME: &'static str = "hop";
@@ -126,11 +208,19 @@ impl Experiment for Hop {
     fn describe(p: &HopPlan) -> String {
         let (w, m) = timing(p.quick);
         let n = p.vias.len() * p.sizes.len() * p.callers.len();
+        let (blocks, ms) = pair_blocks(p.quick);
+        let paired = if pairs_planned(p) {
+            ((p.vias.len() - 1) * p.sizes.len()) as f64 * f64::from(blocks) * 2.0 * ms / 1e3
+        } else {
+            0.0
+        };
         format!(
-            "criterion, {n} benchmarks of {} s warm-up + {} s, once per round (about {} a round)",
+            "criterion, {n} benchmarks of {} s warm-up + {} s, then each transport paired with \
+             the floor in {blocks} pairs of ~{} ms blocks, once per round (about {} a round)",
             f::num(w),
             f::num(m),
-            human_duration((w + m) * n as f64)
+            f::num(ms),
+            human_duration((w + m) * n as f64 + paired)
         )
     }
 
@@ -222,8 +312,76 @@ pub fn run(
                 break;
             }
         }
+        if pairs_planned(p) && run.pairs_error.is_none() {
+            println!("hop round {round}/{rounds}: each transport paired with {FLOOR}");
+            let file = home.join("pairs.json");
+            let (blocks, ms) = pair_blocks(p.quick);
+            let env = [
+                ("HOP_PAIRS", file.display().to_string()),
+                ("HOP_PAIRS_VIAS", p.vias.join(",")),
+                (
+                    "HOP_PAIRS_SIZES",
+                    p.sizes
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+                ("HOP_PAIRS_BLOCKS", blocks.to_string()),
+                ("HOP_PAIRS_BLOCK_MS", f::num(ms)),
+            ];
+            run.pairs_command = Some(format!(
+                "{} cargo bench -p user-service --bench hop",
+                env.iter()
+                    .filter(|(k, _)| *k != "HOP_PAIRS")
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .chain(std::iter::once("HOP_PAIRS=FILE".to_owned()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ));
+            let log = out.join("logs").join(format!("hop-pairs-r{round}.log"));
+            let args: Vec<String> = ["bench", "-p", "user-service", "--bench", "hop"]
+                .map(String::from)
+                .to_vec();
+            let read = match crate::measure::criterion::run_with_env(
+                root, &args, &env, &home, &log, "hop", stop,
+            ) {
+                Ok(()) => read_pairs(&file, round),
+                Err(e) if is_interrupted(&e) => return Err(e),
+                Err(e) => Err(e),
+            };
+            match read {
+                Ok(found) => run.pairs.extend(found),
+                Err(e) => {
+                    eprintln!("hop pairs: {e:#}");
+                    run.pairs_error = Some(format!("round {round}: {e:#}"));
+                }
+            }
+        }
     }
     Ok(run)
+}
+
+/// The paired mode's file, as records of `round`.
+fn read_pairs(file: &std::path::Path, round: u32) -> anyhow::Result<Vec<PairRecord>> {
+    use anyhow::Context as _;
+    let text =
+        std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let doc: PairsFile =
+        serde_json::from_slice(&text).with_context(|| format!("parsing {}", file.display()))?;
+    Ok(doc
+        .pairs
+        .into_iter()
+        .map(|e| PairRecord {
+            via: e.via,
+            orders: e.orders,
+            calls: e.calls,
+            ratios: e.ratios,
+            floor_us: e.floor_us,
+            via_us: e.via_us,
+            round,
+        })
+        .collect())
 }
 
 fn section(p: &HopPlan, run: Option<&HopRun>) -> Section {
@@ -283,10 +441,97 @@ fn section(p: &HopPlan, run: Option<&HopRun>) -> Section {
         t.reading = reading(p, run, callers);
         s.table(t);
     }
+    if pairs_planned(p) {
+        s.table(paired(p, run));
+    }
     if p.callers.contains(&1) {
         s.table(targets(p, run));
     }
     s
+}
+
+/// Why a transport has no paired ratio.
+fn no_pair(run: &HopRun) -> String {
+    match &run.pairs_error {
+        Some(e) => format!("the paired measurement failed: {e}"),
+        None if run.pairs_command.is_none() => "the paired measurement did not run".to_owned(),
+        None => "no blocks for it".to_owned(),
+    }
+}
+
+/// The paired ratios, 1 caller: each transport's blocks over the floor's
+/// adjacent blocks, the median per round, summarised over the rounds.
+fn paired(p: &HopPlan, run: &HopRun) -> Table {
+    let mut t = Table {
+        caption: format!(
+            "Paired ratios, 1 caller: each transport's blocks alternating with {FLOOR}'s (×, \
+             median of the rounds' medians, lowest–highest round)"
+        ),
+        headers: std::iter::once("transport".to_owned())
+            .chain(p.sizes.iter().map(|&n| f::orders(n)))
+            .chain(p.sizes.iter().map(|&n| format!("blocks × calls, {}", f::orders(n))))
+            .collect(),
+        ..Table::default()
+    };
+    for via in p.vias.iter().filter(|v| *v != FLOOR) {
+        let mut row = vec![via.clone().into()];
+        for &n in &p.sizes {
+            row.push(match run.paired(via, n) {
+                Some(r) => Value::ratio(Some(r)),
+                None => Value::missing(no_pair(run)),
+            });
+        }
+        for &n in &p.sizes {
+            row.push(match run.pair_shape(via, n) {
+                Some((blocks, calls)) => format!("{blocks} × {calls}").into(),
+                None => Value::missing(no_pair(run)),
+            });
+        }
+        t.rows.push(row);
+    }
+    t.reading = paired_reading(p, run);
+    t
+}
+
+/// How far paired ratios and criterion's ratios of the same run differ.
+fn paired_reading(p: &HopPlan, run: &HopRun) -> String {
+    let mut spans: Vec<(String, f64, f64)> = Vec::new();
+    for via in p.vias.iter().filter(|v| *v != FLOOR) {
+        for &n in &p.sizes {
+            // criterion's ratio round by round, lowest to highest round.
+            let rounds = Spread::of(&paired_ratios(
+                &run.series(1, via, n),
+                &run.series(1, FLOOR, n),
+            ));
+            if let (Some(a), Some(b)) = (run.paired(via, n), rounds) {
+                spans.push((format!("{via} at {}", f::orders(n)), a.max - a.min, b.max - b.min));
+            }
+        }
+    }
+    if spans.is_empty() {
+        return format!("{MISSING}: {}.", no_pair(run));
+    }
+    let med = |f: &dyn Fn(&(String, f64, f64)) -> f64| {
+        Spread::of(&spans.iter().map(f).collect::<Vec<_>>()).map_or(f64::NAN, |s| s.median)
+    };
+    let (paired_w, crit_w) = (med(&|s| s.1), med(&|s| s.2));
+    format!(
+        "Across the rounds, a paired ratio's lowest and highest round are {} apart (median over \
+         the transports and sizes); criterion's ratios of the same run, round by round, {} \
+         apart{}.",
+        f::num(paired_w),
+        f::num(crit_w),
+        if run.rounds() < 2 {
+            " (one round: no spread to compare)".to_owned()
+        } else if paired_w < crit_w {
+            format!(
+                ": pairing the blocks narrows the spread ×{}",
+                f::num(crit_w / paired_w.max(1e-9))
+            )
+        } else {
+            ": pairing did not narrow it in this run".to_owned()
+        }
+    )
 }
 
 /// A ceiling on one caller's time per call, as a ratio to the floor: the
@@ -346,11 +591,12 @@ fn target_list() -> Vec<Target> {
     t
 }
 
-/// Each target with the measured ratio (the best transport's, by median)
-/// and whether it is met: by the median, and by the whole rerun interval.
+/// Each target with the measured paired ratio (the best transport's, by
+/// median) and whether it is met: by the median of the rounds, and by every
+/// round.
 fn targets(p: &HopPlan, run: &HopRun) -> Table {
     let mut t = Table {
-        caption: format!("Targets, 1 caller (× {FLOOR})"),
+        caption: format!("Targets, 1 caller (paired ratios, × {FLOOR})"),
         headers: ["target", "best", "measured", "met"]
             .map(String::from)
             .to_vec(),
@@ -375,24 +621,26 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
             .vias
             .iter()
             .filter(|v| p.vias.iter().any(|w| w == *v))
-            .filter_map(|v| Some((*v, run.ratio(p, 1, v, target.orders)?)))
+            .filter_map(|v| Some((*v, run.paired(v, target.orders)?)))
             .min_by(|a, b| a.1.median.total_cmp(&b.1.median));
         let Some((via, r)) = best else {
             unknown += 1;
+            let in_run = target.vias.iter().any(|v| p.vias.iter().any(|w| w == *v));
+            let why = if in_run { no_pair(run) } else { "not in this run".to_owned() };
             t.rows.push(vec![
                 name.into(),
-                Value::missing("not in this run"),
-                Value::missing(NO_RATIO),
-                Value::missing(NO_RATIO),
+                Value::missing(why.clone()),
+                Value::missing(why.clone()),
+                Value::missing(why),
             ]);
             continue;
         };
         let verdict = if r.max <= target.limit {
             met += 1;
-            "yes, the whole interval"
+            "yes, every round"
         } else if r.median <= target.limit {
             met += 1;
-            "yes by the median; the interval reaches past it"
+            "yes by the median; a round reaches past it"
         } else {
             missed += 1;
             "no"
@@ -420,9 +668,6 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
     );
     t
 }
-
-/// Why a target has no figure.
-const NO_RATIO: &str = "no ratio to the floor";
 
 /// The fastest and slowest transport over the floor, per size.
 fn reading(p: &HopPlan, run: &HopRun, callers: u32) -> String {
@@ -513,18 +758,34 @@ mod tests {
             callers: vec![1],
             quick: true,
         };
-        let mut run = HopRun::default();
+        let mut run = HopRun {
+            pairs_command: Some("cargo bench".into()),
+            ..HopRun::default()
+        };
+        // Blocks whose median is `r`, with an outlier either side that the
+        // median ignores.
+        let pair = |via: &str, orders: u32, r: f64, round: u32| PairRecord {
+            via: via.into(),
+            orders,
+            calls: 10,
+            ratios: vec![r * 0.5, r, r, r * 3.0, r],
+            floor_us: vec![40.0; 5],
+            via_us: vec![40.0 * r; 5],
+            round,
+        };
         for round in 1..=3 {
             // ×2.5 and ×1.5 at 1 order: the best gRPC call (bidi) is within ×2.
-            run.records.push(rec(1, "grpc", 1, 100.0, round));
-            run.records.push(rec(1, "grpc-bidi", 1, 60.0, round));
+            run.pairs.push(pair("grpc", 1, 2.5, round));
+            run.pairs.push(pair("grpc-bidi", 1, 1.5, round));
             // ×1.5: over h1-proto's ×1.3.
-            run.records.push(rec(1, "h1-proto", 1, 60.0, round));
+            run.pairs.push(pair("h1-proto", 1, 1.5, round));
+            // ×1.1 and ×1.2 at 1,000; in the third round grpc reaches ×1.2.
+            let g = if round == 3 { 1.2 } else { 1.1 };
+            run.pairs.push(pair("grpc", 1_000, g, round));
+            run.pairs.push(pair("grpc-bidi", 1_000, 1.2, round));
+            // criterion's figures say otherwise: they are not what is judged.
+            run.records.push(rec(1, "h1-proto", 1, 40.0, round));
             run.records.push(rec(1, FLOOR, 1, 40.0, round));
-            // ×1.1 and ×1.2 at 1,000.
-            run.records.push(rec(1, "grpc", 1_000, 1100.0, round));
-            run.records.push(rec(1, "grpc-bidi", 1_000, 1200.0, round));
-            run.records.push(rec(1, FLOOR, 1_000, 1000.0, round));
         }
         let t = targets(&p, &run);
         let row = |name: &str| {
@@ -539,13 +800,24 @@ mod tests {
         assert!(matches!(&best[3], Value::Text { text } if text.starts_with("yes")));
         assert!(matches!(&row("h1-proto at 1 order")[3], Value::Text { text } if text == "no"));
         assert!(
-            matches!(&row("grpc at 1,000")[3], Value::Text { text } if text.starts_with("yes"))
+            matches!(&row("grpc at 1,000")[3], Value::Text { text } if text.starts_with("yes by the median"))
         );
+        assert!(matches!(&best[3], Value::Text { text } if text == "yes, every round"));
         assert!(matches!(&row("grpc-bidi at 1,000")[3], Value::Text { text } if text == "no"));
         // Not in the plan: no figure, and said so.
-        assert!(matches!(&row("best of h2c-proto,")[1], Value::Missing { .. }));
+        assert!(
+            matches!(&row("best of h2c-proto,")[1], Value::Missing { reason } if reason == "not in this run")
+        );
+        // In the run but without blocks: the reason says so.
+        assert!(matches!(&row("h1-proto at 1,000")[1], Value::Missing { reason } if reason == "no blocks for it"));
         assert!(t.reading.starts_with("2 of 10 "), "{}", t.reading);
         assert!(t.reading.contains("6 not measured"), "{}", t.reading);
+        // The paired table reads the same blocks: grpc at 1,000 spans
+        // 1.1–1.2 over the rounds.
+        let pt = paired(&p, &run);
+        let grpc = pt.rows.iter().find(|r| matches!(&r[0], Value::Text { text } if text == "grpc")).unwrap();
+        assert_eq!(grpc[2].ratios(), vec![(1.1, 1.1, 1.2)]);
+        assert!(matches!(&grpc[3], Value::Text { text } if text == "15 × 10"));
         assert!(t.reading.contains("2 missed"), "{}", t.reading);
     }
 }

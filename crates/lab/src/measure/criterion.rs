@@ -36,6 +36,20 @@ pub fn run(
     tag: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
+    run_with_env(root, args, &[], home, log, tag, stop)
+}
+
+/// [`run`], with variables set for the benchmark binary (the hop
+/// benchmark's paired mode reads its own).
+pub fn run_with_env(
+    root: &Path,
+    args: &[String],
+    env: &[(&str, String)],
+    home: &Path,
+    log: &Path,
+    tag: &str,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<()> {
     println!(
         "{tag}: building and running the criterion benchmark (cargo {})",
         args.join(" ")
@@ -46,6 +60,7 @@ pub fn run(
         .args(args)
         .current_dir(root)
         .env("CRITERION_HOME", home)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
         .stderr(log_file)
         .spawn()
