@@ -103,8 +103,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "S")]
     pub warmup: Option<f64>,
     /// Postgres server URL, e.g. postgres://postgres@127.0.0.1:5432: the
-    /// services then use its databases `orders` and `users` (which must
-    /// exist), seeded once before the first round. Default: in memory.
+    /// services then use its databases `orders` and `users` (created when
+    /// missing), seeded once before the first round. Default: in memory.
+    /// The `store` experiment's Postgres cells use it too (without it, the
+    /// local server at 127.0.0.1:5432, if it answers).
     #[arg(long, value_name = "URL", env = "LAB_DATABASE_URL")]
     pub database_url: Option<String>,
     /// Where results directories go (default: results/ in the workspace).

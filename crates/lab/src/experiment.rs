@@ -35,6 +35,11 @@ pub struct Knobs {
     /// `--sizes`, when given.
     #[serde(default)]
     pub sizes: Option<Vec<u32>>,
+    /// The run's store is Postgres (`--database-url`), not memory: an
+    /// experiment with a store axis then shares its Postgres cells, not its
+    /// memory ones, with the other experiments.
+    #[serde(default)]
+    pub on_postgres: bool,
 }
 
 impl Knobs {

@@ -127,6 +127,26 @@ pub fn without_haproxy(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<
     (keep, skipped)
 }
 
+/// The cells that ask for Postgres taken out of `cells`, each as skipped
+/// with `why`.
+pub fn without_postgres(
+    cells: Vec<(String, Cell)>,
+    why: &str,
+) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let (skip, keep): (Vec<_>, Vec<_>) = cells
+        .into_iter()
+        .partition(|(_, c)| c.env.store == Some(crate::measure::cell::Store::Postgres));
+    let skipped = skip
+        .into_iter()
+        .map(|(experiment, c)| Skipped {
+            experiment,
+            what: c.label(),
+            why: why.to_owned(),
+        })
+        .collect();
+    (keep, skipped)
+}
+
 /// A planned cell the run did not measure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Skipped {
@@ -257,6 +277,7 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         quick: opts.quick,
         transports: opts.transports.clone(),
         sizes: opts.sizes.clone(),
+        on_postgres: opts.database_url.is_some(),
     };
     let Planned { plans, schedules } = plan(&entries, &knobs)?;
     let d = default_timing(opts.quick);
@@ -338,9 +359,44 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     let needs = schedules
         .iter()
         .fold(Needs::default(), |n, (_, s)| n.and(s.needs()));
+    // Cells that ask for Postgres whatever the run's store: the run's
+    // server, or the local default, if it answers.
+    let mut postgres_missing = None;
+    let store_databases = if needs.postgres && opts.target.is_none() {
+        let url = opts
+            .database_url
+            .clone()
+            .unwrap_or_else(|| services::DEFAULT_DATABASE_URL.to_owned());
+        let found = services::reachable(&url)
+            .and_then(|()| Databases::from_server_url(&url))
+            .and_then(|db| services::seed_into(&bins, &db).map(|()| db));
+        match found {
+            Ok(db) => {
+                println!(
+                    "postgres: cells on Postgres use {}",
+                    services::authority(&url)
+                );
+                Some(db)
+            }
+            Err(e) => {
+                let why = format!(
+                    "Postgres at {} cannot be used ({e:#}); start it, or pass --database-url",
+                    services::authority(&url)
+                );
+                println!(
+                    "postgres: {why}; the cells on Postgres are skipped, and listed in the report"
+                );
+                postgres_missing = Some(why);
+                None
+            }
+        }
+    } else {
+        None
+    };
     let svc = ServiceConfig {
         bins,
         databases,
+        store_databases,
         target: opts.target.clone(),
         pin: opts.pin,
         log_dir: dir.join("logs"),
@@ -425,6 +481,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         let (keep, skipped) = without_haproxy(cells);
         cells = keep;
         info.skipped = skipped;
+        write_json(&dir.join("run.json"), &info)?;
+    }
+    if let Some(why) = &postgres_missing {
+        let (keep, skipped) = without_postgres(cells, why);
+        cells = keep;
+        info.skipped.extend(skipped);
         write_json(&dir.join("run.json"), &info)?;
     }
     let r = timing.rounds;
@@ -603,7 +665,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                     }
                 ),
             ),
-            ("store".into(), info.store.clone()),
+            ("run's store".into(), info.store.clone()),
             (
                 "settings".into(),
                 format!(

@@ -58,6 +58,11 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         };
         up_us += f64::from(rtt) * 1000.0 * queue;
     }
+    // On Postgres every call also waits for its query, longer the more rows.
+    let on_postgres = cell.env.store == Some(crate::measure::cell::Store::Postgres);
+    if on_postgres {
+        up_us += 600.0 + 8.0 * f64::from(cell.orders);
+    }
     let secs = 2.0;
     let (rate, dropped) = match cell.load {
         Load::Closed { .. } => (1e6 / (up_us * 3.0), 0.0),
@@ -156,7 +161,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             cpu_us: requests * 20.0,
         }),
         window_s: Some(secs + 1.0),
-        postgres_us: None,
+        postgres_us: on_postgres.then(|| requests * (200.0 + 2.0 * f64::from(cell.orders))),
         service_env: Default::default(),
         k6_summary: serde_json::Value::Null,
         replicas: replicas(cell, requests, up_us),

@@ -164,7 +164,15 @@ fn a_results_directory_is_read_back_and_rendered_again() {
     // report.json holds the same tables as typed values: rendered again
     // from it, the Markdown is the same.
     let json = Report::read_json(&dir.join("report.json")).unwrap();
-    assert_eq!(json.markdown(), b);
+    let from_json = json.markdown();
+    if from_json != b {
+        let line = from_json
+            .lines()
+            .zip(b.lines())
+            .find(|(x, y)| x != y)
+            .map(|(x, y)| format!("from report.json: {x}\noriginal:         {y}"));
+        panic!("the report rendered from report.json differs: {line:?}");
+    }
     assert_eq!(json.run["experiment"], "all");
     let _ = std::fs::remove_dir_all(&dir);
 }

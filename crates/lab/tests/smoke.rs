@@ -247,6 +247,7 @@ fn k6_checks_every_answer_by_its_length_under_load() {
             user: bins.join("user-service"),
         },
         databases: None,
+        store_databases: None,
         target: None,
         pin: false,
         log_dir: out.clone(),

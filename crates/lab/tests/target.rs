@@ -24,6 +24,7 @@ fn by_hand(out: &std::path::Path) -> lab::measure::services::Running {
             user: bins.join("user-service"),
         },
         databases: None,
+        store_databases: None,
         target: None,
         pin: false,
         log_dir: out.to_path_buf(),

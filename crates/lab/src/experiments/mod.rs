@@ -26,6 +26,7 @@ macro_rules! registry {
 
 registry! {
     payload::Payload,
+    store::StoreExperiment,
     factorial::Factorial,
     floor::Floor,
     wire_size::WireSize,

@@ -398,6 +398,7 @@ mod tests {
             quick: true,
             transports: Some(t.clone()),
             sizes: None,
+            ..Knobs::default()
         });
         assert_eq!(r.vias, t);
         assert_eq!(base(&r), "tcp-proto");

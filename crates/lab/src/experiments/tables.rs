@@ -4,7 +4,7 @@
 use crate::analysis::stats::Spread;
 use crate::experiment::Context;
 use crate::measure::Timing;
-use crate::measure::cell::{Cell, K6_SATURATED_CORES, Metric};
+use crate::measure::cell::{Cell, K6_SATURATED_CORES, Metric, Store};
 use crate::report::format::{self as f, MISSING};
 use crate::report::svg::{self, BarChart};
 use crate::report::value::Value;
@@ -166,7 +166,19 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
         .iter()
         .map(|(n, c)| {
             let mut r = vec![Value::text(n.clone())];
-            r.extend(cols.iter().map(|(m, _)| cx.pm(c, *m)));
+            r.extend(cols.iter().map(|(m, _)| {
+                // A cell in memory has no database whose CPU to count.
+                let in_memory = match c.env.store {
+                    Some(Store::Memory) => true,
+                    Some(Store::Postgres) => false,
+                    None => cx.store.starts_with("in memory"),
+                };
+                if *m == CpuPostgres && in_memory {
+                    Value::text("none: in memory")
+                } else {
+                    cx.pm(c, *m)
+                }
+            }));
             r.push(match cx.data.answers.get(c) {
                 Some(a) => Value::parts(vec![
                     Value::single(a.bad, "answers"),

@@ -87,6 +87,30 @@ pub struct Env {
     /// `None`: one order-service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<Replicas>,
+    /// Where both services keep their data in this cell; `None`: the run's
+    /// store (memory, or `--database-url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<Store>,
+}
+
+/// A store a cell asks for whatever the run's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Store {
+    /// In memory, even on a run with `--database-url`.
+    Memory,
+    /// Postgres: `--database-url`, or the local default
+    /// ([`crate::measure::services::DEFAULT_DATABASE_URL`]).
+    Postgres,
+}
+
+impl Store {
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Memory => "memory",
+            Store::Postgres => "postgres",
+        }
+    }
 }
 
 /// The most replicas a cell may have.
@@ -185,7 +209,12 @@ impl Env {
         let rtt = self.rtt_ms.map_or(String::new(), |r| format!("-rtt{r}"));
         let tls = if self.tls { "-tls" } else { "" };
         let replicas = self.replicas.map_or(String::new(), |r| r.id());
-        format!("{rtt}{tls}{replicas}")
+        let store = match self.store {
+            None => "",
+            Some(Store::Memory) => "-mem",
+            Some(Store::Postgres) => "-pg",
+        };
+        format!("{rtt}{tls}{replicas}{store}")
     }
 
     /// The part of a progress label that says the environment.
@@ -199,6 +228,11 @@ impl Env {
         }
         if let Some(r) = self.replicas {
             s.push_str(&r.label());
+        }
+        match self.store {
+            None => {}
+            Some(Store::Memory) => s.push_str(", in memory"),
+            Some(Store::Postgres) => s.push_str(", on Postgres"),
         }
         s
     }

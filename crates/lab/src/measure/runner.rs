@@ -458,8 +458,9 @@ impl Lab {
         let window = Instant::now();
         let postgres = self
             .services
-            .databases
-            .as_ref()
+            .databases_for(&cell.env)
+            .ok()
+            .flatten()
             .is_some_and(|d| d.is_local());
         let postgres_before =
             postgres.then(|| procfs::ticks_of_named(Path::new("/proc"), "postgres"));

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::measure::cell::{Balance, Cell, Env, Metric};
+use crate::measure::cell::{Balance, Cell, Env, Metric, Store};
 use crate::measure::services::Running;
 
 /// One experiment's schedule.
@@ -60,6 +60,7 @@ impl Schedule {
                 e.replicas
                     .is_some_and(|r| matches!(r.balance, Balance::L4 | Balance::L7))
             }),
+            postgres: envs.iter().any(|e| e.store == Some(Store::Postgres)),
         }
     }
 
@@ -95,6 +96,8 @@ pub struct Needs {
     pub certs: bool,
     /// HAProxy (cells with replicas behind an L4 or L7 balancer).
     pub haproxy: bool,
+    /// A Postgres server (cells that ask for it whatever the run's store).
+    pub postgres: bool,
 }
 
 impl Needs {
@@ -103,6 +106,7 @@ impl Needs {
         Needs {
             certs: self.certs || o.certs,
             haproxy: self.haproxy || o.haproxy,
+            postgres: self.postgres || o.postgres,
         }
     }
 }

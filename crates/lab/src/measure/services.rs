@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use crate::measure::Interrupted;
-use crate::measure::cell::{Balance, Env, ROTATION_AGE_MS, Replicas, SLOW_RTT_MS};
+use crate::measure::cell::{Balance, Env, ROTATION_AGE_MS, Replicas, SLOW_RTT_MS, Store};
 use crate::measure::http;
 
 /// The release binaries of both services.
@@ -208,11 +208,20 @@ pub fn authority(url: &str) -> &str {
     rest.rsplit_once('@').map_or(rest, |(_, h)| h)
 }
 
+/// Where cells that ask for Postgres go when the run has no
+/// `--database-url`: the local server a developer's machine (and CI) runs.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432";
+
 /// How the services of every round are started.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
     pub bins: Binaries,
+    /// The run's store: `--database-url`'s databases, or memory.
     pub databases: Option<Databases>,
+    /// The databases of cells that ask for Postgres ([`Store::Postgres`])
+    /// whatever the run's store: `--database-url`'s, or the local
+    /// default's; `None` when no cell asks or the server is unreachable.
+    pub store_databases: Option<Databases>,
     /// A stack the lab measures without starting it (`--target`).
     pub target: Option<Target>,
     /// `--pin`: order-service on CPU 0, user-service on CPU 1 (k6 unpinned).
@@ -225,6 +234,19 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
+    /// The databases a cell's services use: the run's, or those its
+    /// environment asks for; `None` is memory.
+    pub fn databases_for(&self, env: &Env) -> anyhow::Result<Option<&Databases>> {
+        match env.store {
+            None => Ok(self.databases.as_ref()),
+            Some(Store::Memory) => Ok(None),
+            Some(Store::Postgres) => match &self.store_databases {
+                Some(d) => Ok(Some(d)),
+                None => bail!("a cell on Postgres, but the run has no Postgres server"),
+            },
+        }
+    }
+
     /// What `--pin` does, for the report.
     pub fn pinning(&self) -> Option<String> {
         self.pin.then(|| {
@@ -529,6 +551,7 @@ pub fn start(
         }
         return start_replicas(cfg, user_pool, &r, ports, header, stop);
     }
+    let databases = cfg.databases_for(env)?;
     let order_log = log_file(&cfg.log_dir, "order-service", header)?;
     let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log)?;
     cmd.env("ORDER_REST_ADDR", format!("127.0.0.1:{}", ports.order_rest))
@@ -540,7 +563,7 @@ pub fn start(
             .env("ORDER_TLS_KEY", &c.server_key),
         None => &mut cmd,
     };
-    match &cfg.databases {
+    match databases {
         Some(db) => cmd.env("ORDER_DATABASE_URL", &db.orders),
         None => &mut cmd,
     };
@@ -592,7 +615,7 @@ pub fn start(
                 Some(c) => cmd.env("USER_ORDER_TLS_CA", &c.ca),
                 None => &mut cmd,
             };
-            match &cfg.databases {
+            match databases {
                 Some(db) => cmd.env("USER_DATABASE_URL", &db.users),
                 None => &mut cmd,
             };
@@ -904,22 +927,48 @@ fn ready_over_tls(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> anyho
 /// Loads the data set into both Postgres databases once, before the first
 /// round (each service's `seed` command; idempotent).
 pub fn seed(cfg: &ServiceConfig) -> anyhow::Result<()> {
-    let Some(db) = &cfg.databases else {
-        return Ok(());
+    match &cfg.databases {
+        Some(db) => seed_into(&cfg.bins, db),
+        None => Ok(()),
+    }
+}
+
+/// Whether a TCP connection to the server of `url` opens within 2 s: a
+/// Postgres that is down or absent is found before a round is planned on it.
+pub fn reachable(url: &str) -> anyhow::Result<()> {
+    let at = authority(url);
+    let at = if at.contains(':') && !at.ends_with(']') {
+        at.to_owned()
+    } else {
+        format!("{at}:5432")
     };
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(at.as_str())
+        .with_context(|| format!("resolving {at}"))?
+        .collect();
+    let mut last = None;
+    for a in addrs {
+        match std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => bail!("nothing answers at {at}: {e}"),
+        None => bail!("{at} resolves to no address"),
+    }
+}
+
+/// Each service's `seed` command into `db`: it creates a missing database
+/// (and says so) and loads the data set, idempotently.
+pub fn seed_into(bins: &Binaries, db: &Databases) -> anyhow::Result<()> {
     for (bin, var, url, name) in [
         (
-            &cfg.bins.order,
+            &bins.order,
             "ORDER_DATABASE_URL",
             &db.orders,
             "order-service",
         ),
-        (
-            &cfg.bins.user,
-            "USER_DATABASE_URL",
-            &db.users,
-            "user-service",
-        ),
+        (&bins.user, "USER_DATABASE_URL", &db.users, "user-service"),
     ] {
         println!("seeding {name}'s database (once; idempotent)…");
         let out = Command::new(bin)
@@ -989,6 +1038,7 @@ mod tests {
                 user: "/usr/bin/env".into(),
             },
             databases: None,
+            store_databases: None,
             target: None,
             pin: false,
             log_dir: dir.clone(),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use lab::experiment::Experiment as _;
 use lab::experiments::codec::{Codec, CodecPlan, CodecRecord, CodecRun};
-use lab::experiments::hop::{Hop, HopPlan, HopRecord, HopRun};
+use lab::experiments::hop::{FLOOR, Hop, HopPlan, HopRecord, HopRun, PairRecord};
 use lab::experiments::wire_size::{Source, WirePlan, WireRecord, WireRow, WireSize};
 use lab::measure::results::{BenchRecord, ProbeRecord, Results};
 use lab::session::RunInfo;
@@ -120,6 +120,24 @@ pub fn synthetic(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results)
                             round,
                         });
                     }
+                }
+            }
+        }
+        // The paired mode: each transport's blocks against the floor's.
+        run.pairs_command = Some("cargo bench -p user-service --bench hop".into());
+        for round in 1..=rounds {
+            for (i, via) in plan.vias.iter().enumerate().filter(|(_, v)| *v != FLOOR) {
+                for &n in &plan.sizes {
+                    let r = 1.0 + 0.1 * i as f64 + 0.013 * f64::from(round);
+                    run.pairs.push(PairRecord {
+                        via: via.clone(),
+                        orders: n,
+                        calls: 10,
+                        ratios: vec![r * 0.98, r, r * 1.03],
+                        floor_us: vec![50.0; 3],
+                        via_us: vec![50.0 * r; 3],
+                        round,
+                    });
                 }
             }
         }
