@@ -265,7 +265,7 @@ fn postgres_cpu_reading(p: &StorePlan, cx: &Context) -> String {
         .collect();
     if parts.is_empty() {
         return format!(
-            "{MISSING}: the Postgres server's CPU is counted only when it runs on this machine."
+            "{MISSING}: no cell on Postgres has the server's CPU (it is counted only for a server on this machine, and only in cells that ran)."
         );
     }
     format!("{}.", crate::experiments::tables::capitalise(&parts.join("; ")))
