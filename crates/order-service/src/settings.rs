@@ -131,6 +131,13 @@ pub struct Settings {
     #[arg(long, env = "ORDER_GRPC_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
     pub grpc_gzip: bool,
 
+    /// Compress the REST API's answers (`/v1/orders`, `/v2/orders…`) with
+    /// gzip for clients that send `Accept-Encoding: gzip`. Off by default,
+    /// for the same reason as `ORDER_GRPC_GZIP`; Connect, health and
+    /// /metrics are never compressed.
+    #[arg(long, env = "ORDER_REST_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
+    pub rest_gzip: bool,
+
     /// Connections open at once on each HTTP listener (REST; gRPC). Past it
     /// a new connection is accepted and closed at once, counted on /metrics
     /// (`*_connections_refused_total`) and logged at most once a second.

@@ -145,6 +145,7 @@ impl Application {
             max_body_bytes: s.max_request_bytes as usize,
             metrics: metrics.clone(),
             limiter: limiter.clone(),
+            gzip: s.rest_gzip,
         });
         let limits = s.conn_limits();
         let ([rest_cap, grpc_cap, tcp_cap], caps_render) = negotiate::cap::listener_caps(

@@ -143,6 +143,15 @@ pub struct Settings {
     #[arg(long, env = "USER_POOL_SIZE", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub pool_size: u16,
 
+    /// Ask order-service for gzip on the REST and gRPC transports: REST
+    /// sends `Accept-Encoding: gzip` and inflates a gzip answer; gRPC accepts
+    /// gzip answers and sends its requests gzipped. order-service compresses
+    /// only when its own `ORDER_REST_GZIP` / `ORDER_GRPC_GZIP` is on. Off by
+    /// default: the lab's byte counts assume no compression. The tuned
+    /// twins, Connect, grpc-v1, bidi and raw TCP never compress.
+    #[arg(long, env = "USER_UPSTREAM_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
+    pub upstream_gzip: bool,
+
     /// Upstream timeout in milliseconds: the gRPC deadline sent, and the most
     /// a call to order-service may take before the answer is 504.
     #[arg(long, env = "USER_UPSTREAM_TIMEOUT_MS", default_value_t = 5000)]

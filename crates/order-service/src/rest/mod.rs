@@ -39,6 +39,8 @@ pub struct RestState {
     /// The service's one limit of work in service (shared with gRPC and
     /// the streams' lookups); past it, 503 `overloaded` at once.
     pub limiter: negotiate::shed::Limiter,
+    /// Gzip the API's answers for clients that accept it (`ORDER_REST_GZIP`).
+    pub gzip: bool,
 }
 
 /// The REST router.
@@ -53,10 +55,16 @@ pub fn router(state: RestState) -> Router {
             connect.clone(),
         );
     }
-    router
+    let mut api = Router::new()
         .route("/v2/orders", get(list_orders).post(create_order))
         .route("/v2/orders/{id}", get(get_order))
-        .route("/v1/orders", get(list_orders_v1))
+        .route("/v1/orders", get(list_orders_v1));
+    if state.gzip {
+        // Negotiated per request: only an `Accept-Encoding: gzip` gets it.
+        api = api.layer(tower_http::compression::CompressionLayer::new());
+    }
+    router
+        .merge(api)
         // Only the routes above are shed: health checks and /metrics still
         // answer on an overloaded instance, which is alive and worth watching.
         .route_layer(negotiate::shed::ShedLayer::shared(

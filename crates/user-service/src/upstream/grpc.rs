@@ -25,6 +25,7 @@ use proto::order::v2::{
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::codec::CompressionEncoding;
 use tonic::transport::{Channel, Endpoint};
 
 use super::mux::{Ids, Link, Pending, Slot, answer_to_orders};
@@ -118,6 +119,8 @@ where
 #[derive(Debug)]
 pub struct GrpcSource {
     transport: Transport,
+    /// Gzip both ways (`USER_UPSTREAM_GZIP`).
+    gzip: bool,
     channels: Vec<Channel>,
     next: AtomicUsize,
     timeout: Duration,
@@ -133,6 +136,7 @@ impl GrpcSource {
     ) -> anyhow::Result<Self> {
         Ok(GrpcSource {
             transport,
+            gzip: ep.gzip,
             channels: channels(ep, &metrics)?,
             next: AtomicUsize::new(0),
             timeout: ep.timeout,
@@ -147,9 +151,15 @@ impl GrpcSource {
 
     /// An `order.v2` client on the next channel, with the message limits.
     fn v2(&self) -> OrderServiceClient<Channel> {
-        OrderServiceClient::new(self.channel())
+        let c = OrderServiceClient::new(self.channel())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        if self.gzip {
+            c.accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip)
+        } else {
+            c
+        }
     }
 
     fn request<T>(&self, msg: T) -> tonic::Request<T> {

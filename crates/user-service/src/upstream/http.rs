@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST};
+use http::header::{ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, HOST};
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::client::conn::{http1, http2};
@@ -490,6 +490,8 @@ pub struct RestSource {
     transport: Transport,
     wire: Wire,
     proto: bool,
+    /// Ask for gzip (`USER_UPSTREAM_GZIP`); not on the tuned twin.
+    gzip: bool,
 }
 
 impl RestSource {
@@ -528,6 +530,7 @@ impl RestSource {
         };
         Ok(RestSource {
             transport,
+            gzip: ep.gzip && !matches!(wire, Wire::H2Direct(_)),
             wire,
             proto,
         })
@@ -541,13 +544,50 @@ impl RestSource {
             pq.push_str(&q.fields.to_csv());
         }
         let accept = if self.proto { PROTOBUF } else { JSON };
+        let mut out = Outgoing::get(&pq, accept);
+        if self.gzip {
+            out.headers
+                .insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        }
         let answer = match &self.wire {
-            Wire::Pooled(p) => p.send(&Outgoing::get(&pq, accept)).await?,
-            Wire::H1Close(p) => p.send(&Outgoing::get(&pq, accept)).await?,
+            Wire::Pooled(p) => p.send(&out).await?,
+            Wire::H1Close(p) => p.send(&out).await?,
             Wire::H2Direct(p) => p.get(&pq, accept).await?,
         };
-        decode(answer, self.proto)
+        decode(inflate(answer)?, self.proto)
     }
+}
+
+/// A gzip answer inflated, up to the message limit, so that a small
+/// compressed body cannot grow without bound; any other answer as it is.
+fn inflate(mut a: Answer) -> Result<Answer, UpstreamError> {
+    use std::io::Read as _;
+    let Some(enc) = a.headers.get(CONTENT_ENCODING) else {
+        return Ok(a);
+    };
+    if enc.as_bytes().eq_ignore_ascii_case(b"identity") {
+        return Ok(a);
+    }
+    if !enc.as_bytes().eq_ignore_ascii_case(b"gzip") {
+        return Err(UpstreamError::Protocol(format!(
+            "an answer in Content-Encoding {enc:?}, which was not asked for"
+        )));
+    }
+    let mut out = Vec::with_capacity(a.body.len() * 4);
+    flate2::read::GzDecoder::new(&a.body[..])
+        .take(MAX_MESSAGE_BYTES as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| {
+            UpstreamError::Protocol(format!("a gzip answer that does not inflate: {e}"))
+        })?;
+    if out.len() > MAX_MESSAGE_BYTES {
+        return Err(UpstreamError::Protocol(format!(
+            "the answer inflates past {MAX_MESSAGE_BYTES} bytes"
+        )));
+    }
+    a.headers.remove(CONTENT_ENCODING);
+    a.body = Bytes::from(out);
+    Ok(a)
 }
 
 /// The orders of a 200, or the error an error answer describes.
@@ -617,6 +657,52 @@ mod tests {
             headers,
             body: Bytes::copy_from_slice(body),
         }
+    }
+
+    fn gzipped(data: &[u8]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(data).unwrap();
+        z.finish().unwrap()
+    }
+
+    fn encoded(enc: &str, body: &[u8]) -> Answer {
+        let mut a = answer(200, JSON, body);
+        a.headers
+            .insert(CONTENT_ENCODING, HeaderValue::from_str(enc).unwrap());
+        a
+    }
+
+    #[test]
+    fn a_gzip_answer_is_inflated_and_a_bad_or_huge_one_refused() {
+        let json = br#"{"orders":[]}"#;
+        let a = inflate(encoded("gzip", &gzipped(json))).unwrap();
+        assert_eq!(&a.body[..], json);
+        assert!(a.headers.get(CONTENT_ENCODING).is_none());
+        // No encoding, or identity: as it came.
+        assert_eq!(&inflate(answer(200, JSON, json)).unwrap().body[..], json);
+        assert_eq!(&inflate(encoded("identity", json)).unwrap().body[..], json);
+        // Not gzip after all.
+        let e = inflate(encoded("gzip", b"not gzip")).unwrap_err();
+        assert!(
+            matches!(&e, UpstreamError::Protocol(m) if m.contains("does not inflate")),
+            "{e:?}"
+        );
+        // An encoding nobody asked for.
+        let e = inflate(encoded("br", json)).unwrap_err();
+        assert!(
+            matches!(&e, UpstreamError::Protocol(m) if m.contains("not asked for")),
+            "{e:?}"
+        );
+        // A small body that inflates past the message limit: refused, and
+        // no more than the limit (and a byte) is ever inflated.
+        let bomb = gzipped(&vec![0u8; MAX_MESSAGE_BYTES + 1]);
+        assert!(bomb.len() < MAX_MESSAGE_BYTES / 100, "{} B", bomb.len());
+        let e = inflate(encoded("gzip", &bomb)).unwrap_err();
+        assert!(
+            matches!(&e, UpstreamError::Protocol(m) if m.contains("inflates past")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -238,6 +238,8 @@ pub struct Endpoints {
     pub timeout: Duration,
     /// TLS to order-service on every transport, when configured.
     pub tls: Option<UpstreamTls>,
+    /// Ask for gzip on the REST and gRPC transports (`USER_UPSTREAM_GZIP`).
+    pub gzip: bool,
 }
 
 /// TLS to order-service: the client configuration (trusted CA, optional
@@ -287,6 +289,7 @@ impl Endpoints {
             pool_size: self.pool_size,
             timeout: self.timeout,
             tls,
+            gzip: self.gzip,
         })
     }
 
@@ -425,6 +428,7 @@ impl Upstreams {
                 }),
                 None => None,
             },
+            gzip: settings.upstream_gzip,
         };
         for (var, url) in [
             ("USER_ORDER_REST_URL", &ep.rest_url),

@@ -8,6 +8,7 @@ mod balancers;
 mod budget;
 mod caps;
 mod flood;
+mod gzip;
 mod helpers;
 mod many_users;
 mod over_tls;
