@@ -691,7 +691,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
                         .map_or("; no CPU pinning".to_owned(), |p| format!("; pinned: {p}")),
                 ),
             ),
-            ("compression".into(), compression(info)),
+            ("compression between the services".into(), compression(info, results)),
             (
                 "services' environment".into(),
                 if info.service_env.is_empty() {
@@ -801,7 +801,12 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
 }
 
 /// What the run's services were told about compression.
-fn compression(info: &RunInfo) -> String {
+fn compression(info: &RunInfo, results: &Results) -> String {
+    if results.records.iter().any(|r| r.cell.env.gzip) {
+        return "gzip in the cells marked \"gzip\" only (ORDER_REST_GZIP, ORDER_GRPC_GZIP and \
+                USER_UPSTREAM_GZIP on), on the REST and gRPC transports; none in every other cell"
+            .to_owned();
+    }
     if info.service_env.is_empty() {
         return "not recorded (a run from before the services' environment was kept)".to_owned();
     }

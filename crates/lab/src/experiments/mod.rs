@@ -37,6 +37,7 @@ registry! {
     rtt::Rtt,
     pitfall::Pitfall,
     tls::Tls,
+    compression::Compression,
     codec::Codec,
     hop::Hop,
     replicas::Replicas,

@@ -87,6 +87,16 @@ pub struct Env {
     /// `None`: one order-service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<Replicas>,
+    /// A bandwidth cap on the link between the services, Mbit/s each way
+    /// (the delay proxy's token bucket); `None`: no cap. With it, the
+    /// services talk through the proxy even without an RTT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_mbit: Option<u32>,
+    /// gzip between the services: order-service compresses REST and gRPC
+    /// answers (`ORDER_REST_GZIP`, `ORDER_GRPC_GZIP`) and user-service asks
+    /// for it (`USER_UPSTREAM_GZIP`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gzip: bool,
     /// Where both services keep their data in this cell; `None`: the run's
     /// store (memory, or `--database-url`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,7 +224,11 @@ impl Env {
             Some(Store::Memory) => "-mem",
             Some(Store::Postgres) => "-pg",
         };
-        format!("{rtt}{tls}{replicas}{store}")
+        let rate = self
+            .rate_mbit
+            .map_or(String::new(), |r| format!("-{r}mbit"));
+        let gzip = if self.gzip { "-gzip" } else { "" };
+        format!("{rtt}{rate}{tls}{replicas}{store}{gzip}")
     }
 
     /// The part of a progress label that says the environment.
@@ -228,6 +242,12 @@ impl Env {
         }
         if let Some(r) = self.replicas {
             s.push_str(&r.label());
+        }
+        if let Some(r) = self.rate_mbit {
+            s.push_str(&format!(", {r} Mbit/s"));
+        }
+        if self.gzip {
+            s.push_str(", gzip");
         }
         match self.store {
             None => {}

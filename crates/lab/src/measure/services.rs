@@ -534,10 +534,12 @@ pub fn start(
     header: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Running> {
-    // An emulated round trip is split evenly between the two directions.
-    let one_way = env
-        .rtt_ms
-        .map(|r| Duration::from_micros(u64::from(r) * 500));
+    // An emulated round trip is split evenly between the two directions;
+    // a bandwidth cap alone goes through the proxy too, with no delay.
+    let one_way = match (env.rtt_ms, env.rate_mbit) {
+        (None, None) => None,
+        (rtt, _) => Some(Duration::from_micros(u64::from(rtt.unwrap_or(0)) * 500)),
+    };
     let tls = env.tls;
     let certs = match (tls, &cfg.certs) {
         (false, _) => None,
@@ -546,8 +548,10 @@ pub fn start(
     };
     let ports = Ports::pick()?;
     if let Some(r) = env.replicas {
-        if env.tls || env.rtt_ms.is_some() {
-            bail!("a cell with replicas runs in cleartext with no emulated RTT");
+        if env.tls || env.rtt_ms.is_some() || env.rate_mbit.is_some() || env.gzip {
+            bail!(
+                "a cell with replicas runs in cleartext with no emulated RTT, bandwidth cap or gzip"
+            );
         }
         return start_replicas(cfg, user_pool, &r, ports, header, stop);
     }
@@ -567,6 +571,10 @@ pub fn start(
         Some(db) => cmd.env("ORDER_DATABASE_URL", &db.orders),
         None => &mut cmd,
     };
+    if env.gzip {
+        cmd.env("ORDER_REST_GZIP", "true")
+            .env("ORDER_GRPC_GZIP", "true");
+    }
     let mut service_env = env_of("order-service", &cmd);
     let mut order = ChildGuard::spawn(cmd, "order-service")?;
     wait_ready(
@@ -581,8 +589,13 @@ pub fn start(
     let order_tcp = SocketAddr::from(([127, 0, 0, 1], ports.order_tcp));
     let proxy = one_way
         .map(|d| {
+            let config = match env.rate_mbit {
+                Some(m) => delay_proxy::Config::one_way(d)
+                    .with_rate(delay_proxy::Config::mbit(f64::from(m))),
+                None => delay_proxy::Config::one_way(d),
+            };
             delay_proxy::Proxy::start(
-                delay_proxy::Config::one_way(d),
+                config,
                 &[
                     delay_proxy::Route::any_port(ports.order_rest_addr()),
                     delay_proxy::Route::any_port(ports.order_grpc_addr()),
@@ -619,6 +632,9 @@ pub fn start(
                 Some(db) => cmd.env("USER_DATABASE_URL", &db.users),
                 None => &mut cmd,
             };
+            if env.gzip {
+                cmd.env("USER_UPSTREAM_GZIP", "true");
+            }
             service_env.extend(env_of("user-service", &cmd));
             let mut user = ChildGuard::spawn(cmd, "user-service")?;
             wait_ready(&mut user, ports.user_rest_addr(), None, &cfg.log_dir, stop)?;

@@ -1,0 +1,340 @@
+//! `compression`: REST JSON, REST protobuf and gRPC, with gzip off and on,
+//! on loopback and on a slow link (the delay proxy at 20 ms round trip and
+//! 100 Mbit/s each way). Does compressed JSON close the gap with protobuf
+//! on a slow link, and what does gzip cost in CPU where bandwidth is free?
+
+use serde::{Deserialize, Serialize};
+
+use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiments::tables::{capitalise, method};
+use crate::measure::cell::{Cell, Env, Metric};
+use crate::measure::schedule::Schedule;
+use crate::report::format::{self as f, MISSING};
+use crate::report::value::Value;
+use crate::report::{Section, Table};
+
+pub struct Compression;
+
+/// The slow link: round trip, ms, and cap, Mbit/s each way.
+pub const SLOW_RTT_MS: u32 = 20;
+pub const SLOW_MBIT: u32 = 100;
+
+/// REST JSON and protobuf on HTTP/1.1, and gRPC.
+const VIAS: [&str; 3] = [transports::H1_JSON, transports::H1_PROTO, transports::GRPC];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompressionPlan {
+    pub transports: Vec<String>,
+    pub sizes: Vec<u32>,
+}
+
+/// Loopback, then the slow link.
+const LINKS: [bool; 2] = [false, true];
+
+fn link_name(slow: bool) -> String {
+    if slow {
+        format!("{SLOW_RTT_MS} ms, {SLOW_MBIT} Mbit/s")
+    } else {
+        "loopback".to_owned()
+    }
+}
+
+impl CompressionPlan {
+    /// A transport at a size, gzip off or on, on loopback or the slow link.
+    /// Loopback without gzip is the payload grid's cell.
+    pub fn cell(via: &str, orders: u32, gzip: bool, slow: bool) -> Cell {
+        Knobs::closed(via, orders).with_env(Env {
+            rtt_ms: slow.then_some(SLOW_RTT_MS),
+            rate_mbit: slow.then_some(SLOW_MBIT),
+            gzip,
+            ..Env::default()
+        })
+    }
+
+    pub fn cells(&self) -> Vec<Cell> {
+        let mut v = Vec::new();
+        for slow in LINKS {
+            for &n in &self.sizes {
+                for via in &self.transports {
+                    for gzip in [false, true] {
+                        v.push(Self::cell(via, n, gzip, slow));
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+impl Experiment for Compression {
+    type Plan = CompressionPlan;
+    const NAME: &'static str = "compression";
+    const ABOUT: &'static str = "REST JSON, REST protobuf and gRPC with gzip off and on, on loopback and on a 20 ms, 100 Mbit/s link";
+
+    fn target() -> Result<(), &'static str> {
+        Err("it sets gzip on both services and puts the delay proxy between them, which only the lab's own services allow")
+    }
+
+    fn plan(knobs: &Knobs) -> CompressionPlan {
+        CompressionPlan {
+            transports: knobs
+                .transports
+                .clone()
+                .unwrap_or_else(|| VIAS.iter().map(|s| (*s).to_owned()).collect()),
+            sizes: knobs.sizes(&[1000, 10000], &[100, 1000, 10000]),
+        }
+    }
+
+    fn schedule(p: &CompressionPlan) -> Schedule {
+        Schedule::Grid(p.cells())
+    }
+
+    fn describe(p: &CompressionPlan) -> String {
+        format!(
+            "{} transports, sizes {:?}, gzip off and on, loopback and {}",
+            p.transports.len(),
+            p.sizes,
+            link_name(true)
+        )
+    }
+
+    fn section(p: &CompressionPlan, cx: &Context) -> Section {
+        section(p, cx)
+    }
+}
+
+fn section(p: &CompressionPlan, cx: &Context) -> Section {
+    let mut s = Section::new(
+        Compression::NAME,
+        "Compression: gzip on loopback and on a slow link",
+    );
+    s.para(method(
+        cx.timing,
+        &format!(
+            "Closed loop, {} VUs, user-service's pool {} connections per transport. gzip on both \
+             ends (`ORDER_REST_GZIP`, `ORDER_GRPC_GZIP`, `USER_UPSTREAM_GZIP`) or off; loopback, \
+             or the delay proxy between the services at {} round trip and {} Mbit/s each way \
+             (a token bucket per direction shared by the connections). Nothing else differs \
+             between the cells of a row. `×` is gzip over off",
+            Knobs::VUS,
+            Knobs::POOL,
+            format_args!("{SLOW_RTT_MS} ms"),
+            SLOW_MBIT
+        ),
+    ));
+    for (m, caption) in [
+        (Metric::BytesIn, "Answer bytes per call (user-service's socket counter)"),
+        (Metric::Rate, "Throughput, req/s (higher is better)"),
+        (
+            Metric::UpP50,
+            "Upstream p50, µs: user-service's round trip to order-service",
+        ),
+        (Metric::CpuOrder, "order-service's CPU per request, µs"),
+        (Metric::CpuUser, "user-service's CPU per request, µs"),
+    ] {
+        let mut headers = vec!["transport, link".to_owned()];
+        for &n in &p.sizes {
+            headers.push(format!("{}, off", f::orders(n)));
+            headers.push(format!("{}, gzip", f::orders(n)));
+        }
+        let mut rows = Vec::new();
+        for slow in LINKS {
+            for via in &p.transports {
+                let mut r = vec![Value::text(format!("{via}, {}", link_name(slow)))];
+                for &n in &p.sizes {
+                    let off = CompressionPlan::cell(via, n, false, slow);
+                    r.push(cx.fig(&off, m));
+                    r.push(cx.fig_vs(&CompressionPlan::cell(via, n, true, slow), &off, m));
+                }
+                rows.push(r);
+            }
+        }
+        let reading = match m {
+            Metric::Rate => gap_reading(p, cx),
+            Metric::BytesIn => bytes_reading(p, cx),
+            Metric::CpuOrder | Metric::CpuUser => cpu_reading(p, cx, m),
+            _ => gzip_ratio_reading(p, cx, m, true),
+        };
+        s.table(Table {
+            caption: caption.to_owned(),
+            headers,
+            rows,
+            reading,
+        });
+    }
+    s
+}
+
+/// gzip over off for one metric, one link: "via ×r" per transport and size.
+fn gzip_ratio_reading(p: &CompressionPlan, cx: &Context, m: Metric, slow: bool) -> String {
+    let parts: Vec<String> = p
+        .sizes
+        .iter()
+        .map(|&n| {
+            let each: Vec<String> = p
+                .transports
+                .iter()
+                .map(|via| {
+                    match cx.data.ratio(
+                        &CompressionPlan::cell(via, n, true, slow),
+                        &CompressionPlan::cell(via, n, false, slow),
+                        m,
+                    ) {
+                        Some(r) => format!("{via} ×{}", f::num(r.median)),
+                        None => format!("{via} {MISSING}"),
+                    }
+                })
+                .collect();
+            format!("at {}: {}", f::orders(n), each.join(", "))
+        })
+        .collect();
+    format!(
+        "gzip over off on {}: {}.",
+        if slow {
+            format!("the {} link", link_name(true))
+        } else {
+            "loopback".to_owned()
+        },
+        parts.join("; ")
+    )
+}
+
+fn bytes_reading(p: &CompressionPlan, cx: &Context) -> String {
+    capitalise(&gzip_ratio_reading(p, cx, Metric::BytesIn, false))
+}
+
+/// On loopback, what gzip costs in CPU per request.
+fn cpu_reading(p: &CompressionPlan, cx: &Context, m: Metric) -> String {
+    format!(
+        "What gzip costs where bandwidth is free: {}",
+        gzip_ratio_reading(p, cx, m, false)
+    )
+}
+
+/// The question: on the slow link, does JSON with gzip reach protobuf's
+/// rate without it (and with it)? Read from the ratio's rerun interval.
+fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
+    let (json, proto) = (transports::H1_JSON, transports::H1_PROTO);
+    if !(p.transports.iter().any(|t| t == json) && p.transports.iter().any(|t| t == proto)) {
+        return format!("{MISSING}: the plan lacks {json} or {proto}, so the gap cannot be read.");
+    }
+    let parts: Vec<String> = p
+        .sizes
+        .iter()
+        .map(|&n| {
+            let jz = CompressionPlan::cell(json, n, true, true);
+            let verdict = |against: &Cell, what: &str| match cx.data.ratio(&jz, against, Metric::Rate)
+            {
+                None => format!("{MISSING} against {what}"),
+                Some(r) => format!(
+                    "×{} ({}–{}) of {what}{}",
+                    f::num(r.median),
+                    f::num(r.min),
+                    f::num(r.max),
+                    if r.max < 1.0 {
+                        ": short of it"
+                    } else if r.min > 1.0 {
+                        ": past it"
+                    } else {
+                        ": level within noise"
+                    }
+                ),
+            };
+            let gap = cx
+                .data
+                .ratio(
+                    &CompressionPlan::cell(proto, n, false, true),
+                    &CompressionPlan::cell(json, n, false, true),
+                    Metric::Rate,
+                )
+                .map_or(MISSING.to_owned(), |r| format!("×{}", f::num(r.median)));
+            format!(
+                "at {}, where uncompressed {proto} serves {gap} of uncompressed {json}'s rate, \
+                 {json} with gzip serves {}, and {}",
+                f::orders(n),
+                verdict(
+                    &CompressionPlan::cell(proto, n, false, true),
+                    &format!("{proto}'s uncompressed")
+                ),
+                verdict(
+                    &CompressionPlan::cell(proto, n, true, true),
+                    &format!("{proto}'s with gzip")
+                )
+            )
+        })
+        .collect();
+    format!(
+        "On the slow link ({}): {}.",
+        link_name(true),
+        parts.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Block;
+
+    #[test]
+    fn the_plan_pairs_gzip_off_and_on_on_both_links_and_shares_loopback_with_payload() {
+        let p = Compression::plan(&Knobs {
+            quick: true,
+            ..Knobs::default()
+        });
+        assert_eq!(p.sizes, vec![1000, 10000]);
+        let cells = p.cells();
+        assert_eq!(cells.len(), VIAS.len() * 2 * 2 * 2);
+        assert_eq!(cells.iter().filter(|c| c.env.gzip).count(), cells.len() / 2);
+        let slow = cells.iter().filter(|c| c.env.rate_mbit.is_some()).count();
+        assert_eq!(slow, cells.len() / 2);
+        assert!(
+            cells
+                .iter()
+                .all(|c| c.env.rate_mbit.is_some() == c.env.rtt_ms.is_some())
+        );
+        // Loopback without gzip is the payload grid's cell.
+        assert!(cells.contains(&Knobs::closed(transports::GRPC, 1000)));
+        assert_ne!(
+            CompressionPlan::cell("grpc", 1000, true, false).id(),
+            Knobs::closed("grpc", 1000).id()
+        );
+    }
+
+    #[test]
+    fn the_section_reads_the_gap_and_the_costs_from_the_figures() {
+        let (info, results) = crate::synthetic::run(&[Compression::NAME], true, 2);
+        let report = crate::session::build_report(&info, &results);
+        let empty = report.empty_cells();
+        assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
+        let s = report
+            .sections
+            .iter()
+            .find(|s| s.id == Compression::NAME)
+            .expect("a compression section");
+        let tables: Vec<&Table> = s
+            .blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Table(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tables.len(), 5);
+        let rate = tables
+            .iter()
+            .find(|t| t.caption.starts_with("Throughput"))
+            .unwrap();
+        assert_eq!(rate.rows.len(), VIAS.len() * 2);
+        assert!(rate.reading.starts_with("On the slow link (20 ms, 100 Mbit/s): at 1,000"), "{}", rate.reading);
+        let bytes = tables
+            .iter()
+            .find(|t| t.caption.starts_with("Answer bytes"))
+            .unwrap();
+        assert!(bytes.reading.starts_with("Gzip over off on loopback: at 1,000 orders: h1-json ×"), "{}", bytes.reading);
+        // The synthetic rounds shrink gzip's answers to a fifth: the
+        // reading's ratio is theirs.
+        assert!(bytes.reading.contains("h1-json ×0.200"), "{}", bytes.reading);
+        // The report's header says which cells compress.
+        assert!(report.markdown().contains("gzip in the cells marked"));
+    }
+}
