@@ -265,13 +265,20 @@ pub fn list(quick: bool) -> anyhow::Result<String> {
         ..Knobs::default()
     };
     let mut out = String::new();
+    // The names' column, as wide as the longest name.
+    let w = experiments::all()
+        .iter()
+        .map(|e| e.name().len())
+        .max()
+        .unwrap_or(0)
+        .max(experiments::ALL.len());
     for e in experiments::all() {
         let plan = e.plan(&knobs)?;
         let schedule = e.schedule(&plan)?;
         let detail = e.describe(&plan)?;
         out.push_str(&format!(
-            "{:<10} {}
-{:<10} [{}{}]
+            "{:<w$} {}
+{:<w$} [{}{}]
 ",
             e.name(),
             e.about(),
@@ -285,7 +292,7 @@ pub fn list(quick: bool) -> anyhow::Result<String> {
         ));
     }
     out.push_str(&format!(
-        "{:<10} All of the above, a cell two experiments share measured once ({} plan; \
+        "{:<w$} All of the above, a cell two experiments share measured once ({} plan; \
          `lab list{}` shows the {} one)\n",
         experiments::ALL,
         if quick { "quick" } else { "full" },
@@ -349,9 +356,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         for e in experiments::all() {
-            assert!(
-                l.contains(&format!("{:<10} {}", e.name(), e.about())),
+            // The name, padded to the column, then what it measures.
+            let line = l
+                .lines()
+                .find(|x| x.split_whitespace().next() == Some(e.name()))
+                .unwrap_or_else(|| panic!("no line for {}:\n{l}", e.name()));
+            assert_eq!(
+                line.split_once(' ').map(|(_, r)| r.trim_start()),
+                Some(e.about()),
                 "{l}"
+            );
+            assert_eq!(
+                line.find(e.about()),
+                l.lines()
+                    .next()
+                    .and_then(|f| f.find(experiments::all()[0].about())),
+                "one column:\n{l}"
             );
             assert!(help.contains(e.name()), "{help}");
         }
