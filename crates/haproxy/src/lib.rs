@@ -111,12 +111,20 @@ impl Haproxy {
     /// Writes the config for `frontends` into `dir`, starts HAProxy on it,
     /// and waits (10 s at most) until every frontend accepts connections.
     pub fn start(frontends: &[Frontend], dir: &Path) -> anyhow::Result<Haproxy> {
+        Haproxy::start_avoiding(frontends, dir, &[])
+    }
+
+    /// [`Haproxy::start`], on none of the ports in `avoid`: ports the caller
+    /// picked for other listeners and released, which the kernel may hand
+    /// out again. HAProxy binds with `SO_REUSEPORT`, so a service binding
+    /// the same port later fails while HAProxy answers in its place.
+    pub fn start_avoiding(
+        frontends: &[Frontend],
+        dir: &Path,
+        avoid: &[u16],
+    ) -> anyhow::Result<Haproxy> {
         let bin = binary().context(INSTALL_HINT)?;
-        let ports = frontends
-            .iter()
-            .map(|_| free_port())
-            .collect::<std::io::Result<Vec<u16>>>()
-            .context("finding free ports for HAProxy")?;
+        let ports = free_ports(frontends.len(), avoid).context("finding free ports for HAProxy")?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let cfg = dir.join("haproxy.cfg");
         std::fs::write(&cfg, config(frontends, &ports))
@@ -207,13 +215,47 @@ impl Drop for Haproxy {
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// `n` distinct ports free right now, none of them in `avoid`.
+fn free_ports(n: usize, avoid: &[u16]) -> std::io::Result<Vec<u16>> {
+    // Held until all are picked, so that none comes out twice.
+    let mut held = Vec::new();
+    while held.len() < n {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        if !avoid.contains(&l.local_addr()?.port()) {
+            held.push(l);
+        }
+    }
+    held.iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_and_never_the_avoided_ones() {
+        // Ports the kernel just handed out and took back: the ones most
+        // likely to come out again.
+        let avoid: Vec<u16> = (0..200)
+            .map(|_| {
+                TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map(|a| a.port())
+            })
+            .collect::<std::io::Result<_>>()
+            .unwrap();
+        for _ in 0..20 {
+            let got = free_ports(3, &avoid).unwrap();
+            assert_eq!(got.len(), 3);
+            assert!(got.iter().all(|p| !avoid.contains(p)), "{got:?}");
+            let mut d = got.clone();
+            d.sort_unstable();
+            d.dedup();
+            assert_eq!(d.len(), 3, "{got:?}");
+        }
+    }
 
     #[test]
     fn an_l7_frontend_keeps_each_protocol_toward_the_backends() {

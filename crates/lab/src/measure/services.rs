@@ -147,6 +147,17 @@ impl Ports {
         SocketAddr::from(([127, 0, 0, 1], self.order_rest))
     }
 
+    /// The five ports.
+    pub fn all(&self) -> [u16; 5] {
+        [
+            self.order_rest,
+            self.order_grpc,
+            self.order_tcp,
+            self.user_rest,
+            self.user_grpc,
+        ]
+    }
+
     pub fn user_rest_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.user_rest))
     }
@@ -777,8 +788,12 @@ fn start_replicas(
                 },
             ];
             Some(
-                haproxy::Haproxy::start(&frontends, &cfg.log_dir.join("haproxy"))
-                    .context("starting HAProxy")?,
+                haproxy::Haproxy::start_avoiding(
+                    &frontends,
+                    &cfg.log_dir.join("haproxy"),
+                    &ports.all(),
+                )
+                .context("starting HAProxy")?,
             )
         }
     };
