@@ -27,6 +27,10 @@
 //   DURATION      how long the scenario runs                               default 30s
 //   GRACEFUL_STOP how long iterations in flight may finish                 default 5s
 //   SUMMARY_JSON  where handleSummary writes k6's summary data             default summary.json
+//   THRESHOLDS    on: a run past MAX_ERROR_RATE or P95_MS exits non-zero   default on
+//                 (the lab turns them off: its pool ladder overloads on purpose)
+//   MAX_ERROR_RATE  the share of failed requests (not 2xx/3xx) allowed     default 0.01
+//   P95_MS        the p95 of good answers allowed, ms                      default 2000
 import http from 'k6/http';
 import { Trend, Counter } from 'k6/metrics';
 
@@ -51,6 +55,20 @@ const FIXED = [0, 1, 10, 100, 1000, 10000];
 export function userFor(orders) {
   const n = FIXED.includes(orders) ? orders : 10000;
   return `00000000-0000-0000-0000-${String(n).padStart(12, '0')}`;
+}
+
+function share(name, fallback) {
+  const raw = env(name, String(fallback));
+  const x = Number(raw);
+  if (raw.trim() === '' || Number.isNaN(x) || x < 0 || x > 1) {
+    throw new Error(`${name} must be a number from 0 to 1, got ${JSON.stringify(raw)}`);
+  }
+  return x;
+}
+
+const thresholds = env('THRESHOLDS', 'on');
+if (thresholds !== 'on' && thresholds !== 'off') {
+  throw new Error(`THRESHOLDS must be on or off, got ${JSON.stringify(thresholds)}`);
 }
 
 const users = int('USERS', 0);
@@ -86,6 +104,9 @@ export const params = {
   // lab asks once and counts the orders itself); unset, each VU parses its
   // first good answer instead.
   expectedLength: env('EXPECTED_LENGTH', null),
+  thresholds: thresholds === 'on',
+  maxErrorRate: share('MAX_ERROR_RATE', 0.01),
+  p95Ms: Math.max(int('P95_MS', 2000), 1),
 };
 
 // Percentiles every script reports; the lab reads exactly these names.
@@ -100,6 +121,14 @@ export function commonOptions() {
     discardResponseBodies: true,
     // One summary row for all URLs rather than one per user id.
     tags: { via: params.via },
+    // A bad run exits non-zero (k6's exit code 99): too many failed
+    // requests, or good answers too slow.
+    thresholds: params.thresholds
+      ? {
+          http_req_failed: [`rate<=${params.maxErrorRate}`],
+          good_duration: [`p(95)<${params.p95Ms}`],
+        }
+      : {},
   };
 }
 

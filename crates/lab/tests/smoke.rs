@@ -222,6 +222,9 @@ fn k6_summary(
         ))
         .args(["-e", "VIA=h2c-json", "-e", "ORDERS=100", "-e", "VUS=2"])
         .args(["-e", "DURATION=1s"])
+        // As the lab runs k6: its thresholds would fail the wrong-length
+        // run below, which is wrong on purpose.
+        .args(["-e", "THRESHOLDS=off"])
         .arg("-e")
         .arg(format!("SUMMARY_JSON={}", summary.display()));
     for (k, v) in extra {
@@ -342,5 +345,58 @@ fn k6_checks_every_answer_by_its_length_under_load() {
     assert_eq!(refused.good, 0.0, "{refused:?}");
     assert!(refused.bad_answers > 10.0, "{refused:?}");
     running.stop();
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn k6_fails_a_bad_run_on_its_thresholds_unless_they_are_off() {
+    let k6 = common::require_k6();
+    let out = common::temp_dir("thresholds");
+    // Nothing listens on this port: every request fails.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let run = |extra: &[&str]| {
+        std::process::Command::new(&k6)
+            .current_dir(common::root().join("k6"))
+            .args([
+                "run",
+                "--quiet",
+                "--no-usage-report",
+                "--address",
+                "127.0.0.1:0",
+            ])
+            .arg("-e")
+            .arg(format!("BASE_URL=http://127.0.0.1:{dead}"))
+            .args(["-e", "VUS=1", "-e", "DURATION=1s"])
+            .arg("-e")
+            .arg(format!(
+                "SUMMARY_JSON={}",
+                out.join("summary.json").display()
+            ))
+            .args(extra)
+            .arg("closed-loop.js")
+            .output()
+            .expect("k6 runs")
+    };
+    let on = run(&[]);
+    // k6's exit code for thresholds crossed.
+    assert_eq!(
+        on.status.code(),
+        Some(99),
+        "{}",
+        String::from_utf8_lossy(&on.stderr)
+    );
+    let off = run(&["-e", "THRESHOLDS=off"]);
+    assert!(
+        off.status.success(),
+        "{}",
+        String::from_utf8_lossy(&off.stderr)
+    );
+    let bad = run(&["-e", "THRESHOLDS=maybe"]);
+    assert!(!bad.status.success());
+    let text = String::from_utf8_lossy(&bad.stderr) + String::from_utf8_lossy(&bad.stdout);
+    assert!(text.contains("THRESHOLDS must be on or off"), "{text}");
     let _ = std::fs::remove_dir_all(&out);
 }
