@@ -448,6 +448,106 @@ pub fn waits_for_postgres_and_its_database(name: &str, database_url: &str) {
     );
 }
 
+/// The Jaeger service `host`: the v2 image, started on a configuration
+/// file from this repository, which receives OTLP/gRPC on every interface
+/// at [`JAEGER_OTLP_GRPC_PORT`], stores the traces in memory (bounded) and
+/// serves them to the UI from that same store.
+pub fn jaeger_v2_receives_otlp_grpc(compose: &Value, host: &str) {
+    let jaeger = service(compose, host);
+    let image = jaeger.get("image").and_then(Value::as_str).unwrap_or("");
+    assert!(
+        image.starts_with("jaegertracing/jaeger:2."),
+        "{host} runs {image:?}, not Jaeger v2"
+    );
+    let command: Vec<&str> = jaeger
+        .get("command")
+        .and_then(Value::as_sequence)
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let at = command.iter().position(|a| *a == "--config");
+    let inside = at
+        .and_then(|i| command.get(i + 1))
+        .unwrap_or_else(|| panic!("{host} is not given --config FILE: {command:?}"));
+    // The file mounted there, from this repository.
+    let mounted = jaeger
+        .get("volumes")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|v| {
+            let mut p = v.split(':');
+            let (from, to) = (p.next()?, p.next()?);
+            (to == *inside).then(|| from.to_owned())
+        })
+        .unwrap_or_else(|| panic!("{host}: nothing is mounted at {inside}"));
+    let path = root().join(&mounted);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let cfg: Value =
+        serde_norway::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+    let at = |keys: &[&str]| -> Value {
+        keys.iter()
+            .try_fold(&cfg, |v, k| v.get(*k))
+            .cloned()
+            .unwrap_or_else(|| panic!("{}: no {}", path.display(), keys.join(".")))
+    };
+    let list = |keys: &[&str]| -> Vec<String> {
+        at(keys)
+            .as_sequence()
+            .map(|s| {
+                s.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let grpc = scalar(
+        &at(&["receivers", "otlp", "protocols", "grpc", "endpoint"]),
+        "endpoint",
+    );
+    assert_eq!(
+        grpc,
+        format!("0.0.0.0:{JAEGER_OTLP_GRPC_PORT}"),
+        "other containers must reach it"
+    );
+    assert!(list(&["service", "pipelines", "traces", "receivers"]).contains(&"otlp".to_owned()));
+    let exporters = list(&["service", "pipelines", "traces", "exporters"]);
+    assert!(
+        exporters.contains(&"jaeger_storage_exporter".to_owned()),
+        "{exporters:?}"
+    );
+    let store = scalar(
+        &at(&["exporters", "jaeger_storage_exporter", "trace_storage"]),
+        "store",
+    );
+    let max = at(&[
+        "extensions",
+        "jaeger_storage",
+        "backends",
+        &store,
+        "memory",
+        "max_traces",
+    ]);
+    assert!(
+        max.as_u64().is_some_and(|n| n > 0),
+        "memory storage must be bounded: {max:?}"
+    );
+    assert_eq!(
+        scalar(
+            &at(&["extensions", "jaeger_query", "storage", "traces"]),
+            "query store"
+        ),
+        store,
+        "the UI reads the store the traces are written to"
+    );
+    let ext = list(&["service", "extensions"]);
+    for e in ["jaeger_storage", "jaeger_query"] {
+        assert!(ext.contains(&e.to_owned()), "{e} is not enabled: {ext:?}");
+    }
+}
+
 /// Checks that the telemetry variables are read by the binary (it refuses
 /// a bad value of each, naming it: `quiet` is what puts its listeners on
 /// free ports) and that the stack sends `name`'s traces to Jaeger.
@@ -475,19 +575,7 @@ pub fn telemetry_goes_to_jaeger(name: &str, binary: &Path, quiet: &[(&str, &str)
         .expect("the stack exports traces"));
     assert_eq!(endpoint.scheme, "http", "Jaeger's OTLP port is plain gRPC");
     assert_eq!(endpoint.port, Some(JAEGER_OTLP_GRPC_PORT), "{endpoint:?}");
-    let jaeger = environment(&compose, &endpoint.host);
-    assert_eq!(
-        jaeger.get("COLLECTOR_OTLP_ENABLED").map(String::as_str),
-        Some("true")
-    );
-    assert!(
-        service(&compose, &endpoint.host)
-            .get("image")
-            .and_then(Value::as_str)
-            .is_some_and(|i| i.starts_with("jaegertracing/")),
-        "{} is not Jaeger",
-        endpoint.host
-    );
+    jaeger_v2_receives_otlp_grpc(&compose, &endpoint.host);
 
     let ratio: f64 = env
         .get("OTEL_TRACES_SAMPLER_ARG")
