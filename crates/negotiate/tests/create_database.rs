@@ -16,28 +16,17 @@ async fn exists(name: &str) -> bool {
         .unwrap()
 }
 
-/// The test kit's drop, for a database this test named itself.
-async fn drop_db(name: &str, url: &str) {
-    pgtest::TestDb {
-        url: url.to_owned(),
-        name: name.to_owned(),
-    }
-    .drop_database()
-    .await
-    .unwrap();
-}
-
 #[tokio::test]
 async fn a_missing_database_is_created_once_and_an_existing_one_left_alone() {
     let name = format!("create_if_missing_{}", std::process::id());
-    let url = pgtest::url_for(&pgtest::server_url(), &name);
-    drop_db(&name, &url).await;
+    let url = pgtest::TestDb::named(&name).url;
+    pgtest::TestDb::named(&name).drop_database().await.unwrap();
     assert!(!exists(&name).await);
     let created = negotiate::db::create_if_missing(&url).await.unwrap();
     assert_eq!(created.as_deref(), Some(name.as_str()));
     assert!(exists(&name).await, "the catalogue has it");
     assert_eq!(negotiate::db::create_if_missing(&url).await.unwrap(), None);
-    drop_db(&name, &url).await;
+    pgtest::TestDb::named(&name).drop_database().await.unwrap();
 }
 
 #[tokio::test]

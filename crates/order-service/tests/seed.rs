@@ -6,22 +6,11 @@
 
 use sqlx::Connection as _;
 
-/// The test kit's drop, for a database this test named itself.
-async fn drop_db(name: &str, url: &str) {
-    pgtest::TestDb {
-        url: url.to_owned(),
-        name: name.to_owned(),
-    }
-    .drop_database()
-    .await
-    .unwrap();
-}
-
 #[tokio::test]
 async fn seed_creates_a_missing_database_says_so_and_loads_the_data_set() {
     let name = format!("seed_creates_{}", std::process::id());
-    let url = pgtest::url_for(&pgtest::server_url(), &name);
-    drop_db(&name, &url).await;
+    let url = pgtest::TestDb::named(&name).url;
+    pgtest::TestDb::named(&name).drop_database().await.unwrap();
     let run = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
             .arg("seed")
@@ -59,5 +48,5 @@ async fn seed_creates_a_missing_database_says_so_and_loads_the_data_set() {
     let out = run();
     assert!(out.status.success());
     assert!(!String::from_utf8_lossy(&out.stdout).contains("created"));
-    drop_db(&name, &url).await;
+    pgtest::TestDb::named(&name).drop_database().await.unwrap();
 }

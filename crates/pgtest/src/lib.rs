@@ -79,6 +79,15 @@ pub struct TestDb {
 }
 
 impl TestDb {
+    /// The database `name` on the test server, whether it exists or not:
+    /// for a test of what creates it. Nothing is created here.
+    pub fn named(name: &str) -> TestDb {
+        TestDb {
+            url: url_for(&server_url(), name),
+            name: name.to_owned(),
+        }
+    }
+
     /// Drops the database. Tests call it at the end; a test that panics leaves
     /// its database behind, to be looked at.
     pub async fn drop_database(self) -> anyhow::Result<()> {
