@@ -192,6 +192,27 @@ fn the_streaming_variants_each_make_the_calls_they_name_behind_one_request() {
 
 /// Runs `closed-loop.js` for a second against running services and reads
 /// its summary.
+/// `k6 run` in `k6/`, quiet, at user-service on `port` for 1 s, its
+/// summary written to `summary`; the caller adds its variables and the
+/// script.
+fn k6_run(k6: &std::path::Path, port: u16, summary: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(k6);
+    cmd.current_dir(common::root().join("k6"))
+        .args([
+            "run",
+            "--quiet",
+            "--no-usage-report",
+            "--address",
+            "127.0.0.1:0",
+        ])
+        .arg("-e")
+        .arg(format!("BASE_URL=http://127.0.0.1:{port}"))
+        .args(["-e", "DURATION=1s"])
+        .arg("-e")
+        .arg(format!("SUMMARY_JSON={}", summary.display()));
+    cmd
+}
+
 fn k6_summary(
     k6: &std::path::Path,
     running: &lab::measure::services::Running,
@@ -206,27 +227,11 @@ fn k6_summary(
             .collect::<String>()
             .len()
     ));
-    let mut cmd = std::process::Command::new(k6);
-    cmd.current_dir(common::root().join("k6"))
-        .args([
-            "run",
-            "--quiet",
-            "--no-usage-report",
-            "--address",
-            "127.0.0.1:0",
-        ])
-        .arg("-e")
-        .arg(format!(
-            "BASE_URL=http://127.0.0.1:{}",
-            running.ports.user_rest
-        ))
-        .args(["-e", "VIA=h2c-json", "-e", "ORDERS=100", "-e", "VUS=2"])
-        .args(["-e", "DURATION=1s"])
+    let mut cmd = k6_run(k6, running.ports.user_rest, &summary);
+    cmd.args(["-e", "VIA=h2c-json", "-e", "ORDERS=100", "-e", "VUS=2"])
         // As the lab runs k6: its thresholds would fail the wrong-length
         // run below, which is wrong on purpose.
-        .args(["-e", "THRESHOLDS=off"])
-        .arg("-e")
-        .arg(format!("SUMMARY_JSON={}", summary.display()));
+        .args(["-e", "THRESHOLDS=off"]);
     for (k, v) in extra {
         cmd.arg("-e").arg(format!("{k}={v}"));
     }
@@ -358,23 +363,8 @@ fn k6_fails_a_bad_run_on_its_thresholds_unless_they_are_off() {
         .unwrap()
         .port();
     let run = |extra: &[&str]| {
-        std::process::Command::new(&k6)
-            .current_dir(common::root().join("k6"))
-            .args([
-                "run",
-                "--quiet",
-                "--no-usage-report",
-                "--address",
-                "127.0.0.1:0",
-            ])
-            .arg("-e")
-            .arg(format!("BASE_URL=http://127.0.0.1:{dead}"))
-            .args(["-e", "VUS=1", "-e", "DURATION=1s"])
-            .arg("-e")
-            .arg(format!(
-                "SUMMARY_JSON={}",
-                out.join("summary.json").display()
-            ))
+        k6_run(&k6, dead, &out.join("summary.json"))
+            .args(["-e", "VUS=1"])
             .args(extra)
             .arg("closed-loop.js")
             .output()
