@@ -481,13 +481,7 @@ mod tests {
     }
 
     fn first_table(s: &Section) -> &Table {
-        s.blocks
-            .iter()
-            .find_map(|b| match b {
-                crate::report::Block::Table(t) => Some(t),
-                _ => None,
-            })
-            .expect("a table")
+        s.tables().next().expect("a table")
     }
 
     #[test]

@@ -273,7 +273,6 @@ fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Block;
 
     #[test]
     fn the_plan_pairs_gzip_off_and_on_on_both_links_and_shares_loopback_with_payload() {
@@ -311,14 +310,7 @@ mod tests {
             .iter()
             .find(|s| s.id == Compression::NAME)
             .expect("a compression section");
-        let tables: Vec<&Table> = s
-            .blocks
-            .iter()
-            .filter_map(|b| match b {
-                Block::Table(t) => Some(t),
-                _ => None,
-            })
-            .collect();
+        let tables: Vec<&Table> = s.tables().collect();
         assert_eq!(tables.len(), 5);
         let rate = tables
             .iter()

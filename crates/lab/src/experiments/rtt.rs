@@ -417,14 +417,7 @@ mod tests {
             .find(|s| s.id == "rtt")
             .expect("an rtt section");
         let plan = Rtt::plan(&info.knobs);
-        let tables: Vec<&Table> = rtt
-            .blocks
-            .iter()
-            .filter_map(|b| match b {
-                Block::Table(t) => Some(t),
-                _ => None,
-            })
-            .collect();
+        let tables: Vec<&Table> = rtt.tables().collect();
         let rate = tables
             .iter()
             .find(|t| t.caption.starts_with("Throughput against RTT"))

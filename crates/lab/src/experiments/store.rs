@@ -201,9 +201,14 @@ fn postgres_cpu(p: &StorePlan, cx: &Context) -> Table {
     }
 }
 
-/// Per size, the range over the transports of Postgres's figure over
-/// memory's (medians of the round-by-round ratios).
-fn ratio_reading(p: &StorePlan, cx: &Context, m: Metric) -> String {
+/// Per size, the transports with the lowest and highest `value`, put in
+/// words by `say(size, lowest, highest)`; n/a at a size where no transport
+/// has one. The sentence every range reading of this section is.
+fn range_reading(
+    p: &StorePlan,
+    value: impl Fn(&str, u32) -> Option<f64>,
+    say: impl Fn(u32, (&str, f64), (&str, f64)) -> String,
+) -> String {
     let parts: Vec<String> = p
         .sizes
         .iter()
@@ -211,30 +216,42 @@ fn ratio_reading(p: &StorePlan, cx: &Context, m: Metric) -> String {
             let mut v: Vec<(&str, f64)> = p
                 .transports
                 .iter()
-                .filter_map(|t| {
-                    let r = cx.data.ratio(
-                        &p.cell(t, n, Store::Postgres),
-                        &p.cell(t, n, Store::Memory),
-                        m,
-                    )?;
-                    Some((t.as_str(), r.median))
-                })
+                .filter_map(|t| Some((t.as_str(), value(t, n)?)))
                 .collect();
             v.sort_by(|a, b| a.1.total_cmp(&b.1));
             match (v.first(), v.last()) {
-                (Some(lo), Some(hi)) => format!(
-                    "at {} on Postgres ×{} ({}) to ×{} ({}) of memory's",
-                    f::orders(n),
-                    f::num(lo.1),
-                    lo.0,
-                    f::num(hi.1),
-                    hi.0
-                ),
+                (Some(&lo), Some(&hi)) => say(n, lo, hi),
                 _ => format!("at {}: {MISSING} (no pair measured)", f::orders(n)),
             }
         })
         .collect();
     format!("{}.", crate::experiments::tables::capitalise(&parts.join("; ")))
+}
+
+/// Per size, the range over the transports of Postgres's figure over
+/// memory's (medians of the round-by-round ratios).
+fn ratio_reading(p: &StorePlan, cx: &Context, m: Metric) -> String {
+    range_reading(
+        p,
+        |t, n| {
+            let r = cx.data.ratio(
+                &p.cell(t, n, Store::Postgres),
+                &p.cell(t, n, Store::Memory),
+                m,
+            )?;
+            Some(r.median)
+        },
+        |n, lo, hi| {
+            format!(
+                "at {} on Postgres ×{} ({}) to ×{} ({}) of memory's",
+                f::orders(n),
+                f::num(lo.1),
+                lo.0,
+                f::num(hi.1),
+                hi.0
+            )
+        },
+    )
 }
 
 /// Per size, the Postgres server's CPU as a share of all the CPU a
@@ -309,30 +326,20 @@ fn share_table(p: &StorePlan, cx: &Context) -> Table {
 
 /// Per size, the range of the database's share over the transports.
 fn share_reading(p: &StorePlan, cx: &Context) -> String {
-    let parts: Vec<String> = p
-        .sizes
-        .iter()
-        .map(|&n| {
-            let mut v: Vec<(&str, f64)> = p
-                .transports
-                .iter()
-                .filter_map(|t| Some((t.as_str(), share(p, cx, t, n)?)))
-                .collect();
-            v.sort_by(|a, b| a.1.total_cmp(&b.1));
-            match (v.first(), v.last()) {
-                (Some(lo), Some(hi)) => format!(
-                    "at {} the database is {}% ({}) to {}% ({}) of the upstream median",
-                    f::orders(n),
-                    f::num(lo.1),
-                    lo.0,
-                    f::num(hi.1),
-                    hi.0
-                ),
-                _ => format!("at {}: {MISSING} (no pair measured)", f::orders(n)),
-            }
-        })
-        .collect();
-    format!("{}.", crate::experiments::tables::capitalise(&parts.join("; ")))
+    range_reading(
+        p,
+        |t, n| share(p, cx, t, n),
+        |n, lo, hi| {
+            format!(
+                "at {} the database is {}% ({}) to {}% ({}) of the upstream median",
+                f::orders(n),
+                f::num(lo.1),
+                lo.0,
+                f::num(hi.1),
+                hi.0
+            )
+        },
+    )
 }
 
 /// The transports by throughput, best first, at one size on one store.
@@ -433,17 +440,6 @@ fn ranking_reading(p: &StorePlan, cx: &Context) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Block;
-
-    fn tables(s: &Section) -> Vec<&Table> {
-        s.blocks
-            .iter()
-            .filter_map(|b| match b {
-                Block::Table(t) => Some(t),
-                _ => None,
-            })
-            .collect()
-    }
 
     #[test]
     fn quick_plan_pairs_every_cell_across_the_two_stores() {
@@ -525,7 +521,7 @@ mod tests {
             .find(|s| s.id == StoreExperiment::NAME)
             .expect("a store section");
         let p = StoreExperiment::plan(&info.knobs);
-        let t = tables(s);
+        let t: Vec<&Table> = s.tables().collect();
         let share = t
             .iter()
             .find(|t| t.caption.starts_with("The database's share"))

@@ -94,6 +94,14 @@ pub struct Chart {
 }
 
 impl Section {
+    /// Every table of the section.
+    pub fn tables(&self) -> impl Iterator<Item = &Table> {
+        self.blocks.iter().filter_map(|b| match b {
+            Block::Table(t) => Some(t),
+            _ => None,
+        })
+    }
+
     pub fn new(id: &str, title: &str) -> Section {
         Section {
             id: id.to_owned(),
@@ -118,13 +126,7 @@ impl Section {
 impl Report {
     /// Every table of the report.
     pub fn tables(&self) -> impl Iterator<Item = &Table> {
-        self.sections
-            .iter()
-            .flat_map(|s| s.blocks.iter())
-            .filter_map(|b| match b {
-                Block::Table(t) => Some(t),
-                _ => None,
-            })
+        self.sections.iter().flat_map(Section::tables)
     }
 
     /// Every chart of the report.
