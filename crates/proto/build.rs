@@ -16,6 +16,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("descriptor.bin"))
+        // prost's codec, timed where asked (see `timing`).
+        .codec_path("crate::timing::TimedCodec")
         // The legacy messages are served as JSON too, in exactly their proto
         // shape: /v1/orders on the REST port.
         .type_attribute(

@@ -79,25 +79,44 @@ pub struct OrderServiceV2 {
 /// Answers one lookup of a bidi stream (or a raw-TCP frame), in a span that is
 /// a child of the caller's span named in the message itself: the stream's own
 /// headers belong to whichever call opened it.
-pub async fn lookup(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::LookupOrdersResponse {
+///
+/// `began_at` ([`proto::timing::clock_nanos`]) is when the request was read:
+/// with `ORDER_SERVER_TIMING` on, the answer carries its pending timing, which
+/// its serialization completes (`proto::timing::encode_lookup`).
+pub async fn lookup(
+    orders: &Orders,
+    r: pb2::LookupOrdersRequest,
+    began_at: u64,
+) -> pb2::LookupOrdersResponse {
     let span = tracing::info_span!("lookup", otel.kind = "server", request_id = r.request_id);
     telemetry::propagation::set_parent_from_map(&span, &r.trace_context);
-    lookup_in(orders, r).instrument(span).await
+    lookup_in(orders, r, began_at).instrument(span).await
 }
 
-async fn lookup_in(orders: &Orders, r: pb2::LookupOrdersRequest) -> pb2::LookupOrdersResponse {
+async fn lookup_in(
+    orders: &Orders,
+    r: pb2::LookupOrdersRequest,
+    began_at: u64,
+) -> pb2::LookupOrdersResponse {
     let request_id = r.request_id;
+    let timed = orders.server_timing;
     let result: Result<_, AppError> = async {
         let q = orders.proto_query(&r.user_id, r.page_size, &r.page_token, r.read_mask.as_ref())?;
-        Ok(orders.list(&q).await?.into_pb(q.fields))
+        let t0 = std::time::Instant::now();
+        let page = orders.list(&q).await?;
+        let t1 = std::time::Instant::now();
+        let pb = page.into_pb(q.fields);
+        let timing = timed.then(|| proto::timing::pending(t1 - t0, t1.elapsed(), began_at));
+        Ok((pb, timing))
     }
     .await;
     match result {
-        Ok((orders, next_page_token)) => pb2::LookupOrdersResponse {
+        Ok(((orders, next_page_token), timing)) => pb2::LookupOrdersResponse {
             request_id,
             orders,
             next_page_token,
             error: None,
+            timing,
         },
         Err(e) => pb2::LookupOrdersResponse {
             request_id,
@@ -235,6 +254,7 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
                     () = shutdown.cancelled() => break,
                     next = incoming.next() => next,
                 };
+                let began_at = proto::timing::clock_nanos();
                 let r = match next {
                     Some(Ok(r)) => r,
                     Some(Err(status)) => {
@@ -265,7 +285,7 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
                 let (orders, tx, metrics) = (orders.clone(), tx.clone(), metrics.clone());
                 tokio::spawn(async move {
                     let started = std::time::Instant::now();
-                    let answer = lookup(&orders, r).await;
+                    let answer = lookup(&orders, r, began_at).await;
                     record_lookup(&metrics, "grpc-bidi", &answer, started.elapsed());
                     let _ = tx.send(Ok(answer)).await;
                     drop((permit, admitted));
@@ -379,6 +399,7 @@ pub async fn serve(
     tls: Option<tls::Acceptor>,
     cap: negotiate::cap::ConnCap,
 ) -> anyhow::Result<()> {
+    let server_timing = orders.server_timing;
     let (health_service, readiness) = negotiate::health::following(
         HEALTH_NAMES,
         orders.clone(),
@@ -434,6 +455,10 @@ pub async fn serve(
             negotiate::shed::ShedLayer::shared(&limits.limiter, overloaded)
                 .exempt(&["/grpc.health.", "/grpc.reflection."]),
         )
+        // Innermost: from the call routed to its trailers (see `crate::timing`).
+        .layer(tower::util::option_layer(
+            server_timing.then_some(crate::timing::GrpcTimingLayer),
+        ))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(v2)

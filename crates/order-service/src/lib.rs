@@ -10,6 +10,7 @@
 //! - [`grpc`]: gRPC v2 (unary, server and bidi streams) and v1, health,
 //!   reflection, gRPC-web.
 //! - [`tcp`]: the raw-TCP floor (length-prefixed protobuf frames).
+//! - [`timing`]: the answer's own account of its time (`ORDER_SERVER_TIMING`).
 //! - [`connect`]: `order.v2.OrderService` over Connect (connect-rust, buffa),
 //!   on the REST port.
 
@@ -21,6 +22,7 @@ pub mod settings;
 pub mod startup;
 pub mod store;
 pub mod tcp;
+pub mod timing;
 
 pub use settings::Settings;
 pub use startup::Application;

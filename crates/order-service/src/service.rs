@@ -84,6 +84,9 @@ pub struct Limits {
 pub struct Orders {
     pub store: Store,
     pub limits: Limits,
+    /// Give each answer's own account of its time (`ORDER_SERVER_TIMING`,
+    /// see [`crate::timing`]).
+    pub server_timing: bool,
 }
 
 /// A user id from the request.
@@ -174,14 +177,14 @@ impl Orders {
     /// One page of a user's orders.
     #[tracing::instrument(name = "orders.list", skip_all, fields(user_id = %q.user_id, limit = q.limit))]
     pub async fn list(&self, q: &ListQuery) -> Result<OrderPage, AppError> {
-        Ok(self.store.list(q).await?)
+        Ok(crate::timing::store(self.store.list(q)).await?)
     }
 
     /// One order.
     #[tracing::instrument(name = "orders.get", skip_all)]
     pub async fn get(&self, id: &str, fields: FieldSet) -> Result<Order, AppError> {
         let id = model::v2::parse_uuid("id", id)?;
-        Ok(self.store.get(id, fields).await?)
+        Ok(crate::timing::store(self.store.get(id, fields)).await?)
     }
 
     /// Places an order once per idempotency key.

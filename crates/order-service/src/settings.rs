@@ -138,6 +138,14 @@ pub struct Settings {
     #[arg(long, env = "ORDER_REST_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
     pub rest_gzip: bool,
 
+    /// Give each answer's own account of its time: the store, the encoding
+    /// and the total (from the request read to the encoded answer handed
+    /// over), in a `Server-Timing` header over HTTP, a `server-timing`
+    /// trailer over gRPC, and a `timing` field in a bidi or raw-TCP answer.
+    /// Off by default: it adds bytes to every answer and a little CPU.
+    #[arg(long, env = "ORDER_SERVER_TIMING", default_value_t = false, action = clap::ArgAction::Set)]
+    pub server_timing: bool,
+
     /// Connections open at once on each HTTP listener (REST; gRPC). Past it
     /// a new connection is accepted and closed at once, counted on /metrics
     /// (`*_connections_refused_total`) and logged at most once a second.

@@ -62,6 +62,7 @@ impl Application {
             limits: Limits {
                 max_page_size: settings.max_page_size,
             },
+            server_timing: settings.server_timing,
         };
         let tls = match settings.tls_files() {
             Some(files) => Some(tls::ServerTls::load(&files).context("setting up TLS")?),

@@ -64,6 +64,17 @@ pub fn encode_frame<M: prost::Message>(msg: &M) -> Bytes {
     buf.freeze()
 }
 
+/// A frame holding a lookup's answer, its pending timing (if any)
+/// completed as it is serialized (see `proto::timing::encode_lookup`).
+pub fn lookup_frame(answer: pb2::LookupOrdersResponse) -> Bytes {
+    let mut buf = BytesMut::with_capacity(4 + answer.encoded_len() + 32);
+    buf.put_u32(0);
+    proto::timing::encode_lookup(answer, &mut buf);
+    let len = (buf.len() - 4) as u32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    buf.freeze()
+}
+
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -288,6 +299,7 @@ where
                 break;
             }
         };
+        let began_at = proto::timing::clock_nanos();
         let request = match pb2::LookupOrdersRequest::decode(payload) {
             Ok(r) => r,
             Err(e) => {
@@ -310,9 +322,9 @@ where
         let (orders, tx, metrics) = (orders.clone(), tx.clone(), metrics.clone());
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let answer = crate::grpc::lookup(&orders, request).await;
+            let answer = crate::grpc::lookup(&orders, request, began_at).await;
             crate::grpc::record_lookup(&metrics, "tcp", &answer, started.elapsed());
-            let _ = tx.send(encode_frame(&answer)).await;
+            let _ = tx.send(lookup_frame(answer)).await;
             drop((permit, admitted));
         });
     }

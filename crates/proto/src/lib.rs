@@ -5,6 +5,8 @@
 //! - [`order::v2`]: the current, typed order API (unary, server streaming, bidi).
 //! - [`order::v1`]: the legacy all-strings order API of seed 003.
 //! - [`user::v1`]: user-service's own API.
+//! - [`timing`]: the codec every generated service uses, with the timing of
+//!   a call's parts.
 //! - [`FILE_DESCRIPTOR_SET`]: every file above, for gRPC server reflection.
 //!
 //! Generated code is the only place in the workspace where lints are relaxed.
@@ -31,6 +33,8 @@ pub mod user {
         tonic::include_proto!("user.v1");
     }
 }
+
+pub mod timing;
 
 pub use prost_types;
 

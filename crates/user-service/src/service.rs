@@ -115,6 +115,9 @@ pub struct UserWithOrders {
     pub via: Transport,
     /// The round trip to order-service, slot wait included.
     pub upstream: Duration,
+    /// Where the round trip went, when it is recorded
+    /// (`USER_UPSTREAM_BREAKDOWN`) and order-service gave its account.
+    pub parts: Option<crate::upstream::parts::CallParts>,
 }
 
 /// The orders of several users, fetched in one request.
@@ -269,7 +272,7 @@ impl Service {
             limit,
             fields,
         };
-        let (result, elapsed) = self.upstreams.fetch(via, &q).await;
+        let (result, elapsed, parts) = self.upstreams.fetch_with_parts(via, &q).await;
         match result {
             Ok(orders) => Ok(UserWithOrders {
                 user,
@@ -277,6 +280,7 @@ impl Service {
                 fields,
                 via,
                 upstream: elapsed,
+                parts,
             }),
             Err(error) => Err(AppError::Upstream {
                 via,

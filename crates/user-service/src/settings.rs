@@ -152,6 +152,15 @@ pub struct Settings {
     #[arg(long, env = "USER_UPSTREAM_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
     pub upstream_gzip: bool,
 
+    /// Record where each call to order-service spent its time: order-service's
+    /// own account (its store, encoding and total, which it gives when
+    /// `ORDER_SERVER_TIMING` is on) and this side's decoding, in an
+    /// `x-upstream-parts` header on the answer (µs: `store=…,encode=…,
+    /// total=…,decode=…,upstream=…`). Off by default: the timing costs a
+    /// little CPU per call.
+    #[arg(long, env = "USER_UPSTREAM_BREAKDOWN", default_value_t = false, action = clap::ArgAction::Set)]
+    pub upstream_breakdown: bool,
+
     /// Upstream timeout in milliseconds: the gRPC deadline sent, and the most
     /// a call to order-service may take before the answer is 504.
     #[arg(long, env = "USER_UPSTREAM_TIMEOUT_MS", default_value_t = 5000)]

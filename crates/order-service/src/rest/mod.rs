@@ -59,6 +59,12 @@ pub fn router(state: RestState) -> Router {
         .route("/v2/orders", get(list_orders).post(create_order))
         .route("/v2/orders/{id}", get(get_order))
         .route("/v1/orders", get(list_orders_v1));
+    if state.orders.server_timing {
+        // Innermost on the API routes: from the request routed to the
+        // encoded answer (see `crate::timing`).
+        api = api.layer(axum::middleware::from_fn(crate::timing::rest));
+        router = router.layer(axum::middleware::from_fn(crate::timing::rest));
+    }
     if state.gzip {
         // Negotiated per request: only an `Accept-Encoding: gzip` gets it.
         api = api.layer(tower_http::compression::CompressionLayer::new());

@@ -45,6 +45,8 @@ use negotiate::{Format, WireError};
 pub const X_VIA: HeaderName = HeaderName::from_static("x-via");
 /// The round trip to order-service in microseconds, measured inside user-service.
 pub const X_UPSTREAM_MICROS: HeaderName = HeaderName::from_static("x-upstream-micros");
+/// Where the round trip went (see [`crate::upstream::parts`]), when recorded.
+pub const X_UPSTREAM_PARTS: HeaderName = HeaderName::from_static("x-upstream-parts");
 /// The calls to order-service one answer took.
 pub const X_UPSTREAM_CALLS: HeaderName = HeaderName::from_static("x-upstream-calls");
 
@@ -206,7 +208,7 @@ pub struct OrdersParams {
     params(("id" = Uuid, Path, description = "The user's id", example = "00000000-0000-0000-0000-000000000010"), OrdersParams),
     responses(
         (status = 200, description = "The user and its orders (protobuf: user.v1.GetUserWithOrdersResponse without via/upstream_micros). \
-Headers: x-via (the transport) and x-upstream-micros (the round trip to order-service).", body = UserWithOrdersJson),
+Headers: x-via (the transport), x-upstream-micros (the round trip to order-service) and, with USER_UPSTREAM_BREAKDOWN on, x-upstream-parts (where the round trip went, µs).", body = UserWithOrdersJson),
         (status = 400, description = "A bad id, limit, fields or an unknown via (the message lists the valid ones)", body = ErrorJson),
         (status = 404, description = "No such user", body = ErrorJson),
         (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
@@ -263,6 +265,11 @@ async fn get_user_orders(
         X_UPSTREAM_MICROS,
         HeaderValue::from(got.upstream.as_micros() as u64),
     );
+    if let Some(parts) = got.parts
+        && let Ok(v) = HeaderValue::from_str(&parts.header())
+    {
+        h.insert(X_UPSTREAM_PARTS, v);
+    }
     Ok(resp)
 }
 

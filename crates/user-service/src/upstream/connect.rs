@@ -65,6 +65,8 @@ impl ClientTransport for Via {
                 body,
             };
             let answer = pool.send(&out).await.map_err(ViaError)?;
+            super::parts::server_timing(&answer.headers);
+            super::parts::arrived();
             let mut response = http::Response::new(Full::new(answer.body));
             *response.status_mut() = answer.status;
             *response.headers_mut() = answer.headers;
@@ -145,8 +147,12 @@ impl ConnectSource {
         let _decode =
             tracing::info_span!("decode", format = "protobuf", bytes = page.bytes().len())
                 .entered();
-        model::connect::page_from_view(page.reborrow())
-            .map_err(|e| UpstreamError::Protocol(format!("an order's {e}")))
+        let orders = model::connect::page_from_view(page.reborrow())
+            .map_err(|e| UpstreamError::Protocol(format!("an order's {e}")));
+        // connect-rust decodes out of sight: from the answer's last byte
+        // (`arrived`, in the transport below it) to the orders converted.
+        super::parts::converted();
+        orders
     }
 }
 

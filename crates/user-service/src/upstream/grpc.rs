@@ -111,7 +111,11 @@ where
         other => other,
     };
     answer
-        .map(tonic::Response::into_inner)
+        .map(|r| {
+            // tonic merges a unary call's trailers into its metadata.
+            super::parts::server_timing(r.metadata().as_ref());
+            r.into_inner()
+        })
         .map_err(|s| from_status(&s))
 }
 
@@ -178,7 +182,7 @@ impl GrpcSource {
             async move { client.list_orders(req).await }
         })
         .await?;
-        to_domain(answer.orders)
+        super::parts::decoding(|| to_domain(answer.orders))
     }
 
     async fn stream(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
@@ -202,7 +206,12 @@ impl GrpcSource {
             })?;
             orders.push(o);
         }
-        to_domain(orders)
+        if super::parts::recording()
+            && let Some(trailers) = stream.trailers().await.map_err(|s| from_status(&s))?
+        {
+            super::parts::server_timing(trailers.as_ref());
+        }
+        super::parts::decoding(|| to_domain(orders))
     }
 
     /// Every query in one `BatchListOrders` call.
@@ -288,7 +297,7 @@ impl GrpcSource {
         .await?;
         // v1 has no field selection: every field crosses the wire and the
         // unselected ones are blanked here, so the answer equals the others'.
-        Ok(select(to_domain(answer.orders)?, q.fields))
+        super::parts::decoding(|| Ok(select(to_domain(answer.orders)?, q.fields)))
     }
 }
 
@@ -355,6 +364,8 @@ pub struct BidiSource {
     next: AtomicUsize,
     ids: Ids,
     metrics: Arc<TransportMetrics>,
+    /// Time each answer's decode (`USER_UPSTREAM_BREAKDOWN`).
+    breakdown: bool,
 }
 
 impl BidiSource {
@@ -367,6 +378,7 @@ impl BidiSource {
             next: AtomicUsize::new(0),
             ids: Ids::default(),
             metrics,
+            breakdown: ep.breakdown,
         })
     }
 
@@ -375,7 +387,7 @@ impl BidiSource {
     /// stream cannot be opened, fails with the reason like any other pending
     /// lookup. (Waiting here would deadlock against a server that answers
     /// headers only after the first message.)
-    fn open(channel: Channel) -> Link {
+    fn open(channel: Channel, breakdown: bool) -> Link {
         let pending = Arc::new(Pending::default());
         let (tx, rx) = mpsc::channel::<LookupOrdersRequest>(1024);
         let reader = pending.clone();
@@ -396,8 +408,13 @@ impl BidiSource {
                 }
             };
             let why = loop {
-                match inbound.message().await {
-                    Ok(Some(answer)) => reader.deliver(answer),
+                let (next, decoded) = if breakdown {
+                    proto::timing::decoding(inbound.message()).await
+                } else {
+                    (inbound.message().await, Duration::ZERO)
+                };
+                match next {
+                    Ok(Some(answer)) => reader.deliver_decoded(answer, decoded),
                     Ok(None) => break "order-service ended the lookup stream".to_owned(),
                     Err(s) => break format!("the lookup stream broke: {}", s.message()),
                 }
@@ -420,8 +437,9 @@ impl OrderSource for BidiSource {
         Box::pin(async move {
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
             let channel = self.channels[i].clone();
+            let breakdown = self.breakdown;
             let link = self.slots[i]
-                .get(|| async move { Ok(Self::open(channel)) })
+                .get(|| async move { Ok(Self::open(channel, breakdown)) })
                 .await?;
             let req = LookupOrdersRequest {
                 request_id: self.ids.next(),

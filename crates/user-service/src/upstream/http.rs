@@ -554,7 +554,8 @@ impl RestSource {
             Wire::H1Close(p) => p.send(&out).await?,
             Wire::H2Direct(p) => p.get(&pq, accept).await?,
         };
-        decode(inflate(answer)?, self.proto)
+        super::parts::server_timing(&answer.headers);
+        super::parts::decoding(|| inflate(answer).and_then(|a| decode(a, self.proto)))
     }
 }
 

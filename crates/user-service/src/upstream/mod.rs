@@ -17,6 +17,7 @@ pub mod connect;
 pub mod grpc;
 pub mod http;
 pub mod mux;
+pub mod parts;
 pub mod tcp;
 pub mod tuned;
 pub mod wire;
@@ -240,6 +241,10 @@ pub struct Endpoints {
     pub tls: Option<UpstreamTls>,
     /// Ask for gzip on the REST and gRPC transports (`USER_UPSTREAM_GZIP`).
     pub gzip: bool,
+    /// Time each call's parts (`USER_UPSTREAM_BREAKDOWN`): the shared
+    /// readers of bidi streams and raw-TCP connections time their decodes
+    /// only then.
+    pub breakdown: bool,
 }
 
 /// TLS to order-service: the client configuration (trusted CA, optional
@@ -290,6 +295,7 @@ impl Endpoints {
             timeout: self.timeout,
             tls,
             gzip: self.gzip,
+            breakdown: self.breakdown,
         })
     }
 
@@ -331,6 +337,8 @@ pub struct Upstreams {
     /// With replicas (client-side balancing): each transport's balancer and
     /// what it needs to follow the replica set.
     balanced: Option<Arc<Replicas>>,
+    /// Record each call's parts (`USER_UPSTREAM_BREAKDOWN`).
+    breakdown: bool,
 }
 
 /// Client-side balancing's state: the replica list, how often it is
@@ -429,6 +437,7 @@ impl Upstreams {
                 None => None,
             },
             gzip: settings.upstream_gzip,
+            breakdown: settings.upstream_breakdown,
         };
         for (var, url) in [
             ("USER_ORDER_REST_URL", &ep.rest_url),
@@ -469,6 +478,7 @@ impl Upstreams {
             default: settings.default_via,
             timeout: ep.timeout,
             balanced,
+            breakdown: settings.upstream_breakdown,
         })
     }
 
@@ -545,6 +555,22 @@ impl Upstreams {
         via: Transport,
         q: &OrderQuery,
     ) -> (Result<Vec<Order>, UpstreamError>, Duration) {
+        let (result, elapsed, _) = self.fetch_with_parts(via, q).await;
+        (result, elapsed)
+    }
+
+    /// [`Upstreams::fetch`], and where the call's time went when
+    /// `USER_UPSTREAM_BREAKDOWN` is on and order-service gave its account
+    /// (`ORDER_SERVER_TIMING`): `None` otherwise, and for a failed call.
+    pub async fn fetch_with_parts(
+        &self,
+        via: Transport,
+        q: &OrderQuery,
+    ) -> (
+        Result<Vec<Order>, UpstreamError>,
+        Duration,
+        Option<parts::CallParts>,
+    ) {
         let span = tracing::info_span!(
             "upstream.call",
             otel.kind = "client",
@@ -599,7 +625,8 @@ impl Upstreams {
             net.bytes_written = tracing::field::Empty,
             error = tracing::field::Empty,
         );
-        Some(self.timed(via, span, call).await)
+        let (result, elapsed, _) = self.timed(via, span, call).await;
+        Some((result, elapsed))
     }
 
     /// Runs one call of `via` in `span`: timed, bounded by the upstream
@@ -610,21 +637,38 @@ impl Upstreams {
         via: Transport,
         span: tracing::Span,
         call: impl std::future::Future<Output = Result<T, UpstreamError>>,
-    ) -> (Result<T, UpstreamError>, Duration) {
+    ) -> (Result<T, UpstreamError>, Duration, Option<parts::CallParts>) {
         let m = self.metrics.transport(via);
         let before = m.snapshot();
         let start = Instant::now();
         let call = CALL_START.scope(start, async {
-            match tokio::time::timeout(self.timeout, call).await {
-                Ok(r) => r,
-                Err(_) => Err(UpstreamError::Timeout(format!(
-                    "no answer within {} ms",
-                    self.timeout.as_millis()
-                ))),
+            let bounded = async {
+                match tokio::time::timeout(self.timeout, call).await {
+                    Ok(r) => r,
+                    Err(_) => Err(UpstreamError::Timeout(format!(
+                        "no answer within {} ms",
+                        self.timeout.as_millis()
+                    ))),
+                }
+            };
+            if self.breakdown {
+                parts::record(bounded).await
+            } else {
+                (bounded.await, None, Duration::ZERO)
             }
         });
-        let result = call.instrument(span.clone()).await;
+        let (result, server, decode) = call.instrument(span.clone()).await;
         let elapsed = start.elapsed();
+        let parts = match (&result, server) {
+            (Ok(_), Some(s)) => Some(parts::CallParts {
+                store: s.store,
+                encode: s.encode,
+                total: s.total,
+                decode,
+                upstream: elapsed,
+            }),
+            _ => None,
+        };
         m.record_call(elapsed, result.is_ok());
         let after = m.snapshot();
         span.record("upstream_us", elapsed.as_micros() as u64);
@@ -639,7 +683,7 @@ impl Upstreams {
         if let Err(e) = &result {
             span.record("error", tracing::field::display(e));
         }
-        (result, elapsed)
+        (result, elapsed, parts)
     }
 }
 

@@ -18,7 +18,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::UpstreamError;
 
-type Reply = oneshot::Sender<Result<LookupOrdersResponse, UpstreamError>>;
+/// An answer, and the time the reader spent decoding it.
+type Delivered = Result<(LookupOrdersResponse, std::time::Duration), UpstreamError>;
+type Reply = oneshot::Sender<Delivered>;
 
 #[derive(Debug, Default)]
 struct State {
@@ -41,9 +43,15 @@ impl Pending {
     /// Hands an answer to whoever waits for its request id. An answer nobody
     /// waits for (its caller timed out) is dropped.
     pub fn deliver(&self, answer: LookupOrdersResponse) {
+        self.deliver_decoded(answer, std::time::Duration::ZERO);
+    }
+
+    /// [`Pending::deliver`], with the time the reader spent decoding it,
+    /// which the caller adds to its call's decode time.
+    pub fn deliver_decoded(&self, answer: LookupOrdersResponse, decoded: std::time::Duration) {
         let reply = self.lock().pending.remove(&answer.request_id);
         if let Some(reply) = reply {
-            let _ = reply.send(Ok(answer));
+            let _ = reply.send(Ok((answer, decoded)));
         }
     }
 
@@ -73,10 +81,7 @@ impl Pending {
         self.lock().broken.is_some()
     }
 
-    fn register(
-        &self,
-        id: u64,
-    ) -> Result<oneshot::Receiver<Result<LookupOrdersResponse, UpstreamError>>, UpstreamError> {
+    fn register(&self, id: u64) -> Result<oneshot::Receiver<Delivered>, UpstreamError> {
         let mut st = self.lock();
         if let Some(why) = &st.broken {
             return Err(UpstreamError::Unavailable(why.clone()));
@@ -135,7 +140,11 @@ impl Link {
             ));
         }
         match rx.await {
-            Ok(answer) => answer,
+            Ok(Ok((answer, decoded))) => {
+                super::parts::decoded(decoded);
+                Ok(answer)
+            }
+            Ok(Err(e)) => Err(e),
             // The reader task ended without failing us: it was dropped with
             // its runtime. Say so rather than hang.
             Err(_) => Err(UpstreamError::Unavailable(
@@ -185,6 +194,9 @@ impl Ids {
 
 /// The domain answer of one lookup, with its error mapped like a gRPC status.
 pub fn answer_to_orders(answer: LookupOrdersResponse) -> Result<Vec<model::Order>, UpstreamError> {
+    if let Some(t) = &answer.timing {
+        super::parts::server(super::parts::ServerParts::of(t));
+    }
     if let Some(e) = answer.error {
         let code = tonic::Code::from_i32(e.code);
         return Err(match code {
@@ -196,7 +208,7 @@ pub fn answer_to_orders(answer: LookupOrdersResponse) -> Result<Vec<model::Order
             },
         });
     }
-    super::to_domain(answer.orders)
+    super::parts::decoding(|| super::to_domain(answer.orders))
 }
 
 #[cfg(test)]

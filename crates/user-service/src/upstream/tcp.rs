@@ -29,6 +29,21 @@ pub struct TcpSource {
     next: AtomicUsize,
     ids: Ids,
     metrics: Arc<TransportMetrics>,
+    /// Time each answer's decode (`USER_UPSTREAM_BREAKDOWN`).
+    breakdown: bool,
+}
+
+/// An answer frame decoded, and how long that took when `timed`.
+fn timed_decode(
+    timed: bool,
+    frame: bytes::BytesMut,
+) -> Result<(LookupOrdersResponse, std::time::Duration), prost::DecodeError> {
+    if !timed {
+        return LookupOrdersResponse::decode(frame).map(|a| (a, std::time::Duration::ZERO));
+    }
+    let t0 = std::time::Instant::now();
+    let answer = LookupOrdersResponse::decode(frame)?;
+    Ok((answer, t0.elapsed()))
 }
 
 /// The frame format both ends agree on: 4-byte big-endian length prefix.
@@ -50,6 +65,7 @@ impl TcpSource {
             next: AtomicUsize::new(0),
             ids: Ids::default(),
             metrics,
+            breakdown: ep.breakdown,
         }
     }
 
@@ -57,6 +73,7 @@ impl TcpSource {
     async fn open(
         dial: wire::Dialer,
         metrics: Arc<TransportMetrics>,
+        breakdown: bool,
     ) -> Result<Link, UpstreamError> {
         let io = dial.connect(&metrics).await.map_err(|e| {
             UpstreamError::Unavailable(format!(
@@ -68,17 +85,17 @@ impl TcpSource {
             // Owned halves: no lock between the reader and the writer.
             wire::Conn::Plain(io) => {
                 let (r, w) = io.into_split();
-                Self::start(r, w)
+                Self::start(r, w, breakdown)
             }
             wire::Conn::Tls(_) => {
                 let (r, w) = tokio::io::split(io);
-                Self::start(r, w)
+                Self::start(r, w, breakdown)
             }
         })
     }
 
     /// Starts the writer and reader tasks of a connection's two halves.
-    fn start<R, W>(r: R, w: W) -> Link
+    fn start<R, W>(r: R, w: W, breakdown: bool) -> Link
     where
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -116,8 +133,8 @@ impl TcpSource {
             let mut frames = FramedRead::new(r, codec());
             let why = loop {
                 match frames.next().await {
-                    Some(Ok(frame)) => match LookupOrdersResponse::decode(frame) {
-                        Ok(answer) => reader_pending.deliver(answer),
+                    Some(Ok(frame)) => match timed_decode(breakdown, frame) {
+                        Ok((answer, took)) => reader_pending.deliver_decoded(answer, took),
                         Err(e) => {
                             break format!(
                                 "order-service sent a frame that is not a LookupOrdersResponse: {e}"
@@ -149,7 +166,7 @@ impl OrderSource for TcpSource {
         Box::pin(async move {
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
             let link = self.slots[i]
-                .get(|| Self::open(self.dial.clone(), self.metrics.clone()))
+                .get(|| Self::open(self.dial.clone(), self.metrics.clone(), self.breakdown))
                 .await?;
             let req = LookupOrdersRequest {
                 request_id: self.ids.next(),

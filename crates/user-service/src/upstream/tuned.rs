@@ -325,9 +325,11 @@ impl<U: prost::Message + Default> Decoder for FrozenDecode<U> {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, tonic::Status> {
         // `DecodeBuf` hands out its bytes by splitting them off, not copying.
         let message = buf.copy_to_bytes(buf.remaining());
-        U::decode(message)
-            .map(Some)
-            .map_err(|e| tonic::Status::internal(format!("decoding the answer: {e}")))
+        proto::timing::timed_decode(|| {
+            U::decode(message)
+                .map(Some)
+                .map_err(|e| tonic::Status::internal(format!("decoding the answer: {e}")))
+        })
     }
 }
 
@@ -404,7 +406,8 @@ impl TunedSource {
             .unary(req, path, FrozenCodec::<ListOrdersRequest, _>::default())
             .await
             .map_err(|s| from_status(&s))?;
-        to_domain(answer.into_inner().orders)
+        super::parts::server_timing(answer.metadata().as_ref());
+        super::parts::decoding(|| to_domain(answer.into_inner().orders))
     }
 }
 

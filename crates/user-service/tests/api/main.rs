@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod balancers;
+mod breakdown;
 mod budget;
 mod caps;
 mod flood;
