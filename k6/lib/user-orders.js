@@ -143,6 +143,39 @@ export const goodDuration = new Trend('good_duration', true);
 // (the `x-upstream-micros` header) on good answers: the number seed 001
 // trusted, because it does not include the load tool's own client.
 export const upstreamMicros = new Trend('upstream_micros');
+// Where each good answer's round trip went (the `x-upstream-parts` header,
+// given when user-service records it: USER_UPSTREAM_BREAKDOWN, with
+// order-service's ORDER_SERVER_TIMING), in µs. `wire` is what the other
+// parts leave of the round trip. The two checks count the answers whose
+// parts fit: store + encode <= total, and total + decode <= upstream.
+export const PARTS = ['store', 'encode', 'total', 'decode', 'wire'];
+const partTrends = Object.fromEntries(PARTS.map((p) => [p, new Trend(`part_${p}_micros`)]));
+export const partsReported = new Counter('parts_reported');
+export const partsServerOk = new Counter('parts_server_ok');
+export const partsClientOk = new Counter('parts_client_ok');
+
+/** Records one answer's `x-upstream-parts`; a malformed value counts as reported, failing both checks. */
+export function recordParts(value) {
+  const got = {};
+  for (const kv of value.split(',')) {
+    const [k, v] = kv.split('=');
+    got[k] = Number(v);
+  }
+  partsReported.add(1);
+  const { store, encode, total, decode, upstream } = got;
+  if (![store, encode, total, decode, upstream].every((x) => Number.isFinite(x) && x >= 0)) {
+    return;
+  }
+  // Each part is rounded to the nanosecond on its own: a nanosecond each.
+  partsServerOk.add(store + encode <= total + 0.002 ? 1 : 0);
+  partsClientOk.add(total + decode <= upstream + 0.001 ? 1 : 0);
+  partTrends.store.add(store);
+  partTrends.encode.add(encode);
+  partTrends.total.add(total);
+  partTrends.decode.add(decode);
+  partTrends.wire.add(Math.max(upstream - total - decode, 0));
+}
+
 // Answers that were not good and not shed.
 export const badAnswers = new Counter('bad_answers');
 // 503 with Retry-After: user-service shedding load at its limit of
@@ -266,6 +299,10 @@ function record(res) {
   const up = res.headers['X-Upstream-Micros'];
   if (up !== undefined) {
     upstreamMicros.add(parseInt(up, 10));
+  }
+  const parts = res.headers['X-Upstream-Parts'];
+  if (parts !== undefined) {
+    recordParts(parts);
   }
   return true;
 }

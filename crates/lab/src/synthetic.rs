@@ -133,6 +133,21 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             good_set_ms: Some(pct(up_us / 1000.0 * 3.0 * users.sqrt())),
             parsed_bodies: 8.0,
             compressed: 0.0,
+            // The store and the wire about a third of the hop each (shares
+            // kept off the rounding boundaries of the report's figures).
+            parts: cell
+                .env
+                .breakdown
+                .then(|| crate::measure::k6::PartsSummary {
+                    store: pct(up_us * 0.31),
+                    encode: pct(up_us * 0.12),
+                    total: pct(up_us * 0.52),
+                    decode: pct(up_us * 0.14),
+                    wire: pct(up_us * 0.33),
+                    reported: requests,
+                    server_ok: requests,
+                    client_ok: (requests * 0.97).round(),
+                }),
         },
         upstream_before: before,
         upstream_after: after,

@@ -15,6 +15,11 @@
 //! (schedules) only in a build with `RUSTFLAGS="--cfg tokio_unstable"`
 //! (`scripts/hop-handoffs` makes one).
 //!
+//! With `HOP_BREAKDOWN` set (to anything), order-service gives its account
+//! of each answer (`ORDER_SERVER_TIMING`) and each call's parts are recorded
+//! as user-service records them (`USER_UPSTREAM_BREAKDOWN`): `scripts/hop-callgrind`
+//! counts what the breakdown costs.
+//!
 //! The calls run in a spawned task, as user-service makes them inside a
 //! request's task and as the hop benchmark's callers do. With `--block-on`
 //! they run on the thread blocked on the runtime instead, which every
@@ -134,8 +139,17 @@ fn main() -> anyhow::Result<()> {
         }
         let before = (Counters::read(&callers), Counters::read(&server));
         let start = Instant::now();
+        let timed = in_process::breakdown();
         for _ in 0..n {
-            let got = source.list_orders(&q).await?;
+            // With HOP_BREAKDOWN set, each call's parts are recorded as
+            // user-service records them (and order-service times its side).
+            let got = if timed {
+                user_service::upstream::parts::record(source.list_orders(&q))
+                    .await
+                    .0?
+            } else {
+                source.list_orders(&q).await?
+            };
             anyhow::ensure!(
                 got.len() == orders as usize,
                 "{} orders, not {orders}",

@@ -40,6 +40,7 @@ registry! {
     compression::Compression,
     codec::Codec,
     hop::Hop,
+    breakdown::Breakdown,
     replicas::Replicas,
 }
 

@@ -518,6 +518,7 @@ fn chart(p: &ReplicasPlan, cx: &Context, variant: Variant, pool: u16) -> Chart {
                 })
                 .collect(),
             values,
+            stacked: false,
         }),
     }
 }

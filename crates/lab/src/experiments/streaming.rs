@@ -232,6 +232,7 @@ fn latency_chart_iter(cx: &Context, n: u32, v: &[(String, Cell)]) -> Chart {
                     ]
                 })
                 .collect(),
+            stacked: false,
         }),
     }
 }

@@ -118,6 +118,7 @@ pub fn latency_chart(cx: &Context, file: &str, title: &str, cells: &[(String, Ce
                 .iter()
                 .map(|(_, c)| ms.iter().map(|m| cx.data.median(c, *m)).collect())
                 .collect(),
+            stacked: false,
         }),
     }
 }

@@ -101,6 +101,11 @@ pub struct Env {
     /// store (memory, or `--database-url`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<Store>,
+    /// Each call's parts recorded: order-service's account of its time
+    /// (`ORDER_SERVER_TIMING`) and user-service's decoding
+    /// (`USER_UPSTREAM_BREAKDOWN`). The account adds bytes to every answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub breakdown: bool,
 }
 
 /// A store a cell asks for whatever the run's default.
@@ -228,7 +233,8 @@ impl Env {
             .rate_mbit
             .map_or(String::new(), |r| format!("-{r}mbit"));
         let gzip = if self.gzip { "-gzip" } else { "" };
-        format!("{rtt}{rate}{tls}{replicas}{store}{gzip}")
+        let parts = if self.breakdown { "-parts" } else { "" };
+        format!("{rtt}{rate}{tls}{replicas}{store}{gzip}{parts}")
     }
 
     /// The part of a progress label that says the environment.
@@ -248,6 +254,9 @@ impl Env {
         }
         if self.gzip {
             s.push_str(", gzip");
+        }
+        if self.breakdown {
+            s.push_str(", parts timed");
         }
         match self.store {
             None => {}
@@ -482,6 +491,8 @@ pub struct Measures {
     pub e2e_ms: Option<k6::Percentiles>,
     pub set_ms: Option<k6::Percentiles>,
     pub upstream_us: Option<k6::Percentiles>,
+    /// Where the round trips went, when the cell recorded it.
+    pub parts: Option<k6::PartsSummary>,
     pub upstream_calls: f64,
     pub upstream_errors: f64,
     pub connections_opened: f64,
@@ -588,6 +599,7 @@ impl Measures {
             e2e_ms: k.good_ms,
             set_ms: k.good_set_ms,
             upstream_us: k.upstream_us,
+            parts: k.parts,
             upstream_calls: d.calls,
             upstream_errors: d.errors,
             connections_opened: d.connections_opened,
@@ -725,6 +737,41 @@ pub enum Metric {
     BalancerCores,
     /// The whole machine's CPU as a share of it, %.
     MachineBusy,
+    /// A part of the round trip (see [`Part`]): its median and its mean, µs.
+    PartP50(Part),
+    PartMean(Part),
+    /// The share of answers whose parts pass a check, %: store + encode
+    /// within order-service's total; total + decode within the round trip.
+    ServerCheck,
+    ClientCheck,
+}
+
+/// A part of one call's round trip, as `x-upstream-parts` splits it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// order-service's store call.
+    Store,
+    /// order-service's conversion and serialization of the answer.
+    Encode,
+    /// order-service's whole time, from the request read to the answer
+    /// handed over.
+    Total,
+    /// user-service's decode-and-convert.
+    Decode,
+    /// What the others leave of the round trip: the wire and its framing.
+    Wire,
+}
+
+impl Part {
+    fn of(self, p: &k6::PartsSummary) -> &k6::Percentiles {
+        match self {
+            Part::Store => &p.store,
+            Part::Encode => &p.encode,
+            Part::Total => &p.total,
+            Part::Decode => &p.decode,
+            Part::Wire => &p.wire,
+        }
+    }
 }
 
 impl Metric {
@@ -802,6 +849,21 @@ impl Metric {
             Imbalance => return m.replicas?.imbalance(),
             BalancerCores => return m.balancer_cores,
             MachineBusy => 100.0 * m.machine_busy,
+            PartP50(p) => p.of(m.parts.as_ref()?).p50,
+            PartMean(p) => p.of(m.parts.as_ref()?).avg,
+            ServerCheck | ClientCheck => {
+                let parts = m.parts.as_ref()?;
+                if parts.reported <= 0.0 {
+                    return None;
+                }
+                let ok = if self == ServerCheck {
+                    parts.server_ok
+                } else {
+                    parts.client_ok
+                };
+                // The ratio first: all answers passing is exactly 100.
+                100.0 * (ok / parts.reported)
+            }
         })
     }
 
@@ -826,6 +888,8 @@ impl Metric {
             ReplicaCores(_) | BalancerCores => "cores",
             ReplicaConnections(_) => "",
             Imbalance => "× fair",
+            PartP50(_) | PartMean(_) => "µs",
+            ServerCheck | ClientCheck => "%",
         }
     }
 

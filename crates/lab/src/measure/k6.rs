@@ -102,6 +102,23 @@ pub struct Percentiles {
     pub max: f64,
 }
 
+/// Where the good answers' round trips went (the `part_*_micros` Trends and
+/// the `parts_*` counters of an answer's `x-upstream-parts`), in µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PartsSummary {
+    pub store: Percentiles,
+    pub encode: Percentiles,
+    pub total: Percentiles,
+    pub decode: Percentiles,
+    pub wire: Percentiles,
+    /// Good answers that carried their parts.
+    pub reported: f64,
+    /// Of those, the ones whose store + encode fit in order-service's total,
+    /// and whose total + decode fit in the round trip.
+    pub server_ok: f64,
+    pub client_ok: f64,
+}
+
 /// What the lab takes from a k6 summary.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -126,6 +143,9 @@ pub struct Summary {
     pub upstream_us: Option<Percentiles>,
     /// Most VUs in use.
     pub vus_max: f64,
+    /// Where the round trips went, when the answers carried their parts.
+    #[serde(default)]
+    pub parts: Option<PartsSummary>,
     /// The counting rules the script followed (its `lab_counting`), or
     /// `None` for a summary written before them: its requests all counted
     /// and the good answers below are inferred (requests − bad).
@@ -265,7 +285,27 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
             (ms, good, ms)
         }
     };
+    let parts = match (
+        percentiles(&data, "part_store_micros")?,
+        percentiles(&data, "part_encode_micros")?,
+        percentiles(&data, "part_total_micros")?,
+        percentiles(&data, "part_decode_micros")?,
+        percentiles(&data, "part_wire_micros")?,
+    ) {
+        (Some(store), Some(encode), Some(total), Some(decode), Some(wire)) => Some(PartsSummary {
+            store,
+            encode,
+            total,
+            decode,
+            wire,
+            reported: counter(&data, "parts_reported")?.0,
+            server_ok: counter(&data, "parts_server_ok")?.0,
+            client_ok: counter(&data, "parts_client_ok")?.0,
+        }),
+        _ => None,
+    };
     let summary = Summary {
+        parts,
         counting,
         good,
         good_rate,

@@ -559,9 +559,9 @@ pub fn start(
     };
     let ports = Ports::pick()?;
     if let Some(r) = env.replicas {
-        if env.tls || env.rtt_ms.is_some() || env.rate_mbit.is_some() || env.gzip {
+        if env.tls || env.rtt_ms.is_some() || env.rate_mbit.is_some() || env.gzip || env.breakdown {
             bail!(
-                "a cell with replicas runs in cleartext with no emulated RTT, bandwidth cap or gzip"
+                "a cell with replicas runs in cleartext with no emulated RTT, bandwidth cap, gzip or timed parts"
             );
         }
         return start_replicas(cfg, user_pool, &r, ports, header, stop);
@@ -585,6 +585,9 @@ pub fn start(
     if env.gzip {
         cmd.env("ORDER_REST_GZIP", "true")
             .env("ORDER_GRPC_GZIP", "true");
+    }
+    if env.breakdown {
+        cmd.env("ORDER_SERVER_TIMING", "true");
     }
     let mut service_env = env_of("order-service", &cmd);
     let mut order = ChildGuard::spawn(cmd, "order-service")?;
@@ -645,6 +648,9 @@ pub fn start(
             };
             if env.gzip {
                 cmd.env("USER_UPSTREAM_GZIP", "true");
+            }
+            if env.breakdown {
+                cmd.env("USER_UPSTREAM_BREAKDOWN", "true");
             }
             service_env.extend(env_of("user-service", &cmd));
             let mut user = ChildGuard::spawn(cmd, "user-service")?;

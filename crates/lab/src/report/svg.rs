@@ -307,10 +307,16 @@ pub struct BarChart {
     pub series: Vec<String>,
     /// `values[group][series]`.
     pub values: Vec<Vec<Option<f64>>>,
+    /// One bar per group, its series stacked from the bottom in order
+    /// (linear axis from 0), instead of one bar per series side by side.
+    pub stacked: bool,
 }
 
 /// Renders a grouped bar chart.
 pub fn bar_chart(c: &BarChart) -> String {
+    if c.stacked {
+        return stacked_chart(c);
+    }
     let vals = || c.values.iter().flatten().filter_map(|v| *v);
     let y = Axis::new(vals(), c.y_log, H - BOTTOM, TOP);
     let n_groups = c.groups.len().max(1) as f64;
@@ -346,6 +352,64 @@ pub fn bar_chart(c: &BarChart) -> String {
                 r#"<rect x="{px:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} {}: {}</title></rect>"#,
                 (bar_w - 1.0).max(1.0),
                 (base - top).max(0.5),
+                PALETTE[s % PALETTE.len()],
+                esc(&c.groups[g]),
+                esc(&c.series[s]),
+                short_number(v)
+            );
+        }
+    }
+    legend(&mut out, &c.series);
+    out.push_str("</svg>");
+    out
+}
+
+/// A stacked bar chart: one bar per group, its series' values piled up.
+fn stacked_chart(c: &BarChart) -> String {
+    let part = |v: &Option<f64>| v.filter(|v| v.is_finite() && *v > 0.0);
+    let totals: Vec<f64> = c
+        .values
+        .iter()
+        .map(|row| row.iter().filter_map(part).sum())
+        .collect();
+    let y = Axis::new(
+        std::iter::once(0.0).chain(totals.iter().copied()),
+        false,
+        H - BOTTOM,
+        TOP,
+    );
+    let n_groups = c.groups.len().max(1) as f64;
+    let group_w = (W - LEFT - RIGHT) / n_groups;
+    let x = Axis {
+        lo: 0.0,
+        hi: n_groups,
+        log: false,
+        px_lo: LEFT,
+        px_hi: W - RIGHT,
+    };
+    let mut out = String::new();
+    frame(&mut out, &c.title, "", &c.y_label);
+    let ticks: Vec<(f64, String)> = c
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (i as f64 + 0.5, g.clone()))
+        .collect();
+    axes(&mut out, &x, &y, &ticks, c.groups.len() > 4);
+    for (g, row) in c.values.iter().enumerate() {
+        let px = LEFT + g as f64 * group_w + group_w * 0.15;
+        let mut below = 0.0;
+        for (s, v) in row.iter().enumerate() {
+            let Some(v) = part(v) else {
+                continue;
+            };
+            let (bottom, top) = (y.px(below), y.px(below + v));
+            below += v;
+            let _ = write!(
+                out,
+                r#"<rect x="{px:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} {}: {}</title></rect>"#,
+                (group_w * 0.7).max(1.0),
+                (bottom - top).max(0.5),
                 PALETTE[s % PALETTE.len()],
                 esc(&c.groups[g]),
                 esc(&c.series[s]),
@@ -414,8 +478,40 @@ mod tests {
             groups: vec!["grpc".into(), "h1-json".into()],
             series: vec!["p50".into(), "p99".into()],
             values: vec![vec![Some(1.0), Some(3.0)], vec![Some(2.0), None]],
+            stacked: false,
         });
         assert_eq!(svg.matches("<rect x=").count(), 1 + 1 + 3 + 2);
+    }
+
+    #[test]
+    fn a_stacked_bar_piles_each_groups_parts_up_to_its_sum() {
+        let svg = bar_chart(&BarChart {
+            title: "parts".into(),
+            y_label: "µs".into(),
+            y_log: false,
+            groups: vec!["grpc".into(), "tcp-proto".into()],
+            series: vec!["store".into(), "wire".into()],
+            values: vec![vec![Some(10.0), Some(30.0)], vec![Some(20.0), None]],
+            stacked: true,
+        });
+        let rects: Vec<(f64, f64)> = svg
+            .split("<rect x=")
+            .skip(1)
+            .filter(|r| r.contains("<title>"))
+            .map(|r| {
+                let attr = |name: &str| -> f64 {
+                    let at = r.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+                    r[at..].split('"').next().unwrap().parse().unwrap()
+                };
+                (attr("y"), attr("height"))
+            })
+            .collect();
+        assert_eq!(rects.len(), 3, "{svg}");
+        // grpc's wire sits on its store: its bottom is the store's top.
+        let (store_y, wire) = (rects[0].0, rects[1]);
+        assert!((wire.0 + wire.1 - store_y).abs() < 0.2, "{rects:?}");
+        // Heights in proportion to the values: 30 is three times 10.
+        assert!((wire.1 / rects[0].1 - 3.0).abs() < 0.05, "{rects:?}");
     }
 
     #[test]

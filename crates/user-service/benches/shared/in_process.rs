@@ -42,6 +42,12 @@ pub struct OrderService {
 /// order-service in memory, serving from a thread of its own (a 2-thread
 /// runtime) until the process ends. The services' tracing subscriber is
 /// installed first.
+/// Whether `HOP_BREAKDOWN` asks for each call's parts to be timed (both
+/// services' settings on): for counting what the timing costs.
+pub fn breakdown() -> bool {
+    std::env::var_os("HOP_BREAKDOWN").is_some()
+}
+
 pub fn order_service() -> OrderService {
     subscriber();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -53,7 +59,9 @@ pub fn order_service() -> OrderService {
             .expect("order-service's runtime");
         let runtime = rt.handle().clone();
         rt.block_on(async move {
-            let app = order_service::Application::build(order_service::Settings::for_tests(None))
+            let mut settings = order_service::Settings::for_tests(None);
+            settings.server_timing = breakdown();
+            let app = order_service::Application::build(settings)
                 .await
                 .expect("order-service builds");
             tx.send(OrderService {
@@ -78,6 +86,7 @@ pub fn upstreams(order: &OrderService) -> Upstreams {
         order_rest_url: format!("http://{}", order.rest).parse().expect("a URL"),
         order_grpc_url: format!("http://{}", order.grpc).parse().expect("a URL"),
         order_tcp_addr: order.tcp.to_string(),
+        upstream_breakdown: breakdown(),
         ..Default::default()
     };
     let metrics = Arc::new(Metrics::new("memory", usize::from(s.pool_size)));

@@ -109,7 +109,7 @@ tokio::task_local! {
 
 /// Runs `call` with a recording open: its output, order-service's account
 /// (if it gave one) and this side's decode time, codec time included.
-pub(crate) async fn record<T>(
+pub async fn record<T>(
     call: impl std::future::Future<Output = T>,
 ) -> (T, Option<ServerParts>, Duration) {
     RECORDING
