@@ -802,9 +802,15 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
 
 /// What the run's services were told about compression.
 fn compression(info: &RunInfo, results: &Results) -> String {
-    if results.records.iter().any(|r| r.cell.env.gzip) {
+    if results
+        .records
+        .iter()
+        .any(|r| r.cell.env.gzip || r.cell.env.zstd)
+    {
         return "gzip in the cells marked \"gzip\" only (ORDER_REST_GZIP, ORDER_GRPC_GZIP and \
-                USER_UPSTREAM_GZIP on), on the REST and gRPC transports; none in every other cell"
+                USER_UPSTREAM_GZIP on), zstd in those marked \"zstd\" only (ORDER_REST_ZSTD, \
+                ORDER_GRPC_ZSTD and USER_UPSTREAM_ZSTD on), on the REST and gRPC transports; \
+                none in every other cell"
             .to_owned();
     }
     if info.service_env.is_empty() {

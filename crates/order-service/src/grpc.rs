@@ -59,6 +59,8 @@ pub struct GrpcLimits {
     pub max_concurrent_streams: u32,
     /// Answers gzip-compressed for clients that accept gzip.
     pub send_gzip: bool,
+    /// Answers zstd-compressed for clients that accept zstd (before gzip).
+    pub send_zstd: bool,
     /// Time bounds: the first bytes within `header_read`, a call within
     /// `body_read`, keep-alive pings every `idle`, the drain within
     /// `grace` plus 1 s.
@@ -419,7 +421,11 @@ pub async fn serve(
     })
     .max_decoding_message_size(limits.max_request_bytes)
     .max_encoding_message_size(limits.max_response_bytes)
-    .accept_compressed(CompressionEncoding::Gzip);
+    .accept_compressed(CompressionEncoding::Gzip)
+    .accept_compressed(CompressionEncoding::Zstd);
+    if limits.send_zstd {
+        v2 = v2.send_compressed(CompressionEncoding::Zstd);
+    }
     if limits.send_gzip {
         v2 = v2.send_compressed(CompressionEncoding::Gzip);
     }

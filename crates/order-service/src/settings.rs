@@ -138,6 +138,17 @@ pub struct Settings {
     #[arg(long, env = "ORDER_REST_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
     pub rest_gzip: bool,
 
+    /// Compress gRPC answers (order.v2) with zstd for clients that accept
+    /// it (preferred over gzip when both are on and accepted). Off by
+    /// default, as `ORDER_GRPC_GZIP`.
+    #[arg(long, env = "ORDER_GRPC_ZSTD", default_value_t = false, action = clap::ArgAction::Set)]
+    pub grpc_zstd: bool,
+
+    /// Compress the REST API's answers with zstd for clients that send
+    /// `Accept-Encoding: zstd`. Off by default, as `ORDER_REST_GZIP`.
+    #[arg(long, env = "ORDER_REST_ZSTD", default_value_t = false, action = clap::ArgAction::Set)]
+    pub rest_zstd: bool,
+
     /// Give each answer's own account of its time: the store, the encoding
     /// and the total (from the request read to the encoded answer handed
     /// over), in a `Server-Timing` header over HTTP, a `server-timing`

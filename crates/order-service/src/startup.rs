@@ -147,6 +147,7 @@ impl Application {
             metrics: metrics.clone(),
             limiter: limiter.clone(),
             gzip: s.rest_gzip,
+            zstd: s.rest_zstd,
         });
         let limits = s.conn_limits();
         let ([rest_cap, grpc_cap, tcp_cap], caps_render) = negotiate::cap::listener_caps(
@@ -184,6 +185,7 @@ impl Application {
                 limiter: limiter.clone(),
                 max_concurrent_streams: s.max_concurrent_streams,
                 send_gzip: s.grpc_gzip,
+                send_zstd: s.grpc_zstd,
                 conn: limits,
             },
             metrics.clone(),

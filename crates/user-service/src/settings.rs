@@ -152,6 +152,15 @@ pub struct Settings {
     #[arg(long, env = "USER_UPSTREAM_GZIP", default_value_t = false, action = clap::ArgAction::Set)]
     pub upstream_gzip: bool,
 
+    /// Ask order-service for zstd, as `USER_UPSTREAM_GZIP` asks for gzip (on
+    /// the same transports; order-service compresses only with its
+    /// `ORDER_REST_ZSTD` / `ORDER_GRPC_ZSTD`). With both on, REST prefers
+    /// zstd (`Accept-Encoding: zstd, gzip;q=0.5`) and gRPC offers zstd only
+    /// (tonic would list gzip first, and a server takes the first it can
+    /// send).
+    #[arg(long, env = "USER_UPSTREAM_ZSTD", default_value_t = false, action = clap::ArgAction::Set)]
+    pub upstream_zstd: bool,
+
     /// Record where each call to order-service spent its time: order-service's
     /// own account (its store, encoding and total, which it gives when
     /// `ORDER_SERVER_TIMING` is on) and this side's decoding, in an

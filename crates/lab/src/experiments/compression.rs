@@ -1,7 +1,8 @@
-//! `compression`: REST JSON, REST protobuf and gRPC, with gzip off and on,
-//! on loopback and on a slow link (the delay proxy at 20 ms round trip and
-//! 100 Mbit/s each way). Does compressed JSON close the gap with protobuf
-//! on a slow link, and what does gzip cost in CPU where bandwidth is free?
+//! `compression`: REST JSON, REST protobuf and gRPC, uncompressed, with
+//! gzip and with zstd, on loopback and on a slow link (the delay proxy at
+//! 20 ms round trip and 100 Mbit/s each way). Does compressed JSON close
+//! the gap with protobuf on a slow link, and what does compression cost in
+//! CPU where bandwidth is free?
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +32,29 @@ pub struct CompressionPlan {
 /// Loopback, then the slow link.
 const LINKS: [bool; 2] = [false, true];
 
+/// How the answers are compressed, on both ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zip {
+    Off,
+    Gzip,
+    Zstd,
+}
+
+impl Zip {
+    /// In the order of a table's columns.
+    pub const ALL: [Zip; 3] = [Zip::Off, Zip::Gzip, Zip::Zstd];
+    /// The two that compress.
+    pub const ON: [Zip; 2] = [Zip::Gzip, Zip::Zstd];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Zip::Off => "off",
+            Zip::Gzip => "gzip",
+            Zip::Zstd => "zstd",
+        }
+    }
+}
+
 fn link_name(slow: bool) -> String {
     if slow {
         format!("{SLOW_RTT_MS} ms, {SLOW_MBIT} Mbit/s")
@@ -40,13 +64,14 @@ fn link_name(slow: bool) -> String {
 }
 
 impl CompressionPlan {
-    /// A transport at a size, gzip off or on, on loopback or the slow link.
-    /// Loopback without gzip is the payload grid's cell.
-    pub fn cell(via: &str, orders: u32, gzip: bool, slow: bool) -> Cell {
+    /// A transport at a size, compressed or not, on loopback or the slow
+    /// link. Loopback uncompressed is the payload grid's cell.
+    pub fn cell(via: &str, orders: u32, zip: Zip, slow: bool) -> Cell {
         Knobs::closed(via, orders).with_env(Env {
             rtt_ms: slow.then_some(SLOW_RTT_MS),
             rate_mbit: slow.then_some(SLOW_MBIT),
-            gzip,
+            gzip: zip == Zip::Gzip,
+            zstd: zip == Zip::Zstd,
             ..Env::default()
         })
     }
@@ -56,8 +81,8 @@ impl CompressionPlan {
         for slow in LINKS {
             for &n in &self.sizes {
                 for via in &self.transports {
-                    for gzip in [false, true] {
-                        v.push(Self::cell(via, n, gzip, slow));
+                    for zip in Zip::ALL {
+                        v.push(Self::cell(via, n, zip, slow));
                     }
                 }
             }
@@ -69,10 +94,10 @@ impl CompressionPlan {
 impl Experiment for Compression {
     type Plan = CompressionPlan;
     const NAME: &'static str = "compression";
-    const ABOUT: &'static str = "REST JSON, REST protobuf and gRPC with gzip off and on, on loopback and on a 20 ms, 100 Mbit/s link";
+    const ABOUT: &'static str = "REST JSON, REST protobuf and gRPC uncompressed, with gzip and with zstd, on loopback and on a 20 ms, 100 Mbit/s link";
 
     fn target() -> Result<(), &'static str> {
-        Err("it sets gzip on both services and puts the delay proxy between them, which only the lab's own services allow")
+        Err("it sets compression on both services and puts the delay proxy between them, which only the lab's own services allow")
     }
 
     fn plan(knobs: &Knobs) -> CompressionPlan {
@@ -91,7 +116,7 @@ impl Experiment for Compression {
 
     fn describe(p: &CompressionPlan) -> String {
         format!(
-            "{} transports, sizes {:?}, gzip off and on, loopback and {}",
+            "{} transports, sizes {:?}, uncompressed, gzip and zstd, loopback and {}",
             p.transports.len(),
             p.sizes,
             link_name(true)
@@ -106,16 +131,18 @@ impl Experiment for Compression {
 fn section(p: &CompressionPlan, cx: &Context) -> Section {
     let mut s = Section::new(
         Compression::NAME,
-        "Compression: gzip on loopback and on a slow link",
+        "Compression: gzip and zstd on loopback and on a slow link",
     );
     s.para(method(
         cx.timing,
         &format!(
             "Closed loop, {} VUs, user-service's pool {} connections per transport. gzip on both \
-             ends (`ORDER_REST_GZIP`, `ORDER_GRPC_GZIP`, `USER_UPSTREAM_GZIP`) or off; loopback, \
+             ends (`ORDER_REST_GZIP`, `ORDER_GRPC_GZIP`, `USER_UPSTREAM_GZIP`), zstd on both ends \
+             (`ORDER_REST_ZSTD`, `ORDER_GRPC_ZSTD`, `USER_UPSTREAM_ZSTD`), or neither; each at \
+             its library's default level (tower-http's and tonic's); loopback, \
              or the delay proxy between the services at {} round trip and {} Mbit/s each way \
              (a token bucket per direction shared by the connections). Nothing else differs \
-             between the cells of a row. `×` is gzip over off",
+             between the cells of a row. `×` is compressed over off",
             Knobs::VUS,
             Knobs::POOL,
             format_args!("{SLOW_RTT_MS} ms"),
@@ -134,17 +161,20 @@ fn section(p: &CompressionPlan, cx: &Context) -> Section {
     ] {
         let mut headers = vec!["transport, link".to_owned()];
         for &n in &p.sizes {
-            headers.push(format!("{}, off", f::orders(n)));
-            headers.push(format!("{}, gzip", f::orders(n)));
+            for zip in Zip::ALL {
+                headers.push(format!("{}, {}", f::orders(n), zip.name()));
+            }
         }
         let mut rows = Vec::new();
         for slow in LINKS {
             for via in &p.transports {
                 let mut r = vec![Value::text(format!("{via}, {}", link_name(slow)))];
                 for &n in &p.sizes {
-                    let off = CompressionPlan::cell(via, n, false, slow);
+                    let off = CompressionPlan::cell(via, n, Zip::Off, slow);
                     r.push(cx.fig(&off, m));
-                    r.push(cx.fig_vs(&CompressionPlan::cell(via, n, true, slow), &off, m));
+                    for zip in Zip::ON {
+                        r.push(cx.fig_vs(&CompressionPlan::cell(via, n, zip, slow), &off, m));
+                    }
                 }
                 rows.push(r);
             }
@@ -153,7 +183,7 @@ fn section(p: &CompressionPlan, cx: &Context) -> Section {
             Metric::Rate => gap_reading(p, cx),
             Metric::BytesIn => bytes_reading(p, cx),
             Metric::CpuOrder | Metric::CpuUser => cpu_reading(p, cx, m),
-            _ => gzip_ratio_reading(p, cx, m, true),
+            _ => both_ratio_readings(p, cx, m, true),
         };
         s.table(Table {
             caption: caption.to_owned(),
@@ -165,8 +195,22 @@ fn section(p: &CompressionPlan, cx: &Context) -> Section {
     s
 }
 
-/// gzip over off for one metric, one link: "via ×r" per transport and size.
-fn gzip_ratio_reading(p: &CompressionPlan, cx: &Context, m: Metric, slow: bool) -> String {
+/// gzip's and zstd's readings, one after the other.
+fn both_ratio_readings(p: &CompressionPlan, cx: &Context, m: Metric, slow: bool) -> String {
+    Zip::ON
+        .map(|zip| capitalise(&zip_ratio_reading(p, cx, m, zip, slow)))
+        .join(" ")
+}
+
+/// Compressed over off for one metric, one link: "via ×r" per transport and
+/// size.
+fn zip_ratio_reading(
+    p: &CompressionPlan,
+    cx: &Context,
+    m: Metric,
+    zip: Zip,
+    slow: bool,
+) -> String {
     let parts: Vec<String> = p
         .sizes
         .iter()
@@ -176,8 +220,8 @@ fn gzip_ratio_reading(p: &CompressionPlan, cx: &Context, m: Metric, slow: bool) 
                 .iter()
                 .map(|via| {
                     match cx.data.ratio(
-                        &CompressionPlan::cell(via, n, true, slow),
-                        &CompressionPlan::cell(via, n, false, slow),
+                        &CompressionPlan::cell(via, n, zip, slow),
+                        &CompressionPlan::cell(via, n, Zip::Off, slow),
                         m,
                     ) {
                         Some(r) => format!("{via} ×{}", f::num(r.median)),
@@ -189,7 +233,8 @@ fn gzip_ratio_reading(p: &CompressionPlan, cx: &Context, m: Metric, slow: bool) 
         })
         .collect();
     format!(
-        "gzip over off on {}: {}.",
+        "{} over off on {}: {}.",
+        zip.name(),
         if slow {
             format!("the {} link", link_name(true))
         } else {
@@ -200,19 +245,20 @@ fn gzip_ratio_reading(p: &CompressionPlan, cx: &Context, m: Metric, slow: bool) 
 }
 
 fn bytes_reading(p: &CompressionPlan, cx: &Context) -> String {
-    capitalise(&gzip_ratio_reading(p, cx, Metric::BytesIn, false))
+    both_ratio_readings(p, cx, Metric::BytesIn, false)
 }
 
-/// On loopback, what gzip costs in CPU per request.
+/// On loopback, what compression costs in CPU per request.
 fn cpu_reading(p: &CompressionPlan, cx: &Context, m: Metric) -> String {
     format!(
-        "What gzip costs where bandwidth is free: {}",
-        gzip_ratio_reading(p, cx, m, false)
+        "What compression costs where bandwidth is free: {}",
+        both_ratio_readings(p, cx, m, false)
     )
 }
 
-/// The question: on the slow link, does JSON with gzip reach protobuf's
-/// rate without it (and with it)? Read from the ratio's rerun interval.
+/// The question: on the slow link, does compressed JSON reach protobuf's
+/// rate uncompressed (and compressed the same way)? Read from the ratio's
+/// rerun interval.
 fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
     let (json, proto) = (transports::H1_JSON, transports::H1_PROTO);
     if !(p.transports.iter().any(|t| t == json) && p.transports.iter().any(|t| t == proto)) {
@@ -222,8 +268,9 @@ fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
         .sizes
         .iter()
         .map(|&n| {
-            let jz = CompressionPlan::cell(json, n, true, true);
-            let verdict = |against: &Cell, what: &str| match cx.data.ratio(&jz, against, Metric::Rate)
+            let verdict = |jz: &Cell, against: &Cell, what: &str| match cx
+                .data
+                .ratio(jz, against, Metric::Rate)
             {
                 None => format!("{MISSING} against {what}"),
                 Some(r) => format!(
@@ -240,33 +287,42 @@ fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
                     }
                 ),
             };
+            let proto_off = CompressionPlan::cell(proto, n, Zip::Off, true);
             let gap = cx
                 .data
                 .ratio(
-                    &CompressionPlan::cell(proto, n, false, true),
-                    &CompressionPlan::cell(json, n, false, true),
+                    &proto_off,
+                    &CompressionPlan::cell(json, n, Zip::Off, true),
                     Metric::Rate,
                 )
                 .map_or(MISSING.to_owned(), |r| format!("×{}", f::num(r.median)));
+            let each: Vec<String> = Zip::ON
+                .iter()
+                .map(|&zip| {
+                    let jz = CompressionPlan::cell(json, n, zip, true);
+                    let z = zip.name();
+                    format!(
+                        "{json} with {z} serves {}, and {}",
+                        verdict(&jz, &proto_off, &format!("{proto}'s uncompressed")),
+                        verdict(
+                            &jz,
+                            &CompressionPlan::cell(proto, n, zip, true),
+                            &format!("{proto}'s with {z}")
+                        ),
+                    )
+                })
+                .collect();
             format!(
-                "at {}, where uncompressed {proto} serves {gap} of uncompressed {json}'s rate, \
-                 {json} with gzip serves {}, and {}",
+                "at {}, where uncompressed {proto} serves {gap} of uncompressed {json}'s rate, {}",
                 f::orders(n),
-                verdict(
-                    &CompressionPlan::cell(proto, n, false, true),
-                    &format!("{proto}'s uncompressed")
-                ),
-                verdict(
-                    &CompressionPlan::cell(proto, n, true, true),
-                    &format!("{proto}'s with gzip")
-                )
+                each.join("; ")
             )
         })
         .collect();
     format!(
         "On the slow link ({}): {}.",
         link_name(true),
-        parts.join("; ")
+        parts.join(". ")
     )
 }
 
@@ -275,15 +331,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_plan_pairs_gzip_off_and_on_on_both_links_and_shares_loopback_with_payload() {
+    fn the_plan_has_off_gzip_and_zstd_on_both_links_and_shares_loopback_with_payload() {
         let p = Compression::plan(&Knobs {
             quick: true,
             ..Knobs::default()
         });
         assert_eq!(p.sizes, vec![1000, 10000]);
         let cells = p.cells();
-        assert_eq!(cells.len(), VIAS.len() * 2 * 2 * 2);
-        assert_eq!(cells.iter().filter(|c| c.env.gzip).count(), cells.len() / 2);
+        assert_eq!(cells.len(), VIAS.len() * 2 * 2 * 3);
+        assert_eq!(cells.iter().filter(|c| c.env.gzip).count(), cells.len() / 3);
+        assert_eq!(cells.iter().filter(|c| c.env.zstd).count(), cells.len() / 3);
+        assert!(!cells.iter().any(|c| c.env.gzip && c.env.zstd));
         let slow = cells.iter().filter(|c| c.env.rate_mbit.is_some()).count();
         assert_eq!(slow, cells.len() / 2);
         assert!(
@@ -294,7 +352,7 @@ mod tests {
         // Loopback without gzip is the payload grid's cell.
         assert!(cells.contains(&Knobs::closed(transports::GRPC, 1000)));
         assert_ne!(
-            CompressionPlan::cell("grpc", 1000, true, false).id(),
+            CompressionPlan::cell("grpc", 1000, Zip::Gzip, false).id(),
             Knobs::closed("grpc", 1000).id()
         );
     }
@@ -323,9 +381,11 @@ mod tests {
             .find(|t| t.caption.starts_with("Answer bytes"))
             .unwrap();
         assert!(bytes.reading.starts_with("Gzip over off on loopback: at 1,000 orders: h1-json ×"), "{}", bytes.reading);
-        // The synthetic rounds shrink gzip's answers to a fifth: the
-        // reading's ratio is theirs.
+        // The synthetic rounds shrink gzip's answers to a fifth and zstd's
+        // to a sixth: the reading's ratios are theirs.
         assert!(bytes.reading.contains("h1-json ×0.200"), "{}", bytes.reading);
+        assert!(bytes.reading.contains("Zstd over off on loopback: at 1,000 orders: h1-json ×0.167"), "{}", bytes.reading);
+        assert!(rate.reading.contains("h1-json with zstd serves"), "{}", rate.reading);
         // The report's header says which cells compress.
         assert!(report.markdown().contains("gzip in the cells marked"));
     }

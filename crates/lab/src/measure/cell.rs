@@ -97,6 +97,10 @@ pub struct Env {
     /// for it (`USER_UPSTREAM_GZIP`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gzip: bool,
+    /// zstd between the services, as `gzip` (`ORDER_REST_ZSTD`,
+    /// `ORDER_GRPC_ZSTD`, `USER_UPSTREAM_ZSTD`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub zstd: bool,
     /// Where both services keep their data in this cell; `None`: the run's
     /// store (memory, or `--database-url`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,6 +237,11 @@ impl Env {
             .rate_mbit
             .map_or(String::new(), |r| format!("-{r}mbit"));
         let gzip = if self.gzip { "-gzip" } else { "" };
+        let gzip = if self.zstd {
+            format!("{gzip}-zstd")
+        } else {
+            gzip.to_owned()
+        };
         let parts = if self.breakdown { "-parts" } else { "" };
         format!("{rtt}{rate}{tls}{replicas}{store}{gzip}{parts}")
     }
@@ -254,6 +263,9 @@ impl Env {
         }
         if self.gzip {
             s.push_str(", gzip");
+        }
+        if self.zstd {
+            s.push_str(", zstd");
         }
         if self.breakdown {
             s.push_str(", parts timed");

@@ -559,9 +559,15 @@ pub fn start(
     };
     let ports = Ports::pick()?;
     if let Some(r) = env.replicas {
-        if env.tls || env.rtt_ms.is_some() || env.rate_mbit.is_some() || env.gzip || env.breakdown {
+        if env.tls
+            || env.rtt_ms.is_some()
+            || env.rate_mbit.is_some()
+            || env.gzip
+            || env.zstd
+            || env.breakdown
+        {
             bail!(
-                "a cell with replicas runs in cleartext with no emulated RTT, bandwidth cap, gzip or timed parts"
+                "a cell with replicas runs in cleartext with no emulated RTT, bandwidth cap, compression or timed parts"
             );
         }
         return start_replicas(cfg, user_pool, &r, ports, header, stop);
@@ -585,6 +591,10 @@ pub fn start(
     if env.gzip {
         cmd.env("ORDER_REST_GZIP", "true")
             .env("ORDER_GRPC_GZIP", "true");
+    }
+    if env.zstd {
+        cmd.env("ORDER_REST_ZSTD", "true")
+            .env("ORDER_GRPC_ZSTD", "true");
     }
     if env.breakdown {
         cmd.env("ORDER_SERVER_TIMING", "true");
@@ -648,6 +658,9 @@ pub fn start(
             };
             if env.gzip {
                 cmd.env("USER_UPSTREAM_GZIP", "true");
+            }
+            if env.zstd {
+                cmd.env("USER_UPSTREAM_ZSTD", "true");
             }
             if env.breakdown {
                 cmd.env("USER_UPSTREAM_BREAKDOWN", "true");

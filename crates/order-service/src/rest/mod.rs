@@ -41,6 +41,8 @@ pub struct RestState {
     pub limiter: negotiate::shed::Limiter,
     /// Gzip the API's answers for clients that accept it (`ORDER_REST_GZIP`).
     pub gzip: bool,
+    /// The same with zstd (`ORDER_REST_ZSTD`).
+    pub zstd: bool,
 }
 
 /// The REST router.
@@ -65,9 +67,16 @@ pub fn router(state: RestState) -> Router {
         api = api.layer(axum::middleware::from_fn(crate::timing::rest));
         router = router.layer(axum::middleware::from_fn(crate::timing::rest));
     }
-    if state.gzip {
-        // Negotiated per request: only an `Accept-Encoding: gzip` gets it.
-        api = api.layer(tower_http::compression::CompressionLayer::new());
+    if state.gzip || state.zstd {
+        // Negotiated per request: only an `Accept-Encoding` naming an
+        // encoding that is on gets it.
+        api = api.layer(
+            tower_http::compression::CompressionLayer::new()
+                .gzip(state.gzip)
+                .zstd(state.zstd)
+                .no_br()
+                .no_deflate(),
+        );
     }
     router
         .merge(api)

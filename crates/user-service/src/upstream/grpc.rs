@@ -125,6 +125,8 @@ pub struct GrpcSource {
     transport: Transport,
     /// Gzip both ways (`USER_UPSTREAM_GZIP`).
     gzip: bool,
+    /// zstd both ways (`USER_UPSTREAM_ZSTD`); sent in preference to gzip.
+    zstd: bool,
     channels: Vec<Channel>,
     next: AtomicUsize,
     timeout: Duration,
@@ -141,6 +143,7 @@ impl GrpcSource {
         Ok(GrpcSource {
             transport,
             gzip: ep.gzip,
+            zstd: ep.zstd,
             channels: channels(ep, &metrics)?,
             next: AtomicUsize::new(0),
             timeout: ep.timeout,
@@ -155,15 +158,22 @@ impl GrpcSource {
 
     /// An `order.v2` client on the next channel, with the message limits.
     fn v2(&self) -> OrderServiceClient<Channel> {
-        let c = OrderServiceClient::new(self.channel())
+        let mut c = OrderServiceClient::new(self.channel())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        if self.gzip {
-            c.accept_compressed(CompressionEncoding::Gzip)
-                .send_compressed(CompressionEncoding::Gzip)
-        } else {
-            c
+        if self.zstd {
+            // zstd alone: tonic lists the encodings a client accepts in its
+            // own order, gzip first, and the server takes the first it can
+            // send, so offering both would get gzip.
+            c = c
+                .accept_compressed(CompressionEncoding::Zstd)
+                .send_compressed(CompressionEncoding::Zstd);
+        } else if self.gzip {
+            c = c
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip);
         }
+        c
     }
 
     fn request<T>(&self, msg: T) -> tonic::Request<T> {

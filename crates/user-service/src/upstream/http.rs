@@ -490,8 +490,10 @@ pub struct RestSource {
     transport: Transport,
     wire: Wire,
     proto: bool,
-    /// Ask for gzip (`USER_UPSTREAM_GZIP`); not on the tuned twin.
+    /// Ask for gzip (`USER_UPSTREAM_GZIP`) and zstd (`USER_UPSTREAM_ZSTD`);
+    /// not on the tuned twin.
     gzip: bool,
+    zstd: bool,
 }
 
 impl RestSource {
@@ -531,6 +533,7 @@ impl RestSource {
         Ok(RestSource {
             transport,
             gzip: ep.gzip && !matches!(wire, Wire::H2Direct(_)),
+            zstd: ep.zstd && !matches!(wire, Wire::H2Direct(_)),
             wire,
             proto,
         })
@@ -545,9 +548,15 @@ impl RestSource {
         }
         let accept = if self.proto { PROTOBUF } else { JSON };
         let mut out = Outgoing::get(&pq, accept);
-        if self.gzip {
+        let accept_encoding = match (self.zstd, self.gzip) {
+            (true, true) => Some("zstd, gzip;q=0.5"),
+            (true, false) => Some("zstd"),
+            (false, true) => Some("gzip"),
+            (false, false) => None,
+        };
+        if let Some(v) = accept_encoding {
             out.headers
-                .insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+                .insert(ACCEPT_ENCODING, HeaderValue::from_static(v));
         }
         let answer = match &self.wire {
             Wire::Pooled(p) => p.send(&out).await?,
@@ -559,28 +568,41 @@ impl RestSource {
     }
 }
 
-/// A gzip answer inflated, up to the message limit, so that a small
+/// A gzip or zstd answer inflated, up to the message limit, so that a small
 /// compressed body cannot grow without bound; any other answer as it is.
 fn inflate(mut a: Answer) -> Result<Answer, UpstreamError> {
     use std::io::Read as _;
     let Some(enc) = a.headers.get(CONTENT_ENCODING) else {
         return Ok(a);
     };
-    if enc.as_bytes().eq_ignore_ascii_case(b"identity") {
+    let enc = enc.as_bytes();
+    if enc.eq_ignore_ascii_case(b"identity") {
         return Ok(a);
     }
-    if !enc.as_bytes().eq_ignore_ascii_case(b"gzip") {
-        return Err(UpstreamError::Protocol(format!(
-            "an answer in Content-Encoding {enc:?}, which was not asked for"
-        )));
-    }
     let mut out = Vec::with_capacity(a.body.len() * 4);
-    flate2::read::GzDecoder::new(&a.body[..])
-        .take(MAX_MESSAGE_BYTES as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| {
-            UpstreamError::Protocol(format!("a gzip answer that does not inflate: {e}"))
-        })?;
+    let limit = MAX_MESSAGE_BYTES as u64 + 1;
+    let (name, read) = if enc.eq_ignore_ascii_case(b"gzip") {
+        (
+            "gzip",
+            flate2::read::GzDecoder::new(&a.body[..])
+                .take(limit)
+                .read_to_end(&mut out),
+        )
+    } else if enc.eq_ignore_ascii_case(b"zstd") {
+        (
+            "zstd",
+            zstd::stream::read::Decoder::new(&a.body[..])
+                .and_then(|d| d.take(limit).read_to_end(&mut out)),
+        )
+    } else {
+        return Err(UpstreamError::Protocol(format!(
+            "an answer in Content-Encoding {:?}, which was not asked for",
+            String::from_utf8_lossy(enc)
+        )));
+    };
+    read.map_err(|e| {
+        UpstreamError::Protocol(format!("a {name} answer that does not inflate: {e}"))
+    })?;
     if out.len() > MAX_MESSAGE_BYTES {
         return Err(UpstreamError::Protocol(format!(
             "the answer inflates past {MAX_MESSAGE_BYTES} bytes"
@@ -700,6 +722,26 @@ mod tests {
         let bomb = gzipped(&vec![0u8; MAX_MESSAGE_BYTES + 1]);
         assert!(bomb.len() < MAX_MESSAGE_BYTES / 100, "{} B", bomb.len());
         let e = inflate(encoded("gzip", &bomb)).unwrap_err();
+        assert!(
+            matches!(&e, UpstreamError::Protocol(m) if m.contains("inflates past")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_zstd_answer_is_inflated_and_a_bad_or_huge_one_refused() {
+        let json = br#"{"orders":[]}"#;
+        let a = inflate(encoded("zstd", &zstd::encode_all(&json[..], 1).unwrap())).unwrap();
+        assert_eq!(&a.body[..], json);
+        assert!(a.headers.get(CONTENT_ENCODING).is_none());
+        let e = inflate(encoded("zstd", b"not zstd")).unwrap_err();
+        assert!(
+            matches!(&e, UpstreamError::Protocol(m) if m.contains("zstd answer that does not inflate")),
+            "{e:?}"
+        );
+        let bomb = zstd::encode_all(&vec![0u8; MAX_MESSAGE_BYTES + 1][..], 3).unwrap();
+        assert!(bomb.len() < MAX_MESSAGE_BYTES / 100, "{} B", bomb.len());
+        let e = inflate(encoded("zstd", &bomb)).unwrap_err();
         assert!(
             matches!(&e, UpstreamError::Protocol(m) if m.contains("inflates past")),
             "{e:?}"

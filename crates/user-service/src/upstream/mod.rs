@@ -241,6 +241,8 @@ pub struct Endpoints {
     pub tls: Option<UpstreamTls>,
     /// Ask for gzip on the REST and gRPC transports (`USER_UPSTREAM_GZIP`).
     pub gzip: bool,
+    /// Ask for zstd on the same transports (`USER_UPSTREAM_ZSTD`).
+    pub zstd: bool,
     /// Time each call's parts (`USER_UPSTREAM_BREAKDOWN`): the shared
     /// readers of bidi streams and raw-TCP connections time their decodes
     /// only then.
@@ -295,6 +297,7 @@ impl Endpoints {
             timeout: self.timeout,
             tls,
             gzip: self.gzip,
+            zstd: self.zstd,
             breakdown: self.breakdown,
         })
     }
@@ -437,6 +440,7 @@ impl Upstreams {
                 None => None,
             },
             gzip: settings.upstream_gzip,
+            zstd: settings.upstream_zstd,
             breakdown: settings.upstream_breakdown,
         };
         for (var, url) in [

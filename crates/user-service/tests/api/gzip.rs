@@ -78,3 +78,50 @@ async fn gzip_on_both_ends_carries_the_same_orders_in_fewer_bytes() {
     );
     assert!(a.abs_diff(b) < 512, "{via}: {a} B and {b} B");
 }
+
+#[tokio::test]
+async fn zstd_on_both_ends_carries_the_same_orders_in_fewer_bytes_and_wins_over_gzip() {
+    let both = OrderService::start_with(|s| {
+        s.rest_gzip = true;
+        s.grpc_gzip = true;
+        s.rest_zstd = true;
+        s.grpc_zstd = true;
+    })
+    .await;
+    let plain = spawn_users_with(&both, |_| {}).await;
+    let gzip = spawn_users_with(&both, |s| s.upstream_gzip = true).await;
+    let zstd = spawn_users_with(&both, |s| s.upstream_zstd = true).await;
+    // Asks for both: zstd is preferred, so the same bytes as zstd alone.
+    let either = spawn_users_with(&both, |s| {
+        s.upstream_gzip = true;
+        s.upstream_zstd = true;
+    })
+    .await;
+    let id = dataset::fixed_user_id(1_000);
+    for via in COMPRESSING {
+        for users in [&plain, &gzip, &zstd, &either] {
+            let (_, got) = users.orders_ok(id, via, "&limit=1000").await;
+            assert_eq!(got, expected(1_000), "the data set's orders over {via}");
+        }
+        let read = |u: &crate::helpers::UserService| u.snapshot(via).bytes_read;
+        let (identity, gz, zs, ei) = (read(&plain), read(&gzip), read(&zstd), read(&either));
+        eprintln!("{via}: identity {identity} B, gzip {gz} B, zstd {zs} B, both offered {ei} B");
+        // A server stream compresses each one-order message on its own:
+        // neither encoding gains much there.
+        let most = if via == Transport::GrpcStream {
+            1.0
+        } else {
+            0.8
+        };
+        assert!(
+            (zs as f64) < identity as f64 * most,
+            "{via}: {zs} B with zstd against {identity} B without"
+        );
+        // Not gzip's bytes: a different encoding went over the wire.
+        assert_ne!(zs, gz, "{via}: zstd and gzip moved the same bytes");
+        assert!(
+            ei.abs_diff(zs) < 512,
+            "{via}: {ei} B offering both against {zs} B offering zstd"
+        );
+    }
+}
