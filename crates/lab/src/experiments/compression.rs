@@ -319,6 +319,11 @@ fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
             )
         })
         .collect();
+    let parts: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| if i == 0 { p.clone() } else { capitalise(p) })
+        .collect();
     format!(
         "On the slow link ({}): {}.",
         link_name(true),
