@@ -104,12 +104,15 @@ async fn lookup_in(
     let timed = orders.server_timing;
     let result: Result<_, AppError> = async {
         let q = orders.proto_query(&r.user_id, r.page_size, &r.page_token, r.read_mask.as_ref())?;
+        if !timed {
+            return Ok((orders.list(&q).await?.into_pb(q.fields), None));
+        }
         let t0 = std::time::Instant::now();
         let page = orders.list(&q).await?;
         let t1 = std::time::Instant::now();
         let pb = page.into_pb(q.fields);
-        let timing = timed.then(|| proto::timing::pending(t1 - t0, t1.elapsed(), began_at));
-        Ok((pb, timing))
+        let timing = proto::timing::pending(t1 - t0, t1.elapsed(), began_at);
+        Ok((pb, Some(timing)))
     }
     .await;
     match result {
@@ -245,6 +248,7 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
         let mut incoming = req.into_inner();
         let (tx, rx) = mpsc::channel::<Result<pb2::LookupOrdersResponse, Status>>(64);
         let orders = self.orders.clone();
+        let timed = orders.server_timing;
         let metrics = self.metrics.clone();
         let slots = Arc::new(Semaphore::new(self.limits.max_lookups_in_flight));
         let limiter = self.limits.limiter.clone();
@@ -256,7 +260,11 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
                     () = shutdown.cancelled() => break,
                     next = incoming.next() => next,
                 };
-                let began_at = proto::timing::clock_nanos();
+                let began_at = if timed {
+                    proto::timing::clock_nanos()
+                } else {
+                    0
+                };
                 let r = match next {
                     Some(Ok(r)) => r,
                     Some(Err(status)) => {

@@ -299,7 +299,11 @@ where
                 break;
             }
         };
-        let began_at = proto::timing::clock_nanos();
+        let began_at = if orders.server_timing {
+            proto::timing::clock_nanos()
+        } else {
+            0
+        };
         let request = match pb2::LookupOrdersRequest::decode(payload) {
             Ok(r) => r,
             Err(e) => {
