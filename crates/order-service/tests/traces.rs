@@ -30,6 +30,7 @@ async fn start(db_url: &str, collector: &Collector, ratio: &str) -> Child {
     let proc = common::start_binary(&[
         ("ORDER_DATABASE_URL", db_url),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
+        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
         ("OTEL_TRACES_SAMPLER_ARG", ratio),
     ])
     .await;

@@ -264,6 +264,7 @@ pub const TELEMETRY_PROBES: &[(&str, &str, &str)] = &[
         "OTLP exporter",
     ),
     ("OTEL_TRACES_SAMPLER_ARG", "2.5", "OTEL_TRACES_SAMPLER_ARG"),
+    ("OTEL_TRACES_SAMPLER", "sometimes", "OTEL_TRACES_SAMPLER"),
 ];
 
 /// The `condition` of `name`'s `depends_on` entry for `on`.
@@ -585,4 +586,13 @@ pub fn telemetry_goes_to_jaeger(name: &str, binary: &Path, quiet: &[(&str, &str)
         (0.0..=1.0).contains(&ratio),
         "OTEL_TRACES_SAMPLER_ARG={ratio} is not a ratio from 0 to 1"
     );
+    // The argument is read only by a ratio sampler (the services refuse it
+    // otherwise); parent-based, so that a trace is whole or absent.
+    if env.contains_key("OTEL_TRACES_SAMPLER_ARG") {
+        assert_eq!(
+            env.get("OTEL_TRACES_SAMPLER").map(String::as_str),
+            Some("parentbased_traceidratio"),
+            "OTEL_TRACES_SAMPLER_ARG needs OTEL_TRACES_SAMPLER=parentbased_traceidratio"
+        );
+    }
 }

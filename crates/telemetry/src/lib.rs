@@ -9,6 +9,7 @@
 //!   returned [`Guard`] flushes spans at shutdown.
 //! - [`propagation`]: inject and extract W3C `traceparent` in HTTP headers,
 //!   gRPC metadata and plain string maps (bidi stream messages, raw-TCP frames).
+//! - [`sampling`]: `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
 //! - [`metrics`]: per-route request statistics and process CPU / memory, as
 //!   Prometheus text.
 //! - `receiver` (feature `receiver`): an OTLP collector for tests.
@@ -17,13 +18,14 @@ pub mod metrics;
 pub mod propagation;
 #[cfg(feature = "receiver")]
 pub mod receiver;
+pub mod sampling;
 
 use std::io::IsTerminal as _;
 
 use anyhow::Context as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
@@ -37,9 +39,9 @@ pub struct TelemetrySettings {
     pub service_version: String,
     /// OTLP/gRPC endpoint such as `http://jaeger:4317`; `None` exports nothing.
     pub otlp_endpoint: Option<String>,
-    /// Fraction of new traces recorded, 0.0 to 1.0. A call that arrives with a
-    /// sampled parent is always recorded, so a trace is whole or absent.
-    pub sampling_ratio: f64,
+    /// Which traces are recorded (`OTEL_TRACES_SAMPLER`, `_ARG`). The
+    /// default follows the caller's decision and records every new trace.
+    pub sampling: sampling::Sampling,
     /// `json`, `text` (or `pretty`), or `auto` (text on a terminal, JSON
     /// otherwise).
     pub log_format: String,
@@ -47,27 +49,18 @@ pub struct TelemetrySettings {
 
 impl TelemetrySettings {
     /// Settings from the standard OpenTelemetry environment variables:
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER_ARG` (ratio, default
-    /// 1.0). The log format is `auto` here: each service sets it from its
-    /// own `*_LOG_FORMAT` setting.
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER` and
+    /// `OTEL_TRACES_SAMPLER_ARG` (see [`sampling`]). The log format is `auto`
+    /// here: each service sets it from its own `*_LOG_FORMAT` setting.
     pub fn from_env(service_name: &str, service_version: &str) -> anyhow::Result<Self> {
-        let ratio = match std::env::var("OTEL_TRACES_SAMPLER_ARG") {
-            Ok(v) => v
-                .parse::<f64>()
-                .ok()
-                .filter(|r| (0.0..=1.0).contains(r))
-                .with_context(|| {
-                    format!("OTEL_TRACES_SAMPLER_ARG={v:?} is not a ratio from 0.0 to 1.0")
-                })?,
-            Err(_) => 1.0,
-        };
+        let sampling = sampling::Sampling::from_env()?;
         Ok(TelemetrySettings {
             service_name: service_name.to_owned(),
             service_version: service_version.to_owned(),
             otlp_endpoint: std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
                 .ok()
                 .filter(|e| !e.is_empty()),
-            sampling_ratio: ratio,
+            sampling,
             log_format: "auto".to_owned(),
         })
     }
@@ -158,9 +151,7 @@ pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
                 .with_context(|| format!("building the OTLP exporter for {endpoint}"))?;
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter)
-                .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                    s.sampling_ratio,
-                ))))
+                .with_sampler(s.sampling.sampler())
                 .with_resource(
                     opentelemetry_sdk::Resource::builder()
                         .with_service_name(s.service_name.clone())
@@ -185,7 +176,7 @@ pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
         .try_init()
         .context("installing the tracing subscriber")?;
     if let Some(e) = &s.otlp_endpoint {
-        tracing::info!(endpoint = %e, ratio = s.sampling_ratio, "exporting traces over OTLP");
+        tracing::info!(endpoint = %e, sampler = s.sampling.describe(), "exporting traces over OTLP");
     }
     Ok(Guard { provider })
 }

@@ -20,7 +20,7 @@ fn subscriber() {
             service_name: "hop".into(),
             service_version: env!("CARGO_PKG_VERSION").into(),
             otlp_endpoint: None,
-            sampling_ratio: 1.0,
+            sampling: telemetry::sampling::Sampling::default(),
             log_format: "json".into(),
         })
         .expect("the services' tracing subscriber");

@@ -32,7 +32,7 @@ async fn every_transport_carries_one_trace_from_user_service_to_postgres() {
     let orders_bin = users_bin.with_file_name("order-service");
     let otel = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.clone()),
-        ("OTEL_TRACES_SAMPLER_ARG", "1.0".to_owned()),
+        ("OTEL_TRACES_SAMPLER", "parentbased_always_on".to_owned()),
     ];
     let mut env: Vec<(&str, String)> = otel.to_vec();
     env.extend([
