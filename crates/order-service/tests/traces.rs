@@ -25,15 +25,28 @@ struct Child {
     tcp: String,
 }
 
-/// Starts the real binary on Postgres, exporting to `collector`.
+/// Starts the real binary on Postgres, exporting to `collector`, new
+/// traces kept at `ratio`.
 async fn start(db_url: &str, collector: &Collector, ratio: &str) -> Child {
-    let proc = common::start_binary(&[
+    start_sampling(db_url, collector, "parentbased_traceidratio", Some(ratio)).await
+}
+
+/// The same with any sampler (`OTEL_TRACES_SAMPLER`, `_ARG`).
+async fn start_sampling(
+    db_url: &str,
+    collector: &Collector,
+    sampler: &str,
+    arg: Option<&str>,
+) -> Child {
+    let mut env = vec![
         ("ORDER_DATABASE_URL", db_url),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
-        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
-        ("OTEL_TRACES_SAMPLER_ARG", ratio),
-    ])
-    .await;
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str()),
+        ("OTEL_TRACES_SAMPLER", sampler),
+    ];
+    if let Some(a) = arg {
+        env.push(("OTEL_TRACES_SAMPLER_ARG", a));
+    }
+    let proc = common::start_binary(&env).await;
     Child {
         rest: proc.addr("rest"),
         grpc: proc.addr("grpc"),
@@ -206,5 +219,70 @@ async fn sampling_ratio_zero_exports_nothing() {
     stop(child).await;
     // The exporter flushed at shutdown: whatever was sampled has arrived.
     assert_eq!(collector.spans(), Vec::new());
+    db.drop_database().await.unwrap();
+}
+
+/// Sends one listing with `traceparent` (or none), expecting a 200.
+async fn listed(http: &reqwest::Client, child: &Child, traceparent: Option<&str>) {
+    let mut req = http.get(format!(
+        "http://{}/v2/orders?user_id={USER}&limit=5",
+        child.rest
+    ));
+    if let Some(tp) = traceparent {
+        req = req.header("traceparent", tp);
+    }
+    assert_eq!(req.send().await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_based_samplers_follow_the_caller_and_plain_ones_do_not() {
+    let db = common::orders_database().await;
+    let http = reqwest::Client::new();
+    let (sampled, _, _) = traceparent(7);
+    let unsampled = sampled.replace("-01", "-00");
+    // A request's traceparent (or none), and whether its trace is kept.
+    type Request<'a> = (Option<&'a str>, bool);
+    let cases: [(&str, [Request; 3]); 3] = [
+        (
+            "parentbased_always_off",
+            [
+                (Some(&sampled), true),
+                (Some(&unsampled), false),
+                (None, false),
+            ],
+        ),
+        (
+            "parentbased_always_on",
+            [
+                (Some(&sampled), true),
+                (Some(&unsampled), false),
+                (None, true),
+            ],
+        ),
+        (
+            "always_on",
+            [
+                (Some(&sampled), true),
+                (Some(&unsampled), true),
+                (None, true),
+            ],
+        ),
+    ];
+    for (sampler, requests) in cases {
+        for (parent, kept) in requests {
+            let collector = Collector::start().await.unwrap();
+            let child = start_sampling(&db.url, &collector, sampler, None).await;
+            listed(&http, &child, parent).await;
+            stop(child).await;
+            // Flushed at shutdown: whatever was sampled has arrived.
+            let spans = collector.spans();
+            assert_eq!(
+                !spans.is_empty(),
+                kept,
+                "{sampler} with traceparent {parent:?}: {} spans",
+                spans.len()
+            );
+        }
+    }
     db.drop_database().await.unwrap();
 }
