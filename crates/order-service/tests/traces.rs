@@ -286,3 +286,59 @@ async fn parent_based_samplers_follow_the_caller_and_plain_ones_do_not() {
     }
     db.drop_database().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_line_inside_a_request_names_its_trace_and_span() {
+    let collector = Collector::start().await.unwrap();
+    // In memory: on Postgres, a RUST_LOG that enables debug somewhere keeps
+    // the binary from starting while it exports traces (see the README's
+    // "Logs" notes); the lines under test do not need a database.
+    let proc = common::start_binary(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
+        // tower-http logs each answer at debug, inside the request's span.
+        ("RUST_LOG", "info,tower_http=debug"),
+    ])
+    .await;
+    let (tp, trace, _) = traceparent(9);
+    let rest = proc.addr("rest");
+    let res = reqwest::Client::new()
+        .get(format!("http://{rest}/v2/orders?user_id={USER}&limit=5"))
+        .header("traceparent", tp)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let lines = proc.log_lines();
+    assert!(proc.sigterm().await.success());
+    let spans = collector.spans();
+    let logs: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let in_request: Vec<&serde_json::Value> =
+        logs.iter().filter(|v| v["trace_id"] == trace).collect();
+    assert!(
+        !in_request.is_empty(),
+        "no log line names the caller's trace {trace}:\n{}",
+        lines.join("\n")
+    );
+    // Each names a span of that trace that the collector received.
+    for v in &in_request {
+        let span_id = v["span_id"]
+            .as_str()
+            .expect("a span_id beside the trace_id");
+        assert!(
+            spans
+                .iter()
+                .any(|s| hex(&s.trace_id) == trace && hex(&s.span_id) == span_id),
+            "{v}: no exported span {span_id} in trace {trace}"
+        );
+    }
+    // A line outside any span names none.
+    assert!(
+        logs.iter()
+            .any(|v| v.get("trace_id").is_none() && v.get("span_id").is_none()),
+        "every line names a trace:\n{}",
+        lines.join("\n")
+    );
+}

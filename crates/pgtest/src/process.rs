@@ -2,6 +2,7 @@
 //! services' black-box tests share.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Logs go to the test output when `TEST_LOG` is set.
@@ -19,6 +20,8 @@ pub fn init_test_log() {
 pub struct Proc {
     child: tokio::process::Child,
     ready: serde_json::Value,
+    /// Every log line, the ready line included.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 /// Starts `bin` with exactly `env` (plus `PATH`, JSON logs at info: the
@@ -44,9 +47,13 @@ pub async fn start_binary(bin: &Path, env: &[(&str, String)], ready_message: &st
         .expect("the binary starts");
     let stdout = child.stdout.take().expect("a piped stdout");
     let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let log = Arc::new(Mutex::new(Vec::new()));
     let ready = tokio::time::timeout(Duration::from_secs(30), async {
         while let Ok(Some(line)) = lines.next_line().await {
             let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            log.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(line);
             if v["fields"]["message"] == ready_message {
                 return v["fields"].clone();
             }
@@ -55,12 +62,28 @@ pub async fn start_binary(bin: &Path, env: &[(&str, String)], ready_message: &st
     })
     .await
     .expect("the binary is ready within 30 s");
-    // Keep draining the log so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Proc { child, ready }
+    // Keep draining the log so the child never blocks on a full pipe, and
+    // keep its lines for the tests that read them.
+    let kept = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            kept.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(line);
+        }
+    });
+    Proc { child, ready, log }
 }
 
 impl Proc {
+    /// The log lines written so far, from the first.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// An address from the ready line: `rest`, `grpc`, `tcp`.
     pub fn addr(&self, key: &str) -> String {
         self.ready[key]

@@ -14,6 +14,7 @@
 //!   Prometheus text.
 //! - `receiver` (feature `receiver`): an OTLP collector for tests.
 
+mod log_ids;
 pub mod metrics;
 pub mod propagation;
 #[cfg(feature = "receiver")]
@@ -137,10 +138,19 @@ pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
         "text" | "pretty" => false,
         _ => !std::io::stdout().is_terminal(),
     };
+    // Each line carries the trace and span ids of the span it was logged in,
+    // when spans are exported (see `log_ids`).
     let fmt = if json {
-        tracing_subscriber::fmt::layer().json().boxed()
+        tracing_subscriber::fmt::layer()
+            .event_format(log_ids::WithIds::json(
+                tracing_subscriber::fmt::format().json(),
+            ))
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .boxed()
     } else {
-        tracing_subscriber::fmt::layer().boxed()
+        tracing_subscriber::fmt::layer()
+            .event_format(log_ids::WithIds::text(tracing_subscriber::fmt::format()))
+            .boxed()
     };
     let (otel, provider) = match &s.otlp_endpoint {
         Some(endpoint) => {
