@@ -291,7 +291,7 @@ async fn parent_based_samplers_follow_the_caller_and_plain_ones_do_not() {
 async fn a_log_line_inside_a_request_names_its_trace_and_span() {
     let collector = Collector::start().await.unwrap();
     // In memory: on Postgres, a RUST_LOG that enables debug somewhere
-    // silences the JSON log while traces are exported (see the README's
+    // silences the log while traces are exported (see the README's
     // "Logs" notes); the lines under test do not need a database.
     let proc = common::start_binary(&[
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
