@@ -2,14 +2,20 @@
 //! (`ORDER_SERVER_TIMING`): the store, the encoding, and the total, each on
 //! its own clock.
 //!
-//! - **total** runs from the request read (its arrival at the router) to the
-//!   encoded answer handed to the server below: the response headers for a
-//!   REST or Connect answer (whose body is already encoded), the trailers
-//!   for a gRPC call (whose messages are encoded as hyper asks for them).
+//! - **total** is order-service's own time on the answer, from the request
+//!   read (its arrival at the router) to the encoded answer handed to the
+//!   server below: for a REST or Connect answer, whose body is encoded
+//!   before its headers go, until the response; for a gRPC call, whose
+//!   messages tonic encodes as hyper asks for them, until the response plus
+//!   the time spent producing each of its body's frames. The waits between
+//!   those frames, while hyper sends the last one (flow control, a full
+//!   socket), are the wire's, not order-service's.
 //! - **store** is the time spent in the store's calls.
 //! - **encode** runs from the store's answer to the encoded answer:
 //!   converting the store's orders to the wire's types and serializing them;
 //!   for gRPC, tonic's serialization too, timed where hyper polls the body.
+//!   On a bidi stream, a lookup's answer is serialized when hyper polls the
+//!   stream for it, so its total runs to that moment.
 //!
 //! Over HTTP they travel in a `Server-Timing` header (W3C; durations in ms),
 //! over gRPC in a `server-timing` trailer of the same form, and on a bidi or
@@ -154,11 +160,14 @@ where
         Box::pin(async move {
             let res = fut.await?;
             let encoded = clock.encode_so_far();
+            let head = clock.started.elapsed();
             Ok(res.map(|body| {
                 tonic::body::Body::new(TimedBody {
                     inner: body,
                     clock,
                     encoded,
+                    head,
+                    polled: Duration::ZERO,
                 })
             }))
         })
@@ -172,7 +181,12 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: tonic::body::Body,
         clock: Clock,
+        // The encoding before the response (from the store's answer), the
+        // time from the request read to the response, and the time spent
+        // inside the body's polls (tonic encoding frames).
         encoded: Duration,
+        head: Duration,
+        polled: Duration,
     }
 }
 
@@ -186,17 +200,17 @@ impl Body for TimedBody {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
         let t0 = Instant::now();
-        let polled = this.inner.poll_frame(cx);
-        *this.encoded += t0.elapsed();
-        match polled {
+        let frame = this.inner.poll_frame(cx);
+        *this.polled += t0.elapsed();
+        match frame {
             Poll::Ready(Some(Ok(frame))) if frame.is_trailers() => {
                 let mut trailers = frame.into_trailers().unwrap_or_default();
                 trailers.insert(
                     SERVER_TIMING,
                     header_value(
                         this.clock.store(),
-                        *this.encoded,
-                        this.clock.started.elapsed(),
+                        *this.encoded + *this.polled,
+                        *this.head + *this.polled,
                     ),
                 );
                 Poll::Ready(Some(Ok(Frame::trailers(trailers))))

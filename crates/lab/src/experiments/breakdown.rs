@@ -127,8 +127,9 @@ fn section(p: &BreakdownPlan, cx: &Context) -> Section {
             "Closed loop, {VUS} VU, user-service's pool {POOL} connection per transport, on the \
              run's store ({}). order-service times each answer (`ORDER_SERVER_TIMING`): its \
              store calls; its encoding, from the store's answer to the encoded answer \
-             (conversion and serialization); its total, from the request read to the encoded \
-             answer handed to the server below it (over gRPC, to its trailers). It sends them \
+             (conversion and serialization); its total, its own time from the request read to \
+             the encoded answer handed to the server below it (over gRPC, the time to the \
+             response plus the time producing each frame; waits between frames are the wire's). It sends them \
              in a `Server-Timing` header, a gRPC trailer, or a field of a bidi or raw-TCP \
              answer. user-service (`USER_UPSTREAM_BREAKDOWN`) adds its decode-and-convert \
              time; the wire and its framing are what the parts leave of the round trip. \
