@@ -289,11 +289,13 @@ async fn parent_based_samplers_follow_the_caller_and_plain_ones_do_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_line_inside_a_request_names_its_trace_and_span() {
+    let db = common::orders_database().await;
     let collector = Collector::start().await.unwrap();
-    // In memory: on Postgres, a RUST_LOG that enables debug somewhere
-    // silences the log while traces are exported (see the README's
-    // "Logs" notes); the lines under test do not need a database.
+    // On Postgres with a debug directive, which once silenced the log after
+    // the migrations: the ready line must still come (start_binary waits
+    // for it).
     let proc = common::start_binary(&[
+        ("ORDER_DATABASE_URL", &db.url),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
         // tower-http logs each answer at debug, inside the request's span.
         ("RUST_LOG", "info,tower_http=debug"),
@@ -341,4 +343,5 @@ async fn a_log_line_inside_a_request_names_its_trace_and_span() {
         "every line names a trace:\n{}",
         lines.join("\n")
     );
+    db.drop_database().await.unwrap();
 }

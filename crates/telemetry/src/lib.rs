@@ -173,9 +173,24 @@ pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
                 )
                 .build();
             let tracer = provider.tracer(s.service_name.clone());
+            // Decided per span and event, never cached per callsite. With two
+            // per-layer filters that both cache `Interest::always`, an
+            // `enabled` check that no event follows (sqlx's
+            // `log::log_enabled!` before each query, through tracing-log,
+            // once RUST_LOG enables debug anywhere) leaves the thread's
+            // per-layer filter state set, and the next event at an "always"
+            // callsite is then dropped by both layers: the log went silent.
+            // An exporter filter of `Interest::sometimes` makes every event
+            // run the filters first, which resets that state.
+            let quiet = EnvFilter::new(QUIET_FOR_EXPORT);
             let layer = tracing_opentelemetry::layer()
                 .with_tracer(tracer)
-                .with_filter(EnvFilter::new(QUIET_FOR_EXPORT));
+                .with_filter(
+                    tracing_subscriber::filter::dynamic_filter_fn(move |meta, cx| {
+                        quiet.enabled(meta, cx.clone())
+                    })
+                    .with_max_level_hint(tracing_subscriber::filter::LevelFilter::INFO),
+                );
             (Some(layer), Some(provider))
         }
         None => (None, None),

@@ -89,11 +89,21 @@ pub(crate) fn from_status(s: &tonic::Status) -> UpstreamError {
 /// tonic made the status from a transport error (an h2 or hyper error, a
 /// reset, a connection closed under the call, as when a rotated connection
 /// goes away under a call in flight), which a status order-service sent
-/// never carries. A timeout is not one: sending again would only wait twice.
+/// never carries. hyper's "operation was canceled", a request its
+/// connection closed before sending, reaches us as CANCELLED with that
+/// cause. A timeout is not one: sending again would only wait twice.
 pub(crate) fn connection_failed(s: &tonic::Status) -> bool {
     use tonic::Code;
-    std::error::Error::source(s).is_some()
-        && matches!(s.code(), Code::Internal | Code::Unavailable | Code::Unknown)
+    let Some(cause) = std::error::Error::source(s) else {
+        return false;
+    };
+    let late =
+        cause.is::<tonic::TimeoutExpired>() || s.message() == tonic::TimeoutExpired(()).to_string();
+    !late
+        && matches!(
+            s.code(),
+            Code::Internal | Code::Unavailable | Code::Unknown | Code::Cancelled
+        )
 }
 
 /// The answer of `call`, made once more when its connection failed under it
@@ -509,5 +519,14 @@ mod tests {
         // A deadline is never sent twice.
         let late = tonic::Status::from_error(Box::new(tonic::TimeoutExpired(())));
         assert!(!connection_failed(&late), "{late:?}");
+        // A request its connection closed before sending (hyper's
+        // "operation was canceled"): CANCELLED, with the transport's cause.
+        let mut canceled = tonic::Status::cancelled("operation was canceled");
+        canceled.set_source(Arc::new(std::io::Error::other("connection closed")));
+        assert!(connection_failed(&canceled), "{canceled:?}");
+        // A CANCELLED that order-service sent carries no cause.
+        assert!(!connection_failed(&tonic::Status::cancelled(
+            "by the server"
+        )));
     }
 }
