@@ -260,6 +260,7 @@ fn every_variable_is_a_setting_and_every_port_and_probe_is_the_binary_s() {
             );
             assert_eq!(endpoint.port, Some(pgtest::compose::JAEGER_OTLP_GRPC_PORT));
         }
+        jaeger_v2_runs_the_composes_configuration(overlay, &objs);
 
         services_select_pods_and_name_their_ports(overlay, &objs);
         every_container_is_locked_down(overlay, &objs);
@@ -386,10 +387,16 @@ fn the_copies_kustomize_needs_are_their_sources() {
         text(&cm["data"]["user-orders.js"]),
         file("k6/lib/user-orders.js")
     );
-    // init.sql, committed (two lines), is deploy/postgres/init.sql.
+    // init.sql, committed (two lines), is deploy/postgres/init.sql; the
+    // Jaeger configuration is compose's.
     assert_eq!(
         file("deploy/k8s/base/init.sql"),
         file("deploy/postgres/init.sql"),
+        "run scripts/k8s-sync"
+    );
+    assert_eq!(
+        file("deploy/k8s/base/jaeger-config.yaml"),
+        file("deploy/jaeger/config.yaml"),
         "run scripts/k8s-sync"
     );
 }
@@ -433,5 +440,46 @@ fn the_k6_test_run_reaches_user_service_under_the_names_the_script_reads() {
         env["VIA"]
             .parse::<user_service::upstream::Transport>()
             .is_ok()
+    );
+}
+
+/// Jaeger is the v2 image, started with `--config` on the file its
+/// ConfigMap mounts, which holds deploy/jaeger/config.yaml (the file compose
+/// mounts and `pgtest::compose` checks receives OTLP and stores in memory).
+fn jaeger_v2_runs_the_composes_configuration(overlay: &str, objs: &[Value]) {
+    let c = container(objs, "jaeger");
+    let image = text(&c["image"]);
+    assert!(
+        image.starts_with("jaegertracing/jaeger:2."),
+        "{overlay}: Jaeger runs {image}, not v2"
+    );
+    let args: Vec<String> = seq(&c["args"]).iter().map(text).collect();
+    let at = args.iter().position(|a| a == "--config");
+    let path = at
+        .and_then(|i| args.get(i + 1))
+        .unwrap_or_else(|| panic!("{overlay}: Jaeger is not given --config FILE: {args:?}"));
+    let (dir, name) = path.rsplit_once('/').expect("an absolute path");
+    let mount = seq(&c["volumeMounts"])
+        .iter()
+        .find(|m| text(&m["mountPath"]) == dir)
+        .unwrap_or_else(|| panic!("{overlay}: nothing is mounted at {dir}"));
+    let pod = s(
+        find(objs, "Deployment", "jaeger"),
+        &["spec", "template", "spec"],
+    );
+    let volume = seq(&pod["volumes"])
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    // kustomize suffixes a generated ConfigMap's name with its hash.
+    let cm_name = text(&volume["configMap"]["name"]);
+    let cm = objs
+        .iter()
+        .find(|o| text(&o["kind"]) == "ConfigMap" && text(&o["metadata"]["name"]) == cm_name)
+        .unwrap_or_else(|| panic!("{overlay}: no ConfigMap {cm_name}"));
+    assert_eq!(
+        text(&cm["data"][name]),
+        file("deploy/jaeger/config.yaml"),
+        "{overlay}: Jaeger's ConfigMap is not deploy/jaeger/config.yaml"
     );
 }
