@@ -312,15 +312,10 @@ pub struct BarChart {
     pub stacked: bool,
 }
 
-/// Renders a grouped bar chart.
-pub fn bar_chart(c: &BarChart) -> String {
-    if c.stacked {
-        return stacked_chart(c);
-    }
-    let vals = || c.values.iter().flatten().filter_map(|v| *v);
-    let y = Axis::new(vals(), c.y_log, H - BOTTOM, TOP);
+/// A bar chart's frame and axes, one slot per group along x: the SVG so
+/// far, and a slot's width.
+fn group_frame(c: &BarChart, y: &Axis) -> (String, f64) {
     let n_groups = c.groups.len().max(1) as f64;
-    let group_w = (W - LEFT - RIGHT) / n_groups;
     let x = Axis {
         lo: 0.0,
         hi: n_groups,
@@ -336,7 +331,18 @@ pub fn bar_chart(c: &BarChart) -> String {
         .enumerate()
         .map(|(i, g)| (i as f64 + 0.5, g.clone()))
         .collect();
-    axes(&mut out, &x, &y, &ticks, c.groups.len() > 4);
+    axes(&mut out, &x, y, &ticks, c.groups.len() > 4);
+    (out, (W - LEFT - RIGHT) / n_groups)
+}
+
+/// Renders a grouped bar chart.
+pub fn bar_chart(c: &BarChart) -> String {
+    if c.stacked {
+        return stacked_chart(c);
+    }
+    let vals = || c.values.iter().flatten().filter_map(|v| *v);
+    let y = Axis::new(vals(), c.y_log, H - BOTTOM, TOP);
+    let (mut out, group_w) = group_frame(c, &y);
     let n_series = c.series.len().max(1) as f64;
     let bar_w = group_w * 0.8 / n_series;
     let base = y.px(y.lo);
@@ -378,24 +384,7 @@ fn stacked_chart(c: &BarChart) -> String {
         H - BOTTOM,
         TOP,
     );
-    let n_groups = c.groups.len().max(1) as f64;
-    let group_w = (W - LEFT - RIGHT) / n_groups;
-    let x = Axis {
-        lo: 0.0,
-        hi: n_groups,
-        log: false,
-        px_lo: LEFT,
-        px_hi: W - RIGHT,
-    };
-    let mut out = String::new();
-    frame(&mut out, &c.title, "", &c.y_label);
-    let ticks: Vec<(f64, String)> = c
-        .groups
-        .iter()
-        .enumerate()
-        .map(|(i, g)| (i as f64 + 0.5, g.clone()))
-        .collect();
-    axes(&mut out, &x, &y, &ticks, c.groups.len() > 4);
+    let (mut out, group_w) = group_frame(c, &y);
     for (g, row) in c.values.iter().enumerate() {
         let px = LEFT + g as f64 * group_w + group_w * 0.15;
         let mut below = 0.0;

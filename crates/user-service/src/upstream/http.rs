@@ -696,6 +696,27 @@ mod tests {
         a
     }
 
+    /// `inflate` refused the answer as a protocol error saying `says`.
+    fn refused(a: Answer, says: &str) {
+        let e = inflate(a).unwrap_err();
+        assert!(
+            matches!(&e, UpstreamError::Protocol(m) if m.contains(says)),
+            "{e:?}"
+        );
+    }
+
+    /// `enc`'s small body that inflates past the message limit is refused,
+    /// and no more than the limit (and a byte) is ever inflated.
+    fn refuses_a_bomb(enc: &str, compress: impl Fn(&[u8]) -> Vec<u8>) {
+        let bomb = compress(&vec![0u8; MAX_MESSAGE_BYTES + 1]);
+        assert!(
+            bomb.len() < MAX_MESSAGE_BYTES / 100,
+            "{enc}: {} B",
+            bomb.len()
+        );
+        refused(encoded(enc, &bomb), "inflates past");
+    }
+
     #[test]
     fn a_gzip_answer_is_inflated_and_a_bad_or_huge_one_refused() {
         let json = br#"{"orders":[]}"#;
@@ -706,26 +727,10 @@ mod tests {
         assert_eq!(&inflate(answer(200, JSON, json)).unwrap().body[..], json);
         assert_eq!(&inflate(encoded("identity", json)).unwrap().body[..], json);
         // Not gzip after all.
-        let e = inflate(encoded("gzip", b"not gzip")).unwrap_err();
-        assert!(
-            matches!(&e, UpstreamError::Protocol(m) if m.contains("does not inflate")),
-            "{e:?}"
-        );
+        refused(encoded("gzip", b"not gzip"), "does not inflate");
         // An encoding nobody asked for.
-        let e = inflate(encoded("br", json)).unwrap_err();
-        assert!(
-            matches!(&e, UpstreamError::Protocol(m) if m.contains("not asked for")),
-            "{e:?}"
-        );
-        // A small body that inflates past the message limit: refused, and
-        // no more than the limit (and a byte) is ever inflated.
-        let bomb = gzipped(&vec![0u8; MAX_MESSAGE_BYTES + 1]);
-        assert!(bomb.len() < MAX_MESSAGE_BYTES / 100, "{} B", bomb.len());
-        let e = inflate(encoded("gzip", &bomb)).unwrap_err();
-        assert!(
-            matches!(&e, UpstreamError::Protocol(m) if m.contains("inflates past")),
-            "{e:?}"
-        );
+        refused(encoded("br", json), "not asked for");
+        refuses_a_bomb("gzip", gzipped);
     }
 
     #[test]
@@ -734,18 +739,11 @@ mod tests {
         let a = inflate(encoded("zstd", &zstd::encode_all(&json[..], 1).unwrap())).unwrap();
         assert_eq!(&a.body[..], json);
         assert!(a.headers.get(CONTENT_ENCODING).is_none());
-        let e = inflate(encoded("zstd", b"not zstd")).unwrap_err();
-        assert!(
-            matches!(&e, UpstreamError::Protocol(m) if m.contains("zstd answer that does not inflate")),
-            "{e:?}"
+        refused(
+            encoded("zstd", b"not zstd"),
+            "zstd answer that does not inflate",
         );
-        let bomb = zstd::encode_all(&vec![0u8; MAX_MESSAGE_BYTES + 1][..], 3).unwrap();
-        assert!(bomb.len() < MAX_MESSAGE_BYTES / 100, "{} B", bomb.len());
-        let e = inflate(encoded("zstd", &bomb)).unwrap_err();
-        assert!(
-            matches!(&e, UpstreamError::Protocol(m) if m.contains("inflates past")),
-            "{e:?}"
-        );
+        refuses_a_bomb("zstd", |b| zstd::encode_all(b, 3).unwrap());
     }
 
     #[test]
