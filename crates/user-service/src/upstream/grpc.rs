@@ -106,20 +106,37 @@ pub(crate) fn connection_failed(s: &tonic::Status) -> bool {
         )
 }
 
-/// The answer of `call`, made once more when its connection failed under it
-/// (see [`connection_failed`]): only for calls that read and change nothing,
-/// as the REST adapters resend a GET whose pooled connection had died.
-async fn resent_once<T, Fut>(mut call: impl FnMut() -> Fut) -> Result<T, UpstreamError>
+/// The pauses before each resend of a call whose connection failed under
+/// it. A request can land in the queue of a connection task that is already
+/// ending (hyper's "operation was canceled: connection closed"); sent again
+/// at once, on a busy machine, it can meet the same dying task before the
+/// channel has noticed and reconnected. A short pause lets the task finish;
+/// the second, longer one covers a reconnect that itself met a closing
+/// connection. At most 55 ms are added to a call that fails anyway.
+const RESEND_PAUSES: [std::time::Duration; 2] = [
+    std::time::Duration::from_millis(5),
+    std::time::Duration::from_millis(50),
+];
+
+/// The answer of `call`, made again when its connection failed under it
+/// (see [`connection_failed`] and [`RESEND_PAUSES`]): only for calls that
+/// read and change nothing, as the REST adapters resend a GET whose pooled
+/// connection had died.
+async fn resent<T, Fut>(mut call: impl FnMut() -> Fut) -> Result<T, UpstreamError>
 where
     Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
-    let answer = match call().await {
-        Err(s) if connection_failed(&s) => {
-            tracing::debug!(status = %s, "a gRPC call's connection failed; sending it again");
-            call().await
+    let mut answer = call().await;
+    for pause in RESEND_PAUSES {
+        match &answer {
+            Err(s) if connection_failed(s) => {
+                tracing::debug!(status = %s, ?pause, "a gRPC call's connection failed; sending it again");
+                tokio::time::sleep(pause).await;
+                answer = call().await;
+            }
+            _ => break,
         }
-        other => other,
-    };
+    }
     answer
         .map(|r| {
             // tonic merges a unary call's trailers into its metadata.
@@ -196,7 +213,7 @@ impl GrpcSource {
     async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
         let _on_wire = self.metrics.in_flight();
         // ListOrders reads only; a resend goes out on the next channel.
-        let answer = resent_once(|| {
+        let answer = resent(|| {
             let mut client = self.v2();
             let req = self.request(list_request(q));
             async move { client.list_orders(req).await }
@@ -307,7 +324,7 @@ impl GrpcSource {
             page_token: String::new(),
         };
         let _on_wire = self.metrics.in_flight();
-        let answer = resent_once(|| {
+        let answer = resent(|| {
             let mut client = V1Client::new(self.channel())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -528,5 +545,53 @@ mod tests {
         assert!(!connection_failed(&tonic::Status::cancelled(
             "by the server"
         )));
+    }
+
+    fn broken() -> tonic::Status {
+        tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        )))
+    }
+
+    /// A call that fails on its connection `fails` times, then answers;
+    /// returns its result and how often it was made.
+    async fn flaky(fails: usize) -> (Result<u32, UpstreamError>, usize) {
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let answer = resent(|| {
+            let n = made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n < fails {
+                    Err(broken())
+                } else {
+                    Ok(tonic::Response::new(7))
+                }
+            }
+        })
+        .await;
+        (answer, made.into_inner())
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_connection_failed_is_sent_again_at_most_twice() {
+        let (answer, made) = flaky(0).await;
+        assert_eq!((answer.ok(), made), (Some(7), 1));
+        let (answer, made) = flaky(2).await;
+        assert_eq!((answer.ok(), made), (Some(7), 3));
+        let (answer, made) = flaky(3).await;
+        assert!(
+            matches!(answer, Err(UpstreamError::Unavailable(_))),
+            "{answer:?}"
+        );
+        assert_eq!(made, 3, "gives up after the pauses");
+        // An answer from order-service is never sent again.
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let answer: Result<u32, _> = resent(|| {
+            made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Err(tonic::Status::unavailable("store down")) }
+        })
+        .await;
+        assert!(answer.is_err());
+        assert_eq!(made.into_inner(), 1);
     }
 }
