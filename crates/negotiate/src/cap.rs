@@ -85,47 +85,53 @@ impl ConnCap {
     }
 }
 
-/// One cap per listener, each `(name, max)`, and the renderer of them all
-/// for the service's `/metrics` under `prefix` (see [`render`]). Both
+/// One cap per listener, each `(name, max)`, and the collector of them all
+/// for the service's `/metrics` under `prefix` (see [`CapsCollector`]). Both
 /// services cap their listeners this way.
 pub fn listener_caps<const N: usize>(
     prefix: &'static str,
     listeners: [(&'static str, usize); N],
-) -> ([ConnCap; N], impl Fn(&mut String) + Send + Sync + 'static) {
+) -> ([ConnCap; N], CapsCollector) {
     let caps = listeners.map(|(name, max)| ConnCap::new(name, max));
     let all = caps.to_vec();
-    (caps, move |out: &mut String| render(out, prefix, &all))
+    (caps, CapsCollector { prefix, caps: all })
 }
 
-/// `# TYPE` and sample lines for these caps, as `{prefix}_connections_open`
-/// and `{prefix}_connections_refused_total`, by listener.
-pub fn render(out: &mut String, prefix: &str, caps: &[ConnCap]) {
-    use std::fmt::Write as _;
-    let _ = writeln!(
-        out,
-        "# HELP {prefix}_connections_open Connections open now, per listener."
-    );
-    let _ = writeln!(out, "# TYPE {prefix}_connections_open gauge");
-    for c in caps {
-        let _ = writeln!(
-            out,
-            "{prefix}_connections_open{{listener=\"{}\"}} {}",
-            c.listener,
-            c.open()
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP {prefix}_connections_refused_total Connections closed at once because the listener was at its cap."
-    );
-    let _ = writeln!(out, "# TYPE {prefix}_connections_refused_total counter");
-    for c in caps {
-        let _ = writeln!(
-            out,
-            "{prefix}_connections_refused_total{{listener=\"{}\"}} {}",
-            c.listener,
-            c.refused()
-        );
+/// These caps as `{prefix}_connections_open` and
+/// `{prefix}_connections_refused_total`, by listener, read at each scrape.
+#[derive(Debug, Clone)]
+pub struct CapsCollector {
+    prefix: &'static str,
+    caps: Vec<ConnCap>,
+}
+
+impl prometheus_client::collector::Collector for CapsCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use telemetry::metrics::{Kind, encode_family};
+        let by_listener = |value: fn(&ConnCap) -> u64| {
+            self.caps
+                .iter()
+                .map(move |c| ([("listener", c.listener)], value(c)))
+        };
+        encode_family(
+            &mut encoder,
+            &format!("{}_connections_open", self.prefix),
+            "Connections open now, per listener",
+            None,
+            Kind::Gauge,
+            by_listener(|c| c.open() as u64),
+        )?;
+        encode_family(
+            &mut encoder,
+            &format!("{}_connections_refused", self.prefix),
+            "Connections closed at once because the listener was at its cap",
+            None,
+            Kind::Counter,
+            by_listener(ConnCap::refused),
+        )
     }
 }
 
@@ -143,11 +149,20 @@ mod tests {
         assert_eq!((cap.open(), cap.refused()), (2, 2));
         drop(a);
         assert!(cap.admit().is_some(), "a slot freed");
+        let metrics = telemetry::metrics::RequestMetrics::new("order");
+        metrics.add_collector(CapsCollector {
+            prefix: "order",
+            caps: vec![cap],
+        });
         let mut out = String::new();
-        render(&mut out, "order", &[cap]);
-        assert!(
-            out.contains("order_connections_refused_total{listener=\"rest\"} 2"),
-            "{out}"
-        );
+        metrics.render(&mut out);
+        for line in [
+            "# TYPE order_connections_refused_total counter",
+            "order_connections_refused_total{listener=\"rest\"} 2",
+            "# TYPE order_connections_open gauge",
+            "order_connections_open{listener=\"rest\"} 1",
+        ] {
+            assert!(out.contains(line), "missing {line}\n{out}");
+        }
     }
 }

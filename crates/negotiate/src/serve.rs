@@ -280,11 +280,11 @@ fn spawn_connection(
         // The slot is held for as long as the connection lives.
         let _admitted = admitted;
         match tls {
-            None => serve_connection(io, router, stop, limits).await,
+            None => serve_connection(io, router, stop, limits, false).await,
             // The handshake is bounded by `tls::HANDSHAKE_TIMEOUT`, so a
             // silent client cannot hold the drain for ever.
             Some(acceptor) => match acceptor.accept(io).await {
-                Ok(io) => serve_connection(io, router, stop, limits).await,
+                Ok(io) => serve_connection(io, router, stop, limits, true).await,
                 Err(e) => tracing::debug!(error = %e, "HTTPS connection refused"),
             },
         }
@@ -298,6 +298,7 @@ async fn serve_connection<I>(
     router: Router,
     mut stop: tokio::sync::watch::Receiver<bool>,
     limits: ConnLimits,
+    over_tls: bool,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -306,6 +307,7 @@ async fn serve_connection<I>(
         inner: TowerToHyperService::new(router),
         activity: activity.clone(),
         body_read: limits.body_read,
+        over_tls,
     };
     let io = Watched {
         inner: io,
@@ -546,12 +548,14 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
 }
 
 /// The connection's service: counts requests in service in its
-/// [`Activity`], and gives each request's body `body_read` to arrive.
+/// [`Activity`], gives each request's body `body_read` to arrive, and marks
+/// the requests of a TLS connection with [`tls::OverTls`].
 #[derive(Clone)]
 struct Tracked {
     inner: TowerToHyperService<Router>,
     activity: Arc<Activity>,
     body_read: Duration,
+    over_tls: bool,
 }
 
 impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Tracked {
@@ -562,8 +566,11 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Tra
 
     fn call(&self, req: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
         self.activity.request_started();
-        let req = req
+        let mut req = req
             .map(|b| axum::body::Body::new(crate::deadline::DeadlineBody::new(b, self.body_read)));
+        if self.over_tls {
+            req.extensions_mut().insert(tls::OverTls);
+        }
         let answer = hyper::service::Service::call(&self.inner, req);
         let activity = self.activity.clone();
         Box::pin(async move {

@@ -17,6 +17,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
@@ -40,18 +41,67 @@ pub fn overloaded() -> axum::response::Response {
 /// REST requests and gRPC calls (through [`ShedLayer::shared`]), and each
 /// lookup on a bidi stream or a raw-TCP connection ([`Limiter::try_acquire`]).
 #[derive(Debug, Clone)]
-pub struct Limiter(Arc<Semaphore>);
+pub struct Limiter {
+    permits: Arc<Semaphore>,
+    /// Requests and lookups refused so far.
+    shed: Arc<AtomicU64>,
+}
 
 impl Limiter {
     /// At most `max` (at least one) in service at once.
     pub fn new(max: usize) -> Self {
-        Limiter(Arc::new(Semaphore::new(max.max(1))))
+        Limiter {
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            shed: Arc::default(),
+        }
     }
 
     /// A slot, held until dropped, or `None` when every slot is taken: the
-    /// caller refuses the work at once.
+    /// caller refuses the work at once, and it is counted as shed.
     pub fn try_acquire(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.0.clone().try_acquire_owned().ok()
+        let permit = self.permits.clone().try_acquire_owned().ok();
+        if permit.is_none() {
+            self.shed.fetch_add(1, Ordering::Relaxed);
+        }
+        permit
+    }
+
+    /// Requests and lookups refused so far.
+    pub fn shed(&self) -> u64 {
+        self.shed.load(Ordering::Relaxed)
+    }
+
+    /// The count of refusals as `{prefix}_shed_requests_total` on
+    /// `/metrics`, read at each scrape.
+    pub fn collector(&self, prefix: &'static str) -> ShedCollector {
+        ShedCollector {
+            prefix,
+            limiter: self.clone(),
+        }
+    }
+}
+
+/// See [`Limiter::collector`].
+#[derive(Debug)]
+pub struct ShedCollector {
+    prefix: &'static str,
+    limiter: Limiter,
+}
+
+impl prometheus_client::collector::Collector for ShedCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use telemetry::metrics::{Kind, NoLabels, encode_family};
+        encode_family(
+            &mut encoder,
+            &format!("{}_shed_requests", self.prefix),
+            "Requests, calls and lookups refused at once because the service was at its limit of concurrent requests",
+            None,
+            Kind::Counter,
+            [(NoLabels::default(), self.limiter.shed())],
+        )
     }
 }
 
@@ -61,7 +111,7 @@ pub const OVERLOADED: &str = "the service is at its limit of concurrent requests
 /// Limits requests in service to `max`; the rest get `reject()` at once.
 #[derive(Clone)]
 pub struct ShedLayer<R> {
-    permits: Arc<Semaphore>,
+    limiter: Limiter,
     reject: R,
     /// Path prefixes never shed (health checks, reflection), so that an
     /// overloaded instance is not also taken for a dead one.
@@ -71,7 +121,7 @@ pub struct ShedLayer<R> {
 impl<R> std::fmt::Debug for ShedLayer<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShedLayer")
-            .field("free", &self.permits.available_permits())
+            .field("free", &self.limiter.permits.available_permits())
             .finish_non_exhaustive()
     }
 }
@@ -80,7 +130,7 @@ impl<R> ShedLayer<R> {
     /// At most `max` requests in service at once (at least one).
     pub fn new(max: usize, reject: R) -> Self {
         ShedLayer {
-            permits: Arc::new(Semaphore::new(max.max(1))),
+            limiter: Limiter::new(max),
             reject,
             exempt: &[],
         }
@@ -90,7 +140,7 @@ impl<R> ShedLayer<R> {
     /// service's other listeners and streams.
     pub fn shared(limiter: &Limiter, reject: R) -> Self {
         ShedLayer {
-            permits: limiter.0.clone(),
+            limiter: limiter.clone(),
             reject,
             exempt: &[],
         }
@@ -148,8 +198,8 @@ where
         if self.layer.exempt.iter().any(|p| path.starts_with(p)) {
             return Box::pin(self.inner.call(req));
         }
-        match self.layer.permits.clone().try_acquire_owned() {
-            Ok(permit) => {
+        match self.layer.limiter.try_acquire() {
+            Some(permit) => {
                 let served = self.inner.call(req);
                 Box::pin(async move {
                     let res = served.await;
@@ -157,7 +207,7 @@ where
                     res
                 })
             }
-            Err(_) => {
+            None => {
                 tracing::debug!(path, "overloaded: request shed");
                 let res = (self.layer.reject)();
                 Box::pin(async move { Ok(res) })
@@ -203,5 +253,14 @@ mod tests {
         let again = svc.ready().await.unwrap().call(req("/c"));
         gate.add_permits(1);
         assert_eq!(*again.await.unwrap().body(), "served");
+        // One refusal, counted and shown on /metrics; the exempt request
+        // and the ones served are not.
+        let limiter = svc.layer.limiter.clone();
+        assert_eq!(limiter.shed(), 1);
+        let metrics = telemetry::metrics::RequestMetrics::new("x");
+        metrics.add_collector(limiter.collector("order"));
+        let mut text = String::new();
+        metrics.render(&mut text);
+        assert!(text.contains("order_shed_requests_total 1\n"), "{text}");
     }
 }

@@ -151,14 +151,13 @@ pub fn record_lookup(
     answer: &pb2::LookupOrdersResponse,
     took: std::time::Duration,
 ) {
-    let (status, error) = match &answer.error {
-        None => ("grpc-0".to_owned(), false),
-        Some(e) => (
-            format!("grpc-{}", e.code),
-            matches!(e.code, 2 | 4 | 13 | 14 | 15),
-        ),
-    };
-    metrics.record(protocol, "LookupOrders", &status, error, took);
+    let code = answer.error.as_ref().map_or(0, |e| e.code);
+    metrics.record(
+        protocol,
+        "LookupOrders",
+        telemetry::metrics::Outcome::grpc(code),
+        took,
+    );
 }
 
 impl OrderServiceV2 {

@@ -16,6 +16,7 @@
 
 pub mod connect;
 pub mod grpc;
+pub mod metrics;
 pub mod rest;
 pub mod service;
 pub mod settings;

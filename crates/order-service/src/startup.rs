@@ -125,9 +125,10 @@ impl Application {
         let token = CancellationToken::new();
         let s = &self.settings;
         let metrics = Arc::new(RequestMetrics::new("order"));
+        metrics.add_collector(crate::metrics::StoreCollector(self.orders.store.clone()));
         // TLS on every listener when it is on: REST offers h2 and HTTP/1.1
         // by ALPN, gRPC too (HTTP/1.1 for gRPC-web), raw TCP no ALPN.
-        let ([rest_tls, grpc_tls, tcp_tls], tls_render) = tls::listener_acceptors(
+        let ([rest_tls, grpc_tls, tcp_tls], tls_handshakes) = tls::listener_acceptors(
             self.tls.as_ref(),
             [
                 ("rest", tls::ALPN_H2_HTTP1),
@@ -136,11 +137,12 @@ impl Application {
             ],
             "order",
         );
-        if let Some(render) = tls_render {
-            metrics.add_section(render);
+        if let Some(handshakes) = tls_handshakes {
+            metrics.add_collector(handshakes);
         }
         // One limit of work in service for every surface.
         let limiter = negotiate::shed::Limiter::new(s.max_concurrent_requests);
+        metrics.add_collector(limiter.collector("order"));
         let rest_router = crate::rest::router(RestState {
             orders: self.orders.clone(),
             max_body_bytes: s.max_request_bytes as usize,
@@ -150,7 +152,7 @@ impl Application {
             zstd: s.rest_zstd,
         });
         let limits = s.conn_limits();
-        let ([rest_cap, grpc_cap, tcp_cap], caps_render) = negotiate::cap::listener_caps(
+        let ([rest_cap, grpc_cap, tcp_cap], caps) = negotiate::cap::listener_caps(
             "order",
             [
                 ("rest", s.max_connections as usize),
@@ -158,7 +160,7 @@ impl Application {
                 ("tcp", s.max_tcp_connections as usize),
             ],
         );
-        metrics.add_section(caps_render);
+        metrics.add_collector(caps);
         let rest = {
             let t = token.clone();
             let listener = self.rest;

@@ -345,7 +345,12 @@ async fn refuse<R: AsyncRead + Unpin>(
     max: usize,
     metrics: &RequestMetrics,
 ) -> std::io::Result<()> {
-    metrics.record("tcp", "connect", "grpc-8", false, Duration::ZERO);
+    metrics.record(
+        "tcp",
+        "connect",
+        telemetry::metrics::Outcome::grpc(tonic::Code::ResourceExhausted as i32),
+        Duration::ZERO,
+    );
     let msg = format!(
         "too many raw-TCP connections: the limit is {max} (ORDER_MAX_TCP_CONNECTIONS); retry later"
     );

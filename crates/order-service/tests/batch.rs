@@ -140,7 +140,7 @@ async fn batch_answers_as_the_data_set(backend: Backend) {
     let text = app.metrics_text().await;
     for method in ["BatchListOrders", "BatchStreamOrders"] {
         let line = format!(
-            "order_requests_total{{protocol=\"grpc\",route=\"/order.v2.OrderService/{method}\",status=\"grpc-0\"}} 1"
+            "order_requests_total{{protocol=\"grpc\",route=\"/order.v2.OrderService/{method}\",code=\"200\",grpc_code=\"OK\"}} 1"
         );
         assert!(text.contains(&line), "{line} in\n{text}");
     }

@@ -114,7 +114,7 @@ async fn a_raw_tcp_connection_past_the_limit_gets_one_error_frame_and_is_closed_
         .lines()
         .find_map(|l| {
             l.strip_prefix(
-                r#"order_requests_total{protocol="tcp",route="connect",status="grpc-8"} "#,
+                r#"order_requests_total{protocol="tcp",route="connect",code="",grpc_code="RESOURCE_EXHAUSTED"} "#,
             )
         })
         .expect("refusals are counted in /metrics")

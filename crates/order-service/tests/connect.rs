@@ -95,8 +95,9 @@ async fn list_orders_over_connect_gives_the_rest_routes_bytes_on_http1_and_h2c()
         }
     }
     let metrics = app.metrics_text().await;
-    let line =
-        format!("order_requests_total{{protocol=\"connect\",route=\"{LIST}\",status=\"200\"}} 4");
+    let line = format!(
+        "order_requests_total{{protocol=\"connect\",route=\"{LIST}\",code=\"200\",grpc_code=\"\"}} 4"
+    );
     assert!(metrics.contains(&line), "no {line} in\n{metrics}");
     app.stop().await;
 }

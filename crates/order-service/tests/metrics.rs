@@ -29,12 +29,14 @@ async fn metrics_count_requests_per_protocol_and_route() {
 
     let text = app.metrics_text().await;
     for line in [
-        "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",status=\"200\"} 3",
-        "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",status=\"400\"} 1",
-        "order_requests_total{protocol=\"h2c\",route=\"/v2/orders\",status=\"200\"} 1",
-        "order_requests_total{protocol=\"grpc\",route=\"/order.v2.OrderService/ListOrders\",status=\"grpc-0\"} 1",
+        "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",code=\"200\",grpc_code=\"\"} 3",
+        "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",code=\"400\",grpc_code=\"\"} 1",
+        "order_requests_total{protocol=\"h2c\",route=\"/v2/orders\",code=\"200\",grpc_code=\"\"} 1",
+        "order_requests_total{protocol=\"grpc\",route=\"/order.v2.OrderService/ListOrders\",code=\"200\",grpc_code=\"OK\"} 1",
         "order_request_errors_total{protocol=\"http1\",route=\"/v2/orders\"} 0",
+        "# TYPE order_request_duration_seconds histogram",
         "order_request_duration_seconds_count{protocol=\"http1\",route=\"/v2/orders\"} 4",
+        "order_request_duration_seconds_bucket{protocol=\"http1\",route=\"/v2/orders\",le=\"+Inf\"} 4",
         "order_service_info{store=\"postgres\"",
         "# TYPE process_cpu_seconds_total counter",
         "# TYPE process_resident_memory_bytes gauge",

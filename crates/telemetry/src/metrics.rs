@@ -1,176 +1,303 @@
 //! What a service measures about the requests it serves and about its own
-//! process, as Prometheus text.
+//! process, and its `/metrics` in the Prometheus text format.
 //!
-//! The state lives in a [`RequestMetrics`] value per application rather than
-//! in a process-global recorder, so that tests running several services in
-//! one process keep separate books. [`RecordLayer`] records every HTTP and
-//! gRPC request passing through a tower stack; raw-TCP servers call
-//! [`RequestMetrics::record`] themselves.
+//! The series live in a [`RequestMetrics`] value per application, each with
+//! its own [`prometheus_client`] registry rather than a process-global
+//! recorder, so that tests running several services in one process keep
+//! separate books. [`RecordLayer`] records every HTTP and gRPC request
+//! passing through a tower stack; raw-TCP servers call
+//! [`RequestMetrics::record`] themselves. Counters kept elsewhere (TLS
+//! handshakes, connection caps, a store's pool) join the same exposition as
+//! [`Collector`]s, read at each scrape.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
+pub use prometheus_client::collector::Collector;
+pub use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+};
+pub use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+pub use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+pub use prometheus_client::registry::Unit;
 
-/// Requests of one protocol and route.
-#[derive(Debug)]
-struct RouteStats {
-    by_status: BTreeMap<String, u64>,
-    errors: u64,
-    /// Durations in microseconds.
-    latency: Histogram<u64>,
-    sum_micros: u64,
+/// The `Content-Type` of `/metrics`: the Prometheus text format 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Upper bounds, in seconds, of every latency histogram's buckets: 1, 1.5,
+/// 2, 3, 5 and 7 in each decade from 20 µs to 700 ms, then 1, 2, 5 and 10 s.
+/// Fine enough that `histogram_quantile` over a loopback call of 100 µs is
+/// off by at most half a bucket, wide enough for timeouts.
+pub const LATENCY_BUCKETS: [f64; 32] = [
+    20e-6, 30e-6, 50e-6, 70e-6, //
+    100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 700e-6, //
+    1e-3, 1.5e-3, 2e-3, 3e-3, 5e-3, 7e-3, //
+    10e-3, 15e-3, 20e-3, 30e-3, 50e-3, 70e-3, //
+    100e-3, 150e-3, 200e-3, 300e-3, 500e-3, 700e-3, //
+    1.0, 2.0, 5.0, 10.0,
+];
+
+/// A latency histogram on [`LATENCY_BUCKETS`].
+pub fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
 }
 
-impl RouteStats {
-    fn new() -> Self {
-        RouteStats {
-            by_status: BTreeMap::new(),
-            errors: 0,
-            // 1 µs to 10 min at 3 significant digits; `saturating_record` keeps
-            // anything longer at the top instead of failing.
-            latency: Histogram::new_with_bounds(1, 600_000_000, 3)
-                .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!())),
-            sum_micros: 0,
+/// The canonical name of a gRPC status code, as the gRPC specification
+/// spells it (`OK`, `UNAVAILABLE`, …); `UNKNOWN` for a number it does not
+/// define.
+pub fn grpc_code_name(code: i32) -> &'static str {
+    match code {
+        0 => "OK",
+        1 => "CANCELLED",
+        2 => "UNKNOWN",
+        3 => "INVALID_ARGUMENT",
+        4 => "DEADLINE_EXCEEDED",
+        5 => "NOT_FOUND",
+        6 => "ALREADY_EXISTS",
+        7 => "PERMISSION_DENIED",
+        8 => "RESOURCE_EXHAUSTED",
+        9 => "FAILED_PRECONDITION",
+        10 => "ABORTED",
+        11 => "OUT_OF_RANGE",
+        12 => "UNIMPLEMENTED",
+        13 => "INTERNAL",
+        14 => "UNAVAILABLE",
+        15 => "DATA_LOSS",
+        16 => "UNAUTHENTICATED",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Whether a gRPC code is the server's failure rather than the caller's:
+/// UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, DATA_LOSS.
+pub fn grpc_code_is_server_error(code: i32) -> bool {
+    matches!(code, 2 | 4 | 13 | 14 | 15)
+}
+
+/// How a request ended: the HTTP status it got (none on raw TCP, or when
+/// the connection failed before one was sent), the gRPC code it got (none
+/// outside gRPC), and whether that is a failure on the server's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub http: Option<u16>,
+    pub grpc: Option<i32>,
+    pub error: bool,
+}
+
+impl Outcome {
+    /// An HTTP answer; 5xx is the server's failure.
+    pub fn http(status: u16) -> Self {
+        Outcome {
+            http: Some(status),
+            grpc: None,
+            error: status >= 500,
+        }
+    }
+
+    /// A gRPC code outside HTTP (a raw-TCP or multiplexed lookup).
+    pub fn grpc(code: i32) -> Self {
+        Outcome {
+            http: None,
+            grpc: Some(code),
+            error: grpc_code_is_server_error(code),
+        }
+    }
+
+    /// No answer at all: the service below failed.
+    pub fn failed() -> Self {
+        Outcome {
+            http: None,
+            grpc: None,
+            error: true,
         }
     }
 }
 
-/// Rate, errors and duration per protocol and route.
-#[derive(Debug)]
-pub struct RequestMetrics {
-    /// Metric name prefix, such as `order`.
-    prefix: &'static str,
-    routes: Mutex<BTreeMap<(String, String), RouteStats>>,
-    /// More text appended by [`RequestMetrics::render`]: counters kept
-    /// elsewhere (TLS handshakes) that belong on the same `/metrics`.
-    sections: Sections,
+/// The labels of `{prefix}_requests_total`: the HTTP status (`code`) and
+/// the gRPC code (`grpc_code`) apart, each empty where it does not apply.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    protocol: String,
+    route: String,
+    code: String,
+    grpc_code: String,
 }
 
-/// Writes one extra section of `/metrics`.
-type Section = Box<dyn Fn(&mut String) + Send + Sync>;
+/// The labels of the per-route error counter and latency histogram.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    protocol: String,
+    route: String,
+}
 
-/// Renderers of extra `/metrics` sections.
-#[derive(Default)]
-struct Sections(Mutex<Vec<Section>>);
+/// Makes the latency histogram of a new label set.
+type MakeHistogram = fn() -> Histogram;
 
-impl std::fmt::Debug for Sections {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
-        write!(f, "Sections({n})")
-    }
+/// Rate, errors and duration per protocol and route, and the registry of
+/// everything else a service's `/metrics` shows.
+#[derive(Debug)]
+pub struct RequestMetrics {
+    requests: Family<RequestLabels, Counter>,
+    errors: Family<RouteLabels, Counter>,
+    durations: Family<RouteLabels, Histogram, MakeHistogram>,
+    registry: Mutex<Registry>,
 }
 
 impl RequestMetrics {
-    /// Empty books; every metric name starts with `{prefix}_`.
+    /// Empty books; every request metric's name starts with `{prefix}_`.
+    /// The process's CPU time and memory are registered too.
     pub fn new(prefix: &'static str) -> Self {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let errors = Family::<RouteLabels, Counter>::default();
+        let durations = Family::<RouteLabels, Histogram, MakeHistogram>::new_with_constructor(
+            latency_histogram as MakeHistogram,
+        );
+        let mut registry = Registry::default();
+        registry.register(
+            format!("{prefix}_requests"),
+            "Requests served, by protocol, route, HTTP status (code) and gRPC code (grpc_code)",
+            requests.clone(),
+        );
+        registry.register(
+            format!("{prefix}_request_errors"),
+            "Requests that failed on the server's side (HTTP 5xx, gRPC UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, DATA_LOSS, or no answer)",
+            errors.clone(),
+        );
+        registry.register_with_unit(
+            format!("{prefix}_request_duration"),
+            "Time to the response headers (the whole answer for unary calls)",
+            Unit::Seconds,
+            durations.clone(),
+        );
+        registry.register_collector(Box::new(ProcessCollector));
         RequestMetrics {
-            prefix,
-            routes: Mutex::new(BTreeMap::new()),
-            sections: Sections::default(),
+            requests,
+            errors,
+            durations,
+            registry: Mutex::new(registry),
         }
     }
 
-    /// Adds a section that [`RequestMetrics::render`] writes after the
-    /// request metrics, such as a listener's TLS handshake counters.
-    pub fn add_section(&self, render: impl Fn(&mut String) + Send + Sync + 'static) {
-        self.sections
-            .0
+    /// Adds series read at each scrape, such as a listener's TLS handshake
+    /// counters, to the same `/metrics`.
+    pub fn add_collector(&self, collector: impl Collector) {
+        self.registry
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(Box::new(render));
+            .register_collector(Box::new(collector));
     }
 
-    /// Records one request: its protocol (`http1`, `h2c`, `grpc`, `grpc-web`,
-    /// `tcp`), route, status (HTTP code or gRPC code name), whether it failed
-    /// on the server's side, and how long it took.
-    pub fn record(&self, protocol: &str, route: &str, status: &str, error: bool, took: Duration) {
-        let mut routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
-        let s = routes
-            .entry((protocol.to_owned(), route.to_owned()))
-            .or_insert_with(RouteStats::new);
-        *s.by_status.entry(status.to_owned()).or_default() += 1;
-        if error {
-            s.errors += 1;
+    /// Records one request: its protocol (`http1`, `h2c`, `h2`, `grpc`,
+    /// `grpc-web`, `connect`, `tcp`), route, outcome, and how long it took.
+    pub fn record(&self, protocol: &str, route: &str, outcome: Outcome, took: Duration) {
+        let labels = RequestLabels {
+            protocol: protocol.to_owned(),
+            route: route.to_owned(),
+            code: outcome.http.map(|c| c.to_string()).unwrap_or_default(),
+            grpc_code: outcome
+                .grpc
+                .map(|c| grpc_code_name(c).to_owned())
+                .unwrap_or_default(),
+        };
+        self.requests.get_or_create(&labels).inc();
+        let route = RouteLabels {
+            protocol: labels.protocol,
+            route: labels.route,
+        };
+        let errors = self.errors.get_or_create(&route);
+        if outcome.error {
+            errors.inc();
         }
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        s.latency.saturating_record(micros.max(1));
-        s.sum_micros = s.sum_micros.saturating_add(micros);
+        self.durations
+            .get_or_create(&route)
+            .observe(took.as_secs_f64());
     }
 
-    /// How many requests of `protocol` and `route` were recorded.
-    pub fn count(&self, protocol: &str, route: &str) -> u64 {
-        let routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
-        routes
-            .get(&(protocol.to_owned(), route.to_owned()))
-            .map_or(0, |s| s.latency.len())
-    }
-
-    /// The Prometheus text of the request metrics.
+    /// Appends the Prometheus text of every registered series.
     pub fn render(&self, out: &mut String) {
-        let p = self.prefix;
-        let routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = writeln!(
-            out,
-            "# HELP {p}_requests_total Requests served, by protocol, route and status.\n\
-             # TYPE {p}_requests_total counter"
-        );
-        for ((proto, route), s) in routes.iter() {
-            for (status, n) in &s.by_status {
-                let _ = writeln!(
-                    out,
-                    "{p}_requests_total{{protocol=\"{proto}\",route=\"{route}\",status=\"{status}\"}} {n}"
-                );
-            }
+        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(out, &registry);
+    }
+}
+
+/// Writes one family of constant samples read at a scrape: a counter or a
+/// gauge, one sample per label set. `unit`, when given, ends the name.
+pub fn encode_family<L, N>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    kind: Kind,
+    samples: impl IntoIterator<Item = (L, N)>,
+) -> Result<(), std::fmt::Error>
+where
+    L: EncodeLabelSet,
+    N: EncodeCounterValue + EncodeGaugeValue,
+{
+    let metric_type = match kind {
+        Kind::Counter => MetricType::Counter,
+        Kind::Gauge => MetricType::Gauge,
+    };
+    let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), metric_type)?;
+    for (labels, value) in samples {
+        let metric = family.encode_family(&labels)?;
+        match kind {
+            Kind::Counter => ConstCounter::new(value).encode(metric)?,
+            Kind::Gauge => ConstGauge::new(value).encode(metric)?,
         }
-        let _ = writeln!(
-            out,
-            "# HELP {p}_request_errors_total Requests that failed on the server's side (5xx, gRPC internal/unavailable/deadline).\n\
-             # TYPE {p}_request_errors_total counter"
-        );
-        for ((proto, route), s) in routes.iter() {
-            let _ = writeln!(
-                out,
-                "{p}_request_errors_total{{protocol=\"{proto}\",route=\"{route}\"}} {}",
-                s.errors
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP {p}_request_duration_seconds Time to the response headers (the whole answer for unary calls).\n\
-             # TYPE {p}_request_duration_seconds summary"
-        );
-        for ((proto, route), s) in routes.iter() {
-            let labels = format!("protocol=\"{proto}\",route=\"{route}\"");
-            for q in [0.5, 0.9, 0.95, 0.99, 1.0] {
-                let v = s.latency.value_at_quantile(q) as f64 / 1e6;
-                let _ = writeln!(
-                    out,
-                    "{p}_request_duration_seconds{{{labels},quantile=\"{q}\"}} {v}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "{p}_request_duration_seconds_sum{{{labels}}} {}\n{p}_request_duration_seconds_count{{{labels}}} {}",
-                s.sum_micros as f64 / 1e6,
-                s.latency.len()
-            );
-        }
-        drop(routes);
-        for render in self
-            .sections
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-        {
-            render(out);
-        }
+    }
+    Ok(())
+}
+
+/// What [`encode_family`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// No labels, for a family of one sample.
+pub type NoLabels = [(&'static str, String); 0];
+
+/// The process's CPU time and memory in the standard Prometheus names.
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = process_stats();
+        encode_family(
+            &mut encoder,
+            "process_cpu",
+            "User and system CPU time",
+            Some(Unit::Seconds),
+            Kind::Counter,
+            [(NoLabels::default(), s.cpu_seconds)],
+        )?;
+        encode_family(
+            &mut encoder,
+            "process_resident_memory",
+            "Resident memory now",
+            Some(Unit::Bytes),
+            Kind::Gauge,
+            [(NoLabels::default(), s.resident_bytes as f64)],
+        )?;
+        encode_family(
+            &mut encoder,
+            "process_max_resident_memory",
+            "Peak resident memory since start",
+            Some(Unit::Bytes),
+            Kind::Gauge,
+            [(NoLabels::default(), s.max_resident_bytes as f64)],
+        )
     }
 }
 
@@ -212,51 +339,10 @@ pub fn process_stats() -> ProcessStats {
     }
 }
 
-/// Appends one gauge or counter sample, with its HELP and TYPE lines.
-pub fn sample(out: &mut String, name: &str, kind: &str, help: &str, labels: &str, value: f64) {
-    let labels = if labels.is_empty() {
-        String::new()
-    } else {
-        format!("{{{labels}}}")
-    };
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{labels} {value}"
-    );
-}
-
-/// Appends the process metrics in the standard Prometheus names.
-pub fn render_process(out: &mut String) {
-    let s = process_stats();
-    sample(
-        out,
-        "process_cpu_seconds_total",
-        "counter",
-        "User and system CPU time.",
-        "",
-        s.cpu_seconds,
-    );
-    sample(
-        out,
-        "process_resident_memory_bytes",
-        "gauge",
-        "Resident memory now.",
-        "",
-        s.resident_bytes as f64,
-    );
-    sample(
-        out,
-        "process_max_resident_memory_bytes",
-        "gauge",
-        "Peak resident memory since start.",
-        "",
-        s.max_resident_bytes as f64,
-    );
-}
-
 /// The protocol label of an HTTP request: `grpc`, `grpc-web`, `connect`,
-/// `h2c` or `http1`. A Connect call says so in `Connect-Protocol-Version`
-/// (unary) or in its streaming content type.
+/// `h2` (HTTP/2 over TLS), `h2c` (HTTP/2 in clear) or `http1`. A Connect
+/// call says so in `Connect-Protocol-Version` (unary) or in its streaming
+/// content type. A request that came over TLS carries [`tls::OverTls`].
 pub fn protocol_of<B>(req: &http::Request<B>) -> &'static str {
     let ct = req
         .headers()
@@ -272,32 +358,39 @@ pub fn protocol_of<B>(req: &http::Request<B>) -> &'static str {
     } else if ct.starts_with(b"application/grpc") {
         "grpc"
     } else if req.version() == http::Version::HTTP_2 {
-        "h2c"
+        if req.extensions().get::<tls::OverTls>().is_some() {
+            "h2"
+        } else {
+            "h2c"
+        }
     } else {
         "http1"
     }
 }
 
-/// The status label of a response, and whether it is a server-side failure.
-/// gRPC errors of unary calls come as trailers-only responses, so their code
-/// is in the headers; a stream that fails later counts as the OK it started as.
-pub fn status_of<B>(res: &http::Response<B>) -> (String, bool) {
-    if let Some(code) = res.headers().get("grpc-status") {
-        let code = code.to_str().unwrap_or("2");
-        // INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN, DATA_LOSS.
-        let error = matches!(code, "13" | "14" | "4" | "2" | "15");
-        return (format!("grpc-{code}"), error);
-    }
-    let grpc = res
+/// How a response ended, as far as its headers tell. gRPC errors of unary
+/// calls come as trailers-only responses, so their code is in the headers; a
+/// gRPC answer whose code is still to come in the trailers started well, and
+/// counts as OK (a stream that fails later counts as the OK it started as).
+pub fn outcome_of<B>(res: &http::Response<B>) -> Outcome {
+    let http = res.status().as_u16();
+    let grpc = if let Some(code) = res.headers().get("grpc-status") {
+        // A code that is not a number is not one the spec defines: UNKNOWN.
+        Some(code.to_str().ok().and_then(|c| c.parse().ok()).unwrap_or(2))
+    } else if res
         .headers()
         .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if grpc {
-        // Headers sent, status to come in the trailers: the call started well.
-        return ("grpc-0".to_owned(), false);
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+    {
+        Some(0)
+    } else {
+        None
+    };
+    Outcome {
+        http: Some(http),
+        grpc,
+        error: res.status().is_server_error() || grpc.is_some_and(grpc_code_is_server_error),
     }
-    let s = res.status();
-    (s.as_u16().to_string(), s.is_server_error())
 }
 
 /// A tower layer that records every request in a [`RequestMetrics`]. On an
@@ -358,11 +451,11 @@ where
         let fut = self.inner.call(req);
         Box::pin(async move {
             let res = fut.await;
-            let (status, error) = match &res {
-                Ok(r) => status_of(r),
-                Err(_) => ("failed".to_owned(), true),
+            let outcome = match &res {
+                Ok(r) => outcome_of(r),
+                Err(_) => Outcome::failed(),
             };
-            metrics.record(protocol, &route, &status, error, started.elapsed());
+            metrics.record(protocol, &route, outcome, started.elapsed());
             res
         })
     }
@@ -372,23 +465,130 @@ where
 mod tests {
     use super::*;
 
-    #[test]
-    fn requests_render_as_prometheus_text() {
-        let m = RequestMetrics::new("order");
-        m.record("h2c", "/v2/orders", "200", false, Duration::from_millis(2));
-        m.record("h2c", "/v2/orders", "503", true, Duration::from_millis(4));
+    fn text(m: &RequestMetrics) -> String {
         let mut out = String::new();
         m.render(&mut out);
-        assert!(out.contains(
-            "order_requests_total{protocol=\"h2c\",route=\"/v2/orders\",status=\"200\"} 1"
-        ));
-        assert!(
-            out.contains("order_request_errors_total{protocol=\"h2c\",route=\"/v2/orders\"} 1")
+        out
+    }
+
+    #[test]
+    fn requests_render_as_prometheus_text_with_http_status_and_grpc_code_apart() {
+        let m = RequestMetrics::new("order");
+        m.record(
+            "h2c",
+            "/v2/orders",
+            Outcome::http(200),
+            Duration::from_micros(180),
         );
-        assert!(out.contains(
-            "order_request_duration_seconds_count{protocol=\"h2c\",route=\"/v2/orders\"} 2"
+        m.record(
+            "h2c",
+            "/v2/orders",
+            Outcome::http(503),
+            Duration::from_millis(4),
+        );
+        let unavailable = Outcome {
+            http: Some(200),
+            grpc: Some(14),
+            error: true,
+        };
+        m.record("grpc", "/o.S/M", unavailable, Duration::from_millis(1));
+        m.record(
+            "tcp",
+            "LookupOrders",
+            Outcome::grpc(0),
+            Duration::from_micros(40),
+        );
+        let out = text(&m);
+        for line in [
+            "# TYPE order_requests_total counter",
+            r#"order_requests_total{protocol="h2c",route="/v2/orders",code="200",grpc_code=""} 1"#,
+            r#"order_requests_total{protocol="h2c",route="/v2/orders",code="503",grpc_code=""} 1"#,
+            r#"order_requests_total{protocol="grpc",route="/o.S/M",code="200",grpc_code="UNAVAILABLE"} 1"#,
+            r#"order_requests_total{protocol="tcp",route="LookupOrders",code="",grpc_code="OK"} 1"#,
+            r#"order_request_errors_total{protocol="h2c",route="/v2/orders"} 1"#,
+            r#"order_request_errors_total{protocol="grpc",route="/o.S/M"} 1"#,
+            r#"order_request_errors_total{protocol="tcp",route="LookupOrders"} 0"#,
+            "# TYPE order_request_duration_seconds histogram",
+            // 180 µs lands in the 200 µs bucket, not the 150 µs one.
+            r#"order_request_duration_seconds_bucket{protocol="h2c",route="/v2/orders",le="0.00015"} 0"#,
+            r#"order_request_duration_seconds_bucket{protocol="h2c",route="/v2/orders",le="0.0002"} 1"#,
+            r#"order_request_duration_seconds_bucket{protocol="h2c",route="/v2/orders",le="+Inf"} 2"#,
+            r#"order_request_duration_seconds_count{protocol="h2c",route="/v2/orders"} 2"#,
+            "# TYPE process_cpu_seconds_total counter",
+            "# TYPE process_resident_memory_bytes gauge",
+        ] {
+            assert!(out.contains(line), "missing {line}\n{out}");
+        }
+    }
+
+    #[test]
+    fn outcomes_split_the_http_status_from_the_grpc_code() {
+        let res = |status: u16, headers: &[(&str, &str)]| {
+            let mut r = http::Response::builder().status(status);
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            r.body(()).expect("response")
+        };
+        assert_eq!(outcome_of(&res(404, &[])), Outcome::http(404));
+        assert!(outcome_of(&res(502, &[])).error);
+        let started = outcome_of(&res(200, &[("content-type", "application/grpc")]));
+        assert_eq!(
+            (started.http, started.grpc, started.error),
+            (Some(200), Some(0), false)
+        );
+        let refused = outcome_of(&res(
+            200,
+            &[("content-type", "application/grpc"), ("grpc-status", "8")],
         ));
-        assert_eq!(m.count("h2c", "/v2/orders"), 2);
+        assert_eq!((refused.grpc, refused.error), (Some(8), false));
+        let down = outcome_of(&res(200, &[("grpc-status", "14")]));
+        assert_eq!((down.grpc, down.error), (Some(14), true));
+        let garbled = outcome_of(&res(200, &[("grpc-status", "x")]));
+        assert_eq!(garbled.grpc, Some(2));
+        assert_eq!(grpc_code_name(8), "RESOURCE_EXHAUSTED");
+        assert_eq!(grpc_code_name(99), "UNKNOWN");
+    }
+
+    #[test]
+    fn http2_over_tls_is_h2_and_in_clear_h2c() {
+        let req = |tls: bool| {
+            let mut r = http::Request::builder()
+                .version(http::Version::HTTP_2)
+                .body(())
+                .expect("request");
+            if tls {
+                r.extensions_mut().insert(tls::OverTls);
+            }
+            r
+        };
+        assert_eq!(protocol_of(&req(false)), "h2c");
+        assert_eq!(protocol_of(&req(true)), "h2");
+    }
+
+    #[test]
+    fn collectors_join_the_exposition_and_are_read_at_each_scrape() {
+        #[derive(Debug)]
+        struct Open(Arc<std::sync::atomic::AtomicU64>);
+        impl Collector for Open {
+            fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+                let n = self.0.load(std::sync::atomic::Ordering::Relaxed);
+                encode_family(
+                    &mut e,
+                    "thing_open",
+                    "Things open",
+                    None,
+                    Kind::Gauge,
+                    [([("listener", "rest".to_owned())], n)],
+                )
+            }
+        }
+        let m = RequestMetrics::new("x");
+        let n = Arc::new(std::sync::atomic::AtomicU64::new(3));
+        m.add_collector(Open(n.clone()));
+        assert!(text(&m).contains("thing_open{listener=\"rest\"} 3"));
+        n.store(5, std::sync::atomic::Ordering::Relaxed);
+        assert!(text(&m).contains("thing_open{listener=\"rest\"} 5"));
     }
 
     #[test]

@@ -18,8 +18,8 @@
 //!   name the file and what was wrong with it.
 //! - [`ServerTls`] / [`Acceptor`]: the server side.
 //! - [`ClientTls`] / [`Connector`]: the client side.
-//! - [`HandshakeCounters`] and [`render_handshakes`]: the counts, and their
-//!   Prometheus text.
+//! - [`HandshakeCounters`] and [`HandshakeCollector`]: the counts, and their
+//!   series on `/metrics`.
 //! - `incoming` (feature `tonic`): a TLS listener as a tonic server's
 //!   incoming connections.
 //! - `generate` (feature `generate`): a throwaway CA with server and client
@@ -30,7 +30,6 @@ pub mod generate;
 #[cfg(feature = "tonic")]
 pub mod incoming;
 
-use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -450,68 +449,90 @@ impl HandshakeCounters {
     }
 }
 
-/// Writes `{prefix}_tls_handshakes_total{<labels>,kind="full"|"resumed"}` and
-/// `{prefix}_tls_handshake_failures_total{<labels>}` for each row, where a row
-/// is its label text (such as `listener="rest"`) and its counts. Writes
-/// nothing when there is no row (TLS off).
-pub fn render_handshakes(out: &mut String, prefix: &str, rows: &[(String, HandshakeCounts)]) {
-    if rows.is_empty() {
-        return;
+/// Marks a request that came over TLS (an extension the servers insert),
+/// so that its metrics can say `h2` rather than `h2c`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverTls;
+
+/// The handshake counters of several listeners or transports, as
+/// `{prefix}_tls_handshakes_total{<labels>,kind="full"|"resumed"}` and
+/// `{prefix}_tls_handshake_failures_total{<labels>}`, read at each scrape.
+/// A row's labels name whose counters they are (`listener="rest"`, or
+/// `via="grpc",store="memory"`).
+#[derive(Debug, Clone)]
+pub struct HandshakeCollector {
+    prefix: &'static str,
+    rows: Vec<HandshakeRow>,
+}
+
+/// The labels of one listener's or transport's counters, and the counters.
+pub type HandshakeRow = (Vec<(&'static str, String)>, Arc<HandshakeCounters>);
+
+impl HandshakeCollector {
+    /// The counters of `rows` under `prefix`.
+    pub fn new(prefix: &'static str, rows: Vec<HandshakeRow>) -> Self {
+        HandshakeCollector { prefix, rows }
     }
-    let _ = writeln!(
-        out,
-        "# HELP {prefix}_tls_handshakes_total TLS handshakes completed, full or resumed (session ticket or id).\n\
-         # TYPE {prefix}_tls_handshakes_total counter"
-    );
-    for (labels, c) in rows {
-        let _ = writeln!(
-            out,
-            "{prefix}_tls_handshakes_total{{{labels},kind=\"full\"}} {}\n\
-             {prefix}_tls_handshakes_total{{{labels},kind=\"resumed\"}} {}",
-            c.full, c.resumed
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP {prefix}_tls_handshake_failures_total TLS handshakes that did not complete.\n\
-         # TYPE {prefix}_tls_handshake_failures_total counter"
-    );
-    for (labels, c) in rows {
-        let _ = writeln!(
-            out,
-            "{prefix}_tls_handshake_failures_total{{{labels}}} {}",
-            c.failed
-        );
+}
+
+impl prometheus_client::collector::Collector for HandshakeCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric as _;
+        use prometheus_client::metrics::MetricType;
+        use prometheus_client::metrics::counter::ConstCounter;
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let counts: Vec<_> = self.rows.iter().map(|(l, c)| (l, c.snapshot())).collect();
+        let name = format!("{}_tls_handshakes", self.prefix);
+        let mut family = encoder.encode_descriptor(
+            &name,
+            "TLS handshakes completed, full or resumed (session ticket or id)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (labels, c) in &counts {
+            for (kind, n) in [("full", c.full), ("resumed", c.resumed)] {
+                let mut l: Vec<(&str, String)> = (*labels).clone();
+                l.push(("kind", kind.to_owned()));
+                ConstCounter::new(n).encode(family.encode_family(&l)?)?;
+            }
+        }
+        let name = format!("{}_tls_handshake_failures", self.prefix);
+        let mut family = encoder.encode_descriptor(
+            &name,
+            "TLS handshakes that did not complete",
+            None,
+            MetricType::Counter,
+        )?;
+        for (labels, c) in &counts {
+            ConstCounter::new(c.failed).encode(family.encode_family(*labels)?)?;
+        }
+        Ok(())
     }
 }
 
 /// One acceptor per listener of a service, each offering its ALPN and
-/// counting its own handshakes, and the renderer of those counts as
-/// `{prefix}_tls_handshakes_total{listener=…}` (see [`render_handshakes`])
-/// for the service's `/metrics`. All `None`, and nothing to render, when
-/// TLS is off. Both services build their listeners' TLS this way.
+/// counting its own handshakes, and the collector of those counts as
+/// `{prefix}_tls_handshakes_total{listener=…}` (see [`HandshakeCollector`])
+/// for the service's `/metrics`. All `None`, and no collector, when TLS is
+/// off. Both services build their listeners' TLS this way.
 pub fn listener_acceptors<const N: usize>(
     tls: Option<&ServerTls>,
     listeners: [(&'static str, &'static [&'static [u8]]); N],
     prefix: &'static str,
-) -> (
-    [Option<Acceptor>; N],
-    Option<impl Fn(&mut String) + Send + Sync + 'static>,
-) {
+) -> ([Option<Acceptor>; N], Option<HandshakeCollector>) {
     let Some(tls) = tls else {
         return (std::array::from_fn(|_| None), None);
     };
     let acceptors = listeners.map(|(name, alpn)| (name, tls.acceptor(alpn, Arc::default())));
-    let counted: Vec<(String, Arc<HandshakeCounters>)> = acceptors
+    let rows = acceptors
         .iter()
-        .map(|(name, a)| (format!("listener=\"{name}\""), a.counters().clone()))
+        .map(|(name, a)| (vec![("listener", (*name).to_owned())], a.counters().clone()))
         .collect();
-    let render = move |out: &mut String| {
-        let rows: Vec<_> = counted
-            .iter()
-            .map(|(l, c)| (l.clone(), c.snapshot()))
-            .collect();
-        render_handshakes(out, prefix, &rows);
-    };
-    (acceptors.map(|(_, a)| Some(a)), Some(render))
+    let collector = HandshakeCollector::new(prefix, rows);
+    (acceptors.map(|(_, a)| Some(a)), Some(collector))
 }

@@ -1,27 +1,29 @@
 //! What user-service measures about its calls to order-service, per transport,
 //! and the Prometheus text it serves at `/metrics`.
 //!
-//! Everything is measured at the caller, inside user-service (seed 001 showed
-//! that a load tool's own client can fake a 3x difference). The state lives in
-//! one [`Metrics`] value per `Application`, not in a process-global recorder,
-//! so that several applications in one test process keep separate books.
+//! Everything is measured at the caller, inside user-service (the Java and
+//! Spring Boot post showed that a load tool's own client can fake a 3x
+//! difference). The state lives in one [`Metrics`] value per `Application`,
+//! with its own registry, not in a process-global recorder, so that several
+//! applications in one test process keep separate books.
 
-use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
+use telemetry::metrics::{
+    Collector, DescriptorEncoder, EncodeMetric as _, Histogram, Kind, Unit, encode_family,
+};
 
 use crate::upstream::Transport;
 
 /// The counters of one transport.
 #[derive(Debug)]
 pub struct TransportMetrics {
-    /// Round trips in microseconds, from the moment a call asks for a
-    /// connection slot to the last byte of the answer: waiting for a slot is
-    /// part of what a caller pays for a small pool.
-    latency: Mutex<Histogram<u64>>,
+    /// Round trips in seconds, from the moment a call asks for a connection
+    /// slot to the last byte of the answer: waiting for a slot is part of
+    /// what a caller pays for a small pool.
+    latency: Histogram,
     calls: AtomicU64,
     errors: AtomicU64,
     connections_opened: AtomicU64,
@@ -49,26 +51,13 @@ pub struct TransportSnapshot {
     pub in_flight_max: i64,
     /// TLS handshakes: full, resumed, failed.
     pub tls: tls::HandshakeCounts,
-    /// Round trips recorded in the histogram (successful or not).
-    pub latency_count: u64,
-    pub p50_micros: u64,
-    pub p90_micros: u64,
-    pub p95_micros: u64,
-    pub p99_micros: u64,
-    pub max_micros: u64,
 }
 
 impl TransportMetrics {
     /// Zeroed counters.
     pub(crate) fn new() -> Self {
         TransportMetrics {
-            // 1 µs to 1 hour at 3 significant figures: about 200 KiB per
-            // transport, and values past the top saturate instead of failing.
-            #[allow(clippy::expect_used)]
-            latency: Mutex::new(
-                Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                    .expect("constant histogram bounds are valid"),
-            ),
+            latency: telemetry::metrics::latency_histogram(),
             calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             connections_opened: AtomicU64::new(0),
@@ -92,13 +81,7 @@ impl TransportMetrics {
         if !ok {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
-        let micros = u64::try_from(elapsed.as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        self.latency
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .saturating_record(micros);
+        self.latency.observe(elapsed.as_secs_f64());
     }
 
     /// Counts a TCP connection opened; the returned guard counts it closed.
@@ -124,17 +107,8 @@ impl TransportMetrics {
         InFlightGuard(self.clone())
     }
 
-    /// A copy of the counters and the histogram's percentiles.
+    /// A copy of the counters.
     pub fn snapshot(&self) -> TransportSnapshot {
-        let h = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = h.len();
-        let q = |p: f64| {
-            if count == 0 {
-                0
-            } else {
-                h.value_at_quantile(p)
-            }
-        };
         TransportSnapshot {
             calls: self.calls.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
@@ -145,12 +119,6 @@ impl TransportMetrics {
             in_flight: self.in_flight.load(Ordering::Relaxed),
             in_flight_max: self.in_flight_max.load(Ordering::Relaxed),
             tls: self.tls.snapshot(),
-            latency_count: count,
-            p50_micros: q(0.50),
-            p90_micros: q(0.90),
-            p95_micros: q(0.95),
-            p99_micros: q(0.99),
-            max_micros: if count == 0 { 0 } else { h.max() },
         }
     }
 }
@@ -178,27 +146,44 @@ impl Drop for InFlightGuard {
 /// Every counter of one application.
 #[derive(Debug)]
 pub struct Metrics {
-    /// "postgres" or "memory": a label on every series, so that a run's
-    /// numbers always say which store produced them.
-    store: &'static str,
-    /// The budget each transport was given.
-    pool_size: usize,
     transports: Vec<Arc<TransportMetrics>>,
-    /// Requests this service served, per protocol and route.
+    /// Requests this service served, per protocol and route, and the
+    /// registry every series of `/metrics` is in.
     pub requests: Arc<telemetry::metrics::RequestMetrics>,
 }
 
 impl Metrics {
     /// Fresh counters for an application using `store`.
     pub fn new(store: &'static str, pool_size: usize) -> Self {
-        Metrics {
+        let transports: Vec<Arc<TransportMetrics>> = Transport::ALL
+            .iter()
+            .map(|_| Arc::new(TransportMetrics::new()))
+            .collect();
+        let requests = Arc::new(telemetry::metrics::RequestMetrics::new("user"));
+        let handshakes = tls::HandshakeCollector::new(
+            "user_upstream",
+            Transport::ALL
+                .iter()
+                .zip(&transports)
+                .map(|(t, m)| {
+                    let labels = vec![("via", t.name().to_owned()), ("store", store.to_owned())];
+                    (labels, m.tls.clone())
+                })
+                .collect(),
+        );
+        requests.add_collector(UpstreamCollector {
             store,
             pool_size,
             transports: Transport::ALL
                 .iter()
-                .map(|_| Arc::new(TransportMetrics::new()))
+                .copied()
+                .zip(transports.clone())
                 .collect(),
-            requests: Arc::new(telemetry::metrics::RequestMetrics::new("user")),
+            handshakes,
+        });
+        Metrics {
+            transports,
+            requests,
         }
     }
 
@@ -212,114 +197,135 @@ impl Metrics {
         self.transport(t).snapshot()
     }
 
-    /// The Prometheus text exposition of every counter.
+    /// The Prometheus text exposition of every series: the upstream calls
+    /// per transport, the requests served, the listeners, the process.
     pub fn render(&self) -> String {
-        let snaps: Vec<(Transport, TransportSnapshot)> = Transport::ALL
-            .iter()
-            .map(|t| (*t, self.snapshot(*t)))
-            .collect();
+        let mut out = String::with_capacity(64 * 1024);
+        self.requests.render(&mut out);
+        out
+    }
+}
+
+/// The series of the calls to order-service, one per transport (`via`),
+/// read at each scrape.
+#[derive(Debug)]
+struct UpstreamCollector {
+    /// "postgres" or "memory": a label on every series, so that a run's
+    /// numbers always say which store produced them.
+    store: &'static str,
+    /// The budget each transport was given.
+    pool_size: usize,
+    transports: Vec<(Transport, Arc<TransportMetrics>)>,
+    handshakes: tls::HandshakeCollector,
+}
+
+impl Collector for UpstreamCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let store = self.store;
-        let mut out = String::with_capacity(8 * 1024);
-        let _ = writeln!(
-            out,
-            "# HELP user_service_info Which store this instance runs on and its connection budget per transport.\n\
-             # TYPE user_service_info gauge\n\
-             user_service_info{{store=\"{store}\",pool_size=\"{}\"}} 1",
-            self.pool_size
-        );
-        let mut family =
-            |name: &str, kind: &str, help: &str, value: &dyn Fn(&TransportSnapshot) -> String| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                for (t, s) in &snaps {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{via=\"{}\",store=\"{store}\"}} {}",
-                        t.name(),
-                        value(s)
-                    );
-                }
-            };
+        encode_family(
+            &mut encoder,
+            "user_service_info",
+            "Which store this instance runs on and its connection budget per transport",
+            None,
+            Kind::Gauge,
+            [(
+                [
+                    ("store", store.to_owned()),
+                    ("pool_size", self.pool_size.to_string()),
+                ],
+                1u64,
+            )],
+        )?;
+        let snaps: Vec<_> = self
+            .transports
+            .iter()
+            .map(|(t, m)| {
+                let labels = [("via", t.name().to_owned()), ("store", store.to_owned())];
+                (labels, m.snapshot())
+            })
+            .collect();
+        let mut family = |name: &str,
+                          help: &str,
+                          unit: Option<Unit>,
+                          kind: Kind,
+                          value: fn(&TransportSnapshot) -> u64|
+         -> Result<(), std::fmt::Error> {
+            encode_family(
+                &mut encoder,
+                name,
+                help,
+                unit,
+                kind,
+                snaps.iter().map(|(l, s)| (l.clone(), value(s))),
+            )
+        };
         family(
-            "user_upstream_calls_total",
-            "counter",
-            "Calls to order-service.",
-            &|s| s.calls.to_string(),
-        );
+            "user_upstream_calls",
+            "Calls to order-service",
+            None,
+            Kind::Counter,
+            |s| s.calls,
+        )?;
         family(
-            "user_upstream_errors_total",
-            "counter",
-            "Calls to order-service that failed (timeout, unavailable, bad answer).",
-            &|s| s.errors.to_string(),
-        );
+            "user_upstream_errors",
+            "Calls to order-service that failed (timeout, unavailable, bad answer)",
+            None,
+            Kind::Counter,
+            |s| s.errors,
+        )?;
         family(
-            "user_upstream_connections_opened_total",
-            "counter",
-            "TCP connections opened to order-service.",
-            &|s| s.connections_opened.to_string(),
-        );
+            "user_upstream_connections_opened",
+            "TCP connections opened to order-service",
+            None,
+            Kind::Counter,
+            |s| s.connections_opened,
+        )?;
         family(
             "user_upstream_connections_open",
-            "gauge",
-            "TCP connections to order-service open now.",
-            &|s| s.connections_open.to_string(),
-        );
+            "TCP connections to order-service open now",
+            None,
+            Kind::Gauge,
+            |s| u64::try_from(s.connections_open).unwrap_or(0),
+        )?;
         family(
-            "user_upstream_bytes_read_total",
-            "counter",
-            "Bytes read from order-service sockets, headers and framing included.",
-            &|s| s.bytes_read.to_string(),
-        );
+            "user_upstream_read",
+            "Bytes read from order-service sockets, headers and framing included",
+            Some(Unit::Bytes),
+            Kind::Counter,
+            |s| s.bytes_read,
+        )?;
         family(
-            "user_upstream_bytes_written_total",
-            "counter",
-            "Bytes written to order-service sockets, headers and framing included.",
-            &|s| s.bytes_written.to_string(),
-        );
+            "user_upstream_written",
+            "Bytes written to order-service sockets, headers and framing included",
+            Some(Unit::Bytes),
+            Kind::Counter,
+            |s| s.bytes_written,
+        )?;
         family(
             "user_upstream_in_flight",
-            "gauge",
-            "Calls on the wire to order-service now.",
-            &|s| s.in_flight.to_string(),
-        );
+            "Calls on the wire to order-service now",
+            None,
+            Kind::Gauge,
+            |s| u64::try_from(s.in_flight).unwrap_or(0),
+        )?;
         family(
             "user_upstream_in_flight_max",
-            "gauge",
-            "Most calls ever on the wire to order-service at once.",
-            &|s| s.in_flight_max.to_string(),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP user_upstream_latency_micros Round trip to order-service measured in user-service, slot wait included.\n\
-             # TYPE user_upstream_latency_micros summary"
-        );
-        for (t, s) in &snaps {
-            let via = t.name();
-            for (q, v) in [
-                ("0.5", s.p50_micros),
-                ("0.9", s.p90_micros),
-                ("0.95", s.p95_micros),
-                ("0.99", s.p99_micros),
-                ("1", s.max_micros),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "user_upstream_latency_micros{{via=\"{via}\",store=\"{store}\",quantile=\"{q}\"}} {v}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "user_upstream_latency_micros_count{{via=\"{via}\",store=\"{store}\"}} {}",
-                s.latency_count
-            );
+            "Most calls ever on the wire to order-service at once",
+            None,
+            Kind::Gauge,
+            |s| u64::try_from(s.in_flight_max).unwrap_or(0),
+        )?;
+        let name = "user_upstream_duration";
+        let mut histograms = encoder.encode_descriptor(
+            name,
+            "Round trip to order-service measured in user-service, slot wait included",
+            Some(&Unit::Seconds),
+            telemetry::metrics::MetricType::Histogram,
+        )?;
+        for ((labels, _), (_, m)) in snaps.iter().zip(&self.transports) {
+            m.latency.encode(histograms.encode_family(labels)?)?;
         }
-        let tls_rows: Vec<_> = snaps
-            .iter()
-            .map(|(t, s)| (format!("via=\"{}\",store=\"{store}\"", t.name()), s.tls))
-            .collect();
-        tls::render_handshakes(&mut out, "user_upstream", &tls_rows);
-        self.requests.render(&mut out);
-        telemetry::metrics::render_process(&mut out);
-        out
+        self.handshakes.encode(encoder)
     }
 }
 
@@ -328,7 +334,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentiles_come_from_the_recorded_round_trips() {
+    fn round_trips_land_in_a_histogram_in_seconds() {
         let m = Metrics::new("memory", 4);
         let t = m.transport(Transport::Grpc);
         for ms in 1..=100 {
@@ -337,17 +343,20 @@ mod tests {
         let s = m.snapshot(Transport::Grpc);
         assert_eq!(s.calls, 100);
         assert_eq!(s.errors, 1);
-        assert!(
-            (49_000..=51_000).contains(&s.p50_micros),
-            "{}",
-            s.p50_micros
-        );
-        assert!(
-            (99_000..=100_100).contains(&s.max_micros),
-            "{}",
-            s.max_micros
-        );
         assert_eq!(m.snapshot(Transport::H1Json), TransportSnapshot::default());
+        let text = m.render();
+        // 1..=100 ms: 50 calls of at most 50 ms, 70 of at most 70 ms.
+        for line in [
+            "# TYPE user_upstream_duration_seconds histogram",
+            r#"user_upstream_duration_seconds_bucket{via="grpc",store="memory",le="0.05"} 50"#,
+            r#"user_upstream_duration_seconds_bucket{via="grpc",store="memory",le="0.07"} 70"#,
+            r#"user_upstream_duration_seconds_bucket{via="grpc",store="memory",le="+Inf"} 100"#,
+            r#"user_upstream_duration_seconds_count{via="grpc",store="memory"} 100"#,
+            r#"user_upstream_duration_seconds_sum{via="grpc",store="memory"} 5.05"#,
+            r#"user_upstream_errors_total{via="grpc",store="memory"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
     }
 
     #[test]
@@ -372,17 +381,24 @@ mod tests {
         let text = m.render();
         assert!(
             text.contains(
-                "user_upstream_bytes_read_total{via=\"h1-json\",store=\"postgres\"} 1234"
-            )
+                "user_upstream_read_bytes_total{via=\"h1-json\",store=\"postgres\"} 1234"
+            ),
+            "{text}"
         );
+        assert!(text.contains("user_service_info{store=\"postgres\",pool_size=\"4\"} 1"));
         for t in Transport::ALL {
             assert!(
                 text.contains(&format!(
-                    "user_upstream_latency_micros{{via=\"{}\"",
+                    "user_upstream_duration_seconds_count{{via=\"{}\",store=\"postgres\"}} 0",
                     t.name()
                 )),
                 "{t:?} missing"
             );
         }
+        // TLS off: the handshake counters are there, at zero.
+        assert!(text.contains(
+            "user_upstream_tls_handshakes_total{via=\"grpc\",store=\"postgres\",kind=\"full\"} 0"
+        ));
+        assert!(text.contains("# TYPE process_cpu_seconds_total counter"));
     }
 }

@@ -152,27 +152,28 @@ impl Application {
         let stop = CancellationToken::new();
         tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, tls = self.tls.is_some(), "user-service listening");
         let metrics = &self.state.metrics.requests;
+        metrics.add_collector(self.state.limiter.collector("user"));
         // TLS on both listeners when it is on: REST offers h2 and HTTP/1.1
         // by ALPN, gRPC h2 only.
-        let ([rest_tls, grpc_tls], tls_render) = tls::listener_acceptors(
+        let ([rest_tls, grpc_tls], tls_handshakes) = tls::listener_acceptors(
             self.tls.as_ref(),
             [("rest", tls::ALPN_H2_HTTP1), ("grpc", tls::ALPN_H2)],
             "user",
         );
-        if let Some(render) = tls_render {
-            metrics.add_section(render);
+        if let Some(handshakes) = tls_handshakes {
+            metrics.add_collector(handshakes);
         }
 
         // axum::serve speaks HTTP/1.1 and, with axum's `http2` feature, h2c
         // by prior knowledge on the same listener.
-        let ([rest_cap, grpc_cap], caps_render) = negotiate::cap::listener_caps(
+        let ([rest_cap, grpc_cap], caps) = negotiate::cap::listener_caps(
             "user",
             [
                 ("rest", self.max_connections),
                 ("grpc", self.max_connections),
             ],
         );
-        metrics.add_section(caps_render);
+        metrics.add_collector(caps);
         let rest = negotiate::serve::serve_with_tls(
             self.rest,
             rest::router(self.state.clone()),

@@ -43,11 +43,7 @@ impl ReplicaCounters {
                     .get("route")
                     .is_some_and(|r| ORDER_ROUTES.contains(&r.as_str()))
             })
-            .filter(|s| {
-                s.labels
-                    .get("status")
-                    .is_some_and(|st| st == "200" || st == "grpc-0")
-            })
+            .filter(|s| answered_well(&s.labels))
             .map(|s| s.value)
             .sum();
         // The scrape's own connection is open on the REST listener while
@@ -64,6 +60,17 @@ impl ReplicaCounters {
             connections,
         }
     }
+}
+
+/// Whether a request's labels say it was answered well: an HTTP 200 with
+/// no gRPC code (REST, Connect), an HTTP 200 with gRPC `OK`, or a gRPC `OK`
+/// with no HTTP status (raw-TCP and multiplexed lookups).
+fn answered_well(labels: &BTreeMap<String, String>) -> bool {
+    let label = |k: &str| labels.get(k).map_or("", String::as_str);
+    matches!(
+        (label("code"), label("grpc_code")),
+        ("200", "" | "OK") | ("", "OK")
+    )
 }
 
 /// One sample line: `name{label="value",...} value [timestamp]`.
@@ -191,8 +198,8 @@ impl Upstream {
             errors: get("user_upstream_errors_total")?,
             connections_opened: get("user_upstream_connections_opened_total")?,
             connections_open: get("user_upstream_connections_open")?,
-            bytes_read: get("user_upstream_bytes_read_total")?,
-            bytes_written: get("user_upstream_bytes_written_total")?,
+            bytes_read: get("user_upstream_read_bytes_total")?,
+            bytes_written: get("user_upstream_written_bytes_total")?,
             tls_full: handshakes(samples, via, "full"),
             tls_resumed: handshakes(samples, via, "resumed"),
         })
@@ -273,8 +280,8 @@ mod tests {
                      user_upstream_errors_total{{via=\"{via}\",store=\"memory\"}} 0\n\
                      user_upstream_connections_opened_total{{via=\"{via}\",store=\"memory\"}} {opened}\n\
                      user_upstream_connections_open{{via=\"{via}\",store=\"memory\"}} {open}\n\
-                     user_upstream_bytes_read_total{{via=\"{via}\",store=\"memory\"}} {}\n\
-                     user_upstream_bytes_written_total{{via=\"{via}\",store=\"memory\"}} {}\n",
+                     user_upstream_read_bytes_total{{via=\"{via}\",store=\"memory\"}} {}\n\
+                     user_upstream_written_bytes_total{{via=\"{via}\",store=\"memory\"}} {}\n",
                     calls * 100,
                     calls * 10
                 );
@@ -291,5 +298,27 @@ mod tests {
         assert_eq!(d.bytes_written, 1_000.0);
         let err = Upstream::of(&mk(1, 1, 1), "tcp-proto").unwrap_err();
         assert!(err.to_string().contains("tcp-proto"));
+    }
+
+    #[test]
+    fn a_replica_counts_only_the_lookups_it_answered_well() {
+        let text = r#"
+order_requests_total{protocol="http1",route="/v2/orders",code="200",grpc_code=""} 3
+order_requests_total{protocol="http1",route="/v2/orders",code="503",grpc_code=""} 100
+order_requests_total{protocol="grpc",route="/order.v2.OrderService/ListOrders",code="200",grpc_code="OK"} 5
+order_requests_total{protocol="grpc",route="/order.v2.OrderService/ListOrders",code="200",grpc_code="UNAVAILABLE"} 100
+order_requests_total{protocol="tcp",route="LookupOrders",code="",grpc_code="OK"} 7
+order_requests_total{protocol="tcp",route="LookupOrders",code="",grpc_code="RESOURCE_EXHAUSTED"} 100
+order_requests_total{protocol="tcp",route="connect",code="",grpc_code="OK"} 100
+order_requests_total{protocol="http1",route="/metrics",code="200",grpc_code=""} 100
+order_connections_open{listener="rest"} 2
+order_connections_open{listener="grpc"} 4
+"#;
+        let c = ReplicaCounters::of(&parse(text).expect("parses"));
+        assert_eq!(c.answered, 15.0);
+        assert_eq!(
+            c.connections, 5.0,
+            "the scrape's own connection is not counted"
+        );
     }
 }

@@ -24,7 +24,6 @@ use telemetry::metrics::RequestMetrics;
 use utoipa::{IntoParams, OpenApi};
 
 use crate::service::{AppError, Orders};
-use crate::store::OrderStore as _;
 use error::RestError;
 use negotiate::{Format, WireError, read_body};
 
@@ -100,55 +99,15 @@ pub fn router(state: RestState) -> Router {
         )
 }
 
-/// Prometheus text: requests per protocol and route, the process, the store.
+/// Prometheus text: requests per protocol and route, the process, the
+/// store, the listeners (see `startup`).
 async fn metrics(State(st): State<RestState>) -> Response {
-    use telemetry::metrics::sample;
-    let mut out = String::with_capacity(16 * 1024);
+    let mut out = String::with_capacity(32 * 1024);
     st.metrics.render(&mut out);
-    telemetry::metrics::render_process(&mut out);
-    let store = st.orders.store.kind();
-    sample(
-        &mut out,
-        "order_service_info",
-        "gauge",
-        "Which store this instance serves from.",
-        &format!(
-            "store=\"{store}\",version=\"{}\"",
-            env!("CARGO_PKG_VERSION")
-        ),
-        1.0,
-    );
-    if let crate::store::Store::Postgres(pg) = &st.orders.store {
-        let p = pg.pool_stats();
-        sample(
-            &mut out,
-            "order_db_pool_connections",
-            "gauge",
-            "Postgres connections open.",
-            "",
-            f64::from(p.size),
-        );
-        sample(
-            &mut out,
-            "order_db_pool_in_use",
-            "gauge",
-            "Postgres connections running a query.",
-            "",
-            (p.size as usize).saturating_sub(p.idle) as f64,
-        );
-        sample(
-            &mut out,
-            "order_db_pool_waiting",
-            "gauge",
-            "Queries waiting for a connection.",
-            "",
-            p.waiting as f64,
-        );
-    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
+            telemetry::metrics::CONTENT_TYPE,
         )],
         out,
     )

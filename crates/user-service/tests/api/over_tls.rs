@@ -157,6 +157,15 @@ async fn every_transport_gives_over_tls_the_orders_it_gives_in_cleartext() {
         &["listener=\"rest\"", "kind=\"resumed\""],
     );
     assert!(resumed >= 3, "order-service counted {resumed} resumptions");
+    // HTTP/2 over TLS is `h2` on order-service's books, never `h2c`: the
+    // h2c-* transports made two calls each over it above.
+    let h2 = sample(
+        &text,
+        "order_requests_total",
+        &["protocol=\"h2\"", "route=\"/v2/orders\"", "code=\"200\""],
+    );
+    assert!(h2 >= 4, "order-service counted {h2} HTTP/2 calls over TLS");
+    assert!(!text.contains("protocol=\"h2c\""), "{text}");
 
     tls.stop().await;
     plain.stop().await;

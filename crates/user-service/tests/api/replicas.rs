@@ -31,7 +31,12 @@ pub(crate) async fn answered(replica: &OrderService) -> u64 {
     text.lines()
         .filter(|l| l.starts_with("order_requests_total{"))
         .filter(|l| ORDER_ROUTES.iter().any(|r| l.contains(r)))
-        .filter(|l| l.contains("status=\"200\"") || l.contains("status=\"grpc-0\""))
+        // An HTTP 200 with gRPC OK or no gRPC code, or a raw-TCP OK.
+        .filter(|l| {
+            l.contains("code=\"200\",grpc_code=\"\"")
+                || l.contains("code=\"200\",grpc_code=\"OK\"")
+                || l.contains("code=\"\",grpc_code=\"OK\"")
+        })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum::<f64>() as u64
 }

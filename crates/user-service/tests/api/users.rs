@@ -365,7 +365,7 @@ async fn health_readiness_metrics_and_openapi_are_served() {
         "{text}"
     );
     assert!(text.contains(
-        "user_upstream_latency_micros{via=\"grpc-bidi\",store=\"memory\",quantile=\"0.99\"} 0"
+        "user_upstream_duration_seconds_bucket{via=\"grpc-bidi\",store=\"memory\",le=\"+Inf\"} 0"
     ));
 
     let doc: serde_json::Value = users
