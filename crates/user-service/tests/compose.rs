@@ -146,3 +146,84 @@ fn k6_calls_the_rest_port_under_the_name_its_scripts_read() {
     );
     assert_eq!(depends_on(&compose, "k6", SERVICE), Some("service_healthy"));
 }
+
+#[test]
+fn prometheus_scrapes_both_services_on_their_rest_ports() {
+    let compose = compose();
+    let config: serde_norway::Value = serde_norway::from_str(
+        &std::fs::read_to_string(root().join("deploy/prometheus/prometheus.yml"))
+            .expect("reading deploy/prometheus/prometheus.yml"),
+    )
+    .expect("YAML");
+    let users = in_compose();
+    let orders = order_settings(&environment(&compose, ORDER_SERVICE));
+    for (job, port) in [
+        (SERVICE, users.rest_addr.port()),
+        (ORDER_SERVICE, orders.rest_addr.port()),
+    ] {
+        let scrape = config["scrape_configs"]
+            .as_sequence()
+            .expect("scrape_configs")
+            .iter()
+            .find(|c| c["job_name"].as_str() == Some(job))
+            .unwrap_or_else(|| panic!("no job {job}"));
+        assert_eq!(scrape["metrics_path"].as_str(), Some("/metrics"));
+        let target = scrape["static_configs"][0]["targets"][0]
+            .as_str()
+            .expect("a target");
+        assert_eq!(host_port(target), (job.to_owned(), Some(port)), "{job}");
+    }
+    let prometheus = service(&compose, "prometheus");
+    let volumes = format!("{:?}", prometheus["volumes"]);
+    assert!(
+        volumes.contains("./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro"),
+        "{volumes}"
+    );
+    assert!(
+        format!("{:?}", prometheus["command"])
+            .contains("--config.file=/etc/prometheus/prometheus.yml")
+    );
+    // Grafana reads the Prometheus of the same file.
+    let ds: serde_norway::Value = serde_norway::from_str(
+        &std::fs::read_to_string(
+            root().join("deploy/grafana/provisioning/datasources/prometheus.yml"),
+        )
+        .expect("reading the Grafana data source"),
+    )
+    .expect("YAML");
+    let url = url(ds["datasources"][0]["url"].as_str().expect("a url"));
+    assert_eq!((url.host.as_str(), url.port), ("prometheus", Some(9090)));
+    assert_eq!(
+        published_ports(&compose, "prometheus"),
+        BTreeSet::from([9090])
+    );
+}
+
+#[test]
+fn k6_writes_its_summary_into_the_results_folder_as_the_host_user() {
+    let compose = compose();
+    let k6 = environment(&compose, "k6");
+    let summary = k6.get("SUMMARY_JSON").expect("k6 sets SUMMARY_JSON");
+    assert!(summary.starts_with("/results/"), "{summary}");
+    let volumes: Vec<String> = service(&compose, "k6")["volumes"]
+        .as_sequence()
+        .expect("k6's volumes")
+        .iter()
+        .map(|v| v.as_str().expect("a short volume").to_owned())
+        .collect();
+    assert!(
+        volumes.contains(&"./results:/results".to_owned()),
+        "writable ./results: {volumes:?}"
+    );
+    assert!(
+        root().join("results").is_dir(),
+        "./results is in the repository"
+    );
+    assert_eq!(
+        scalar(&service(&compose, "k6")["user"], "k6's user"),
+        "${HOST_UID:-1000}:${HOST_GID:-1000}"
+    );
+    let lib = std::fs::read_to_string(root().join("k6/lib/user-orders.js"))
+        .expect("reading k6/lib/user-orders.js");
+    assert!(lib.contains("env('SUMMARY_JSON'"));
+}

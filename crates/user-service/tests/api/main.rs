@@ -8,6 +8,7 @@ mod balancers;
 mod breakdown;
 mod budget;
 mod caps;
+mod dashboard;
 mod flood;
 mod gzip;
 mod helpers;
