@@ -1,6 +1,7 @@
 //! Bad input gets a precise status and a body that names the problem, on every
 //! API, and the service keeps serving: over REST an RFC 9457 problem
-//! (`application/problem+json`, `field` naming the field).
+//! (`application/problem+json`, `field` naming the field), over gRPC a status
+//! whose `google.rpc.BadRequest` detail names it.
 
 // Helpers outside #[test] functions unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used)]
@@ -11,6 +12,7 @@ use common::{Backend, TestApp, spawn, spawn_with};
 use model::json::Problem;
 use proto::order::v2 as pb2;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tonic_types::StatusExt as _;
 
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 
@@ -346,6 +348,10 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
     let s = g.list_orders(list("nope", 10, &[])).await.unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
     assert_eq!(s.message(), "user_id: \"nope\" is not a UUID");
+    assert_eq!(
+        violation(&s),
+        ("user_id".to_owned(), "\"nope\" is not a UUID".to_owned())
+    );
 
     let s = g.list_orders(list(USER, 10_001, &[])).await.unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
@@ -353,12 +359,15 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         s.message(),
         "page_size: 10001 is out of range: must be 1 to 10000"
     );
+    assert_eq!(violation(&s).0, "page_size");
 
     let s = g
         .list_orders(list(USER, 10, &["colour"]))
         .await
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    let (field, description) = violation(&s);
+    assert_eq!(field, "read_mask");
     let rest = app
         .h1()
         .get(app.url(&format!("/v2/orders?user_id={USER}&fields=colour")))
@@ -373,6 +382,10 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         s.message().strip_prefix("read_mask: "),
         rest.detail.strip_prefix("fields: ")
     );
+    assert_eq!(
+        Some(description.as_str()),
+        rest.detail.strip_prefix("fields: ")
+    );
 
     let missing = uuid::Uuid::new_v4().to_string();
     let s = g
@@ -384,6 +397,7 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::NotFound);
     assert_eq!(s.message(), format!("no order has the id {missing}"));
+    assert!(s.get_details_bad_request().is_none(), "{s:?}");
 
     let s = g
         .create_order(pb2::CreateOrderRequest {
@@ -405,6 +419,7 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
     assert!(s.message().starts_with("product_id:"), "{}", s.message());
+    assert_eq!(violation(&s).0, "product_id");
 
     // Still serving.
     let ok = g
@@ -414,6 +429,17 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         .into_inner();
     assert_eq!(ok.orders.len(), 10);
     app.stop().await;
+}
+
+/// The one `FieldViolation` of a status's `google.rpc.BadRequest` detail,
+/// decoded as any client that reads `grpc-status-details-bin` would.
+fn violation(s: &tonic::Status) -> (String, String) {
+    let bad = s
+        .get_details_bad_request()
+        .unwrap_or_else(|| panic!("no BadRequest detail in {s:?}"));
+    assert_eq!(bad.field_violations.len(), 1, "{bad:?}");
+    let v = &bad.field_violations[0];
+    (v.field.clone(), v.description.clone())
 }
 
 async fn read_answer(s: &mut tokio::net::TcpStream) -> pb2::LookupOrdersResponse {
@@ -518,6 +544,7 @@ async fn a_huge_bad_value_is_quoted_short_with_its_length_everywhere() {
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
     short(s.message(), "gRPC", 100_000);
+    short(&violation(&s).1, "gRPC details", 100_000);
 
     let mut tcp = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
     let req = pb2::LookupOrdersRequest {

@@ -439,9 +439,11 @@ async fn seeding_twice_inserts_the_data_set_once() {
 }
 
 /// Every error is `application/problem+json`, also for a client that asked
-/// for protobuf.
+/// for protobuf, and gRPC names the bad field in a `google.rpc.BadRequest`
+/// detail, as REST does in `field`.
 #[tokio::test]
-async fn every_error_is_a_problem_even_for_a_protobuf_client() {
+async fn every_error_is_a_problem_and_grpc_names_the_bad_field_in_its_details() {
+    use tonic_types::StatusExt as _;
     // In memory, with no order-service: no error here needs it.
     let users = spawn_users_on(user_service::Settings::default(), None).await;
     let c = &users.http;
@@ -543,5 +545,41 @@ async fn every_error_is_a_problem_even_for_a_protobuf_client() {
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap().starts_with("Upstream timeout"));
 
+    let mut g = users.grpc_client().await;
+    let field_of = |s: tonic::Status| {
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+        let bad = s
+            .get_details_bad_request()
+            .unwrap_or_else(|| panic!("no BadRequest detail in {s:?}"));
+        assert_eq!(bad.field_violations.len(), 1, "{bad:?}");
+        let v = &bad.field_violations[0];
+        // The message says the same, prefixed by the field.
+        assert!(s.message().contains(&v.description), "{s:?}");
+        v.field.clone()
+    };
+    let s = g.register_user(bad_pb).await.unwrap_err();
+    assert_eq!(field_of(s), "birth_date");
+    let s = g
+        .get_user(pb::GetUserRequest { id: "nope".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(field_of(s), "id");
+    let s = g
+        .get_user_with_orders(pb::GetUserWithOrdersRequest {
+            id: one.to_string(),
+            via: "pigeon".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field_of(s), "via");
+    let s = g
+        .get_user(pb::GetUserRequest {
+            id: Uuid::from_u128(7).to_string(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::NotFound);
+    assert!(s.get_details_bad_request().is_none(), "{s:?}");
     users.stop().await;
 }
