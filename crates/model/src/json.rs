@@ -297,14 +297,41 @@ pub struct CreatedOrderJson {
     pub replayed: bool,
 }
 
-/// The body of every error answer.
+/// The body of every error answer: RFC 9457 problem details, sent as
+/// `application/problem+json` whatever the request's `Accept` says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct ErrorJson {
-    /// A stable machine-readable kind, such as `invalid_argument`.
-    pub error: String,
-    /// What was wrong, for a person.
-    pub message: String,
-    /// The request field at fault, when there is one.
+#[schema(
+    description = "An error, as RFC 9457 problem details (`application/problem+json`, whatever \
+                   `Accept` says). `type` is `/problems/` followed by `error`, a reference \
+                   relative to the service's URL, where a GET describes the type.",
+    example = json!({
+        "type": "/problems/invalid_argument",
+        "title": "Invalid argument",
+        "status": 400,
+        "detail": "limit: \"ten\" is not a whole number",
+        "field": "limit",
+        "error": "invalid_argument"
+    })
+)]
+pub struct Problem {
+    /// The problem type, a URI reference: `/problems/<error>`.
+    #[serde(rename = "type")]
+    #[schema(example = "/problems/invalid_argument")]
+    pub type_uri: String,
+    /// Short, and the same for every problem of a type.
+    #[schema(example = "Invalid argument")]
+    pub title: String,
+    /// The HTTP status code of the answer.
+    #[schema(minimum = 400, maximum = 599, example = 400)]
+    pub status: u16,
+    /// What was wrong with this request, for a person.
+    pub detail: String,
+    /// Extension: the request field at fault, when there is one (`body` for
+    /// a body that could not be read or decoded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// Extension: the problem type's stable machine-readable name, such as
+    /// `invalid_argument`, as the API named its errors before RFC 9457.
+    #[schema(example = "invalid_argument")]
+    pub error: String,
 }

@@ -6,13 +6,15 @@
 //! `Content-Type`. A body is read only up to a limit: a `Content-Length` over
 //! it is refused before a byte is read, and a streamed body is cut off there.
 //! What can go wrong at this level, before a service's own logic runs, is a
-//! [`WireError`], answered with the status and JSON error body every route
-//! uses.
+//! [`WireError`], answered with the status and the RFC 9457 problem body
+//! every error gets (see [`problem`]).
 //!
 //! # Layout
 //! - [`Format`]: negotiation, and responses in the chosen format;
 //! - [`read_body`]: the bounded body read, and [`deadline`]: its time bound;
-//! - [`WireError`] and [`error_response`]: the errors and their JSON body;
+//! - [`WireError`]: what is wrong with a request on the wire; [`problem`]:
+//!   the `application/problem+json` body of every error, the problem types
+//!   both services share, and the pages that describe them;
 //! - [`shed`]: load shedding, the one limit of work in service;
 //! - [`serve`]: serving a router with time bounds per connection and a
 //!   shutdown that loses no request and ends in time; [`cap`]: the cap on
@@ -31,6 +33,7 @@ pub mod db;
 pub mod deadline;
 pub mod health;
 pub mod preface;
+pub mod problem;
 pub mod serve;
 pub mod settings;
 pub mod shed;
@@ -43,7 +46,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
-use model::json::ErrorJson;
 
 /// The media type of protobuf bodies.
 pub const PROTOBUF: &str = "application/x-protobuf";
@@ -122,9 +124,8 @@ impl Format {
             }
             Err(e) => {
                 tracing::error!(error = %e, "encoding a JSON answer failed");
-                error_response(
+                problem::INTERNAL.response(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
                     "internal error".to_owned(),
                     None,
                 )
@@ -201,6 +202,8 @@ pub enum WireError {
     NotAcceptable(String),
     #[error("no route for {0}")]
     NoRoute(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
     #[error("the request body did not arrive within the body-read timeout")]
     BodyTimeout,
 }
@@ -212,7 +215,7 @@ impl From<QueryRejection> for WireError {
 }
 
 /// A path segment axum could not extract (not UTF-8 once percent-decoded):
-/// the JSON error body every route gives, rather than axum's plain text.
+/// the problem body every error gets, rather than axum's plain text.
 impl From<PathRejection> for WireError {
     fn from(r: PathRejection) -> Self {
         WireError::BadPath(r.body_text())
@@ -230,25 +233,27 @@ impl WireError {
             WireError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WireError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             WireError::NoRoute(_) => StatusCode::NOT_FOUND,
+            WireError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             WireError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
-    /// The `error` of the JSON body.
-    pub fn kind(&self) -> &'static str {
+    /// The problem type of the answer.
+    pub fn problem_type(&self) -> &'static problem::ProblemType {
         match self {
             WireError::BadBody(_) | WireError::BadQuery(_) | WireError::BadPath(_) => {
-                "invalid_argument"
+                &problem::INVALID_ARGUMENT
             }
-            WireError::TooLarge(_) => "payload_too_large",
-            WireError::UnsupportedMediaType(_) => "unsupported_media_type",
-            WireError::NotAcceptable(_) => "not_acceptable",
-            WireError::NoRoute(_) => "not_found",
-            WireError::BodyTimeout => "request_timeout",
+            WireError::TooLarge(_) => &problem::PAYLOAD_TOO_LARGE,
+            WireError::UnsupportedMediaType(_) => &problem::UNSUPPORTED_MEDIA_TYPE,
+            WireError::NotAcceptable(_) => &problem::NOT_ACCEPTABLE,
+            WireError::NoRoute(_) => &problem::NOT_FOUND,
+            WireError::MethodNotAllowed(_) => &problem::METHOD_NOT_ALLOWED,
+            WireError::BodyTimeout => &problem::REQUEST_TIMEOUT,
         }
     }
 
-    /// The `field` of the JSON body.
+    /// The request field at fault, when there is one.
     pub fn field(&self) -> Option<&'static str> {
         match self {
             WireError::BadBody(_) | WireError::TooLarge(_) | WireError::BodyTimeout => Some("body"),
@@ -259,28 +264,20 @@ impl WireError {
 
 impl IntoResponse for WireError {
     fn into_response(self) -> Response {
-        error_response(
+        self.problem_type().response(
             self.status(),
-            self.kind(),
             self.to_string(),
             self.field().map(str::to_owned),
         )
     }
 }
 
-/// The JSON error answer every route gives.
-pub fn error_response(
-    status: StatusCode,
-    kind: &str,
-    message: String,
-    field: Option<String>,
-) -> Response {
-    let body = ErrorJson {
-        error: kind.to_owned(),
-        message,
-        field,
-    };
-    (status, axum::Json(body)).into_response()
+/// The answer to a method a route does not answer (axum adds the `Allow`
+/// header): `Router::method_not_allowed_fallback(negotiate::method_not_allowed)`,
+/// once every route is added.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    WireError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
+        .into_response()
 }
 
 #[cfg(test)]

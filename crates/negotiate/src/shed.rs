@@ -23,12 +23,11 @@ use std::task::{Context, Poll};
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
 use tokio::sync::Semaphore;
 
-/// The REST answer to a shed request: 503, `Retry-After: 1`, and the JSON
-/// error body of every route with kind `overloaded`.
+/// The REST answer to a shed request: 503, `Retry-After: 1`, and the
+/// problem body of every error, of type `overloaded`.
 pub fn overloaded() -> axum::response::Response {
-    let mut res = crate::error_response(
+    let mut res = crate::problem::OVERLOADED.response(
         StatusCode::SERVICE_UNAVAILABLE,
-        "overloaded",
         OVERLOADED.to_owned(),
         None,
     );

@@ -16,8 +16,8 @@
 use std::sync::Arc;
 
 use connectrpc::{
-    CompressionPolicy, CompressionRegistry, ConnectError, ConnectRpcService, RequestContext,
-    Response, ServiceRequest, ServiceResult, ServiceStream,
+    CompressionPolicy, CompressionRegistry, ConnectError, ConnectRpcService, ErrorDetail,
+    RequestContext, Response, ServiceRequest, ServiceResult, ServiceStream,
 };
 use futures::StreamExt as _;
 use model::connect as mc;
@@ -39,17 +39,43 @@ pub const METHODS: [&str; 7] = [
     "CreateOrder",
 ];
 
+/// The service's errors as Connect errors, with the codes the gRPC surface
+/// gives. A bad field is also a `google.rpc.BadRequest` detail, as over gRPC.
 impl From<AppError> for ConnectError {
     fn from(e: AppError) -> Self {
         e.log();
         let msg = e.to_string();
         match e {
-            AppError::Invalid(_) => ConnectError::invalid_argument(msg),
+            AppError::Invalid(p) => {
+                ConnectError::invalid_argument(msg).with_detail(bad_request(&p))
+            }
             AppError::NotFound(_) => ConnectError::not_found(msg),
             AppError::KeyReused(_) => ConnectError::failed_precondition(msg),
             AppError::Unavailable(_) => ConnectError::unavailable(msg),
             AppError::Internal(_) => ConnectError::internal(msg),
         }
+    }
+}
+
+/// A `google.rpc.BadRequest` naming the field, as a Connect error detail:
+/// the message's protobuf bytes in unpadded base64 (what the Connect
+/// protocol and connect-rust's gRPC path read), and its JSON form as `debug`
+/// for a person reading the answer. The message is tonic-types' (prost), as
+/// over gRPC: buffa, connect-rust's runtime, has no `google.rpc` types.
+fn bad_request(p: &model::ParseError) -> ErrorDetail {
+    use base64::Engine as _;
+    let pb = tonic_types::pb::BadRequest::from(tonic_types::BadRequest::with_violation(
+        &p.field, &p.message,
+    ));
+    ErrorDetail {
+        type_url: "google.rpc.BadRequest".to_owned(),
+        value: Some(
+            base64::engine::general_purpose::STANDARD_NO_PAD
+                .encode(prost::Message::encode_to_vec(&pb)),
+        ),
+        debug: Some(serde_json::json!({
+            "fieldViolations": [{"field": p.field, "description": p.message}]
+        })),
     }
 }
 

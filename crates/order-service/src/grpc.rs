@@ -15,17 +15,27 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
+use tonic_types::{ErrorDetails, StatusExt as _};
 use tracing::Instrument as _;
 
 use crate::service::{AppError, Orders};
 use crate::store::ListQuery;
 
+/// The one mapping from the service's errors to a gRPC status. A bad field
+/// is named in the message and, for clients that read `google.rpc` details
+/// (tonic-types, grpcio's `rich_status`, grpc-go's `status.Details`), in a
+/// `google.rpc.BadRequest` with one `FieldViolation`, as a REST problem names
+/// it in `field`.
 impl From<AppError> for Status {
     fn from(e: AppError) -> Self {
         e.log();
         let msg = e.to_string();
         match e {
-            AppError::Invalid(_) => Status::invalid_argument(msg),
+            AppError::Invalid(p) => Status::with_error_details(
+                tonic::Code::InvalidArgument,
+                msg,
+                ErrorDetails::with_bad_request_violation(p.field, p.message),
+            ),
             AppError::NotFound(_) => Status::not_found(msg),
             AppError::KeyReused(_) => Status::failed_precondition(msg),
             AppError::Unavailable(_) => Status::unavailable(msg),

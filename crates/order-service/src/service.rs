@@ -43,17 +43,6 @@ impl From<StoreError> for AppError {
 }
 
 impl AppError {
-    /// A stable machine-readable name of the kind of error.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            AppError::Invalid(_) => "invalid_argument",
-            AppError::NotFound(_) => "not_found",
-            AppError::KeyReused(_) => "idempotency_key_reused",
-            AppError::Unavailable(_) => "unavailable",
-            AppError::Internal(_) => "internal",
-        }
-    }
-
     /// The field at fault, if one is.
     pub fn field(&self) -> Option<&str> {
         match self {

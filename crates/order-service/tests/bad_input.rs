@@ -1,5 +1,7 @@
 //! Bad input gets a precise status and a body that names the problem, on every
-//! API, and the service keeps serving.
+//! API, and the service keeps serving: over REST an RFC 9457 problem
+//! (`application/problem+json`, `field` naming the field), over gRPC a status
+//! whose `google.rpc.BadRequest` detail names it.
 
 // Helpers outside #[test] functions unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used)]
@@ -7,18 +9,17 @@
 mod common;
 
 use common::{Backend, TestApp, spawn, spawn_with};
-use model::json::ErrorJson;
+use model::json::Problem;
 use proto::order::v2 as pb2;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tonic_types::StatusExt as _;
 
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 
-async fn rest_error(app: &TestApp, req: reqwest::RequestBuilder, status: u16) -> ErrorJson {
+async fn rest_error(app: &TestApp, req: reqwest::RequestBuilder, status: u16) -> Problem {
     let res = req.send().await.unwrap();
     assert_eq!(res.status(), status, "{:?}", res.url());
-    assert_eq!(res.headers()["content-type"], "application/json");
-    let e: ErrorJson = res.json().await.unwrap();
-    assert!(!e.message.is_empty());
+    let e = problem_of(res).await;
     // The service still answers a good request afterwards.
     let ok = app
         .h1()
@@ -27,6 +28,24 @@ async fn rest_error(app: &TestApp, req: reqwest::RequestBuilder, status: u16) ->
         .await
         .unwrap();
     assert_eq!(ok.status(), 200);
+    e
+}
+
+/// The RFC 9457 problem of an error answer, checked for what every problem
+/// has: the media type, `status` equal to the answer's, a `type` that names
+/// the `error` kind, a title and a detail.
+async fn problem_of(res: reqwest::Response) -> Problem {
+    let status = res.status().as_u16();
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/problem+json",
+        "{:?}",
+        res.url()
+    );
+    let e: Problem = res.json().await.unwrap();
+    assert_eq!(e.status, status, "{e:?}");
+    assert_eq!(e.type_uri, format!("/problems/{}", e.error), "{e:?}");
+    assert!(!e.title.is_empty() && !e.detail.is_empty(), "{e:?}");
     e
 }
 
@@ -68,7 +87,7 @@ async fn malformed_query_parameters_are_400_naming_the_parameter() {
         let e = rest_error(&app, c.get(url), 400).await;
         assert_eq!(e.error, "invalid_argument");
         assert_eq!(e.field.as_deref(), Some(field), "{query}");
-        assert!(e.message.contains(words), "{query}: {}", e.message);
+        assert!(e.detail.contains(words), "{query}: {}", e.detail);
     }
     app.stop().await;
 }
@@ -82,9 +101,9 @@ async fn a_malformed_or_unknown_order_id_is_400_or_404() {
     let missing = uuid::Uuid::new_v4();
     let e = rest_error(&app, c.get(app.url(&format!("/v2/orders/{missing}"))), 404).await;
     assert_eq!(e.error, "not_found");
-    assert!(e.message.contains(&missing.to_string()));
+    assert!(e.detail.contains(&missing.to_string()));
     let e = rest_error(&app, c.get(app.url("/v3/nothing")), 404).await;
-    assert!(e.message.contains("/v3/nothing"));
+    assert!(e.detail.contains("/v3/nothing"));
     app.stop().await;
 }
 
@@ -118,12 +137,12 @@ async fn malformed_bodies_are_400_and_oversized_ones_413() {
     )
     .await;
     assert_eq!(e.field.as_deref(), Some("body"));
-    assert!(e.message.contains("JSON body is invalid"), "{}", e.message);
+    assert!(e.detail.contains("JSON body is invalid"), "{}", e.detail);
 
     let mut missing = new_order_json();
     missing.as_object_mut().unwrap().remove("quantity");
     let e = rest_error(&app, post().json(&missing), 400).await;
-    assert!(e.message.contains("quantity"), "{}", e.message);
+    assert!(e.detail.contains("quantity"), "{}", e.detail);
 
     let mut bad = new_order_json();
     bad["currency"] = "euro".into();
@@ -144,16 +163,16 @@ async fn malformed_bodies_are_400_and_oversized_ones_413() {
     )
     .await;
     assert!(
-        e.message.contains("protobuf body is invalid"),
+        e.detail.contains("protobuf body is invalid"),
         "{}",
-        e.message
+        e.detail
     );
 
     let mut huge = new_order_json();
     huge["note"] = "x".repeat(10_000).into();
     let e = rest_error(&app, post().json(&huge), 413).await;
     assert_eq!(e.error, "payload_too_large");
-    assert!(e.message.contains("4096"), "{}", e.message);
+    assert!(e.detail.contains("4096"), "{}", e.detail);
 
     // Without a Content-Length the limit still holds: the body is streamed.
     let chunks = futures::stream::iter(
@@ -196,6 +215,124 @@ async fn malformed_bodies_are_400_and_oversized_ones_413() {
     app.stop().await;
 }
 
+/// Every error is `application/problem+json`, also for a client that asked
+/// for protobuf, whichever part of the stack refused the request: a handler,
+/// an extractor, the body read, the router (404, 405).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rest_error_is_a_problem_even_when_protobuf_was_asked_for() {
+    let app = spawn_with(Backend::Memory, |s| s.max_request_bytes = 4096).await;
+    let c = app.h1();
+    let proto = |req: reqwest::RequestBuilder| req.header("accept", "application/x-protobuf");
+    let post = || {
+        proto(c.post(app.url("/v2/orders")))
+            .header("idempotency-key", "k1")
+            .header("content-type", "application/x-protobuf")
+    };
+    let missing = uuid::Uuid::new_v4();
+    for (req, status, error, field, words) in [
+        (
+            proto(c.get(app.url(&format!("/v2/orders?user_id={USER}&limit=ten")))),
+            400,
+            "invalid_argument",
+            Some("limit"),
+            "\"ten\" is not a whole number",
+        ),
+        (
+            proto(c.get(app.url("/v1/orders?limit=5"))),
+            400,
+            "invalid_argument",
+            Some("user_id"),
+            "is required",
+        ),
+        (
+            proto(c.get(app.url("/v2/orders/12345"))),
+            400,
+            "invalid_argument",
+            Some("id"),
+            "not a UUID",
+        ),
+        (
+            proto(c.get(app.url("/v2/orders/%FF"))),
+            400,
+            "invalid_argument",
+            None,
+            "path is invalid",
+        ),
+        (
+            post().body(vec![0xFF, 0xFF, 0xFF, 0x01]),
+            400,
+            "invalid_argument",
+            Some("body"),
+            "protobuf body is invalid",
+        ),
+        (
+            post().body(vec![0u8; 5000]),
+            413,
+            "payload_too_large",
+            Some("body"),
+            "4096",
+        ),
+        (
+            proto(c.post(app.url("/v2/orders")))
+                .header("idempotency-key", "k1")
+                .header("content-type", "text/xml")
+                .body("<order/>"),
+            415,
+            "unsupported_media_type",
+            None,
+            "text/xml",
+        ),
+        (
+            proto(c.get(app.url(&format!("/v2/orders/{missing}")))),
+            404,
+            "not_found",
+            None,
+            "no order has the id",
+        ),
+        (
+            proto(c.get(app.url("/v3/nothing"))),
+            404,
+            "not_found",
+            None,
+            "/v3/nothing",
+        ),
+        (
+            proto(c.delete(app.url("/v2/orders"))),
+            405,
+            "method_not_allowed",
+            None,
+            "DELETE is not allowed on /v2/orders",
+        ),
+    ] {
+        let e = rest_error(&app, req, status).await;
+        assert_eq!(e.error, error, "{e:?}");
+        assert_eq!(e.field.as_deref(), field, "{e:?}");
+        assert!(e.detail.contains(words), "{e:?}");
+    }
+
+    // A 405 still lists the methods the route answers.
+    let res = c.put(app.url("/v2/orders")).send().await.unwrap();
+    assert_eq!(res.status(), 405);
+    let allow = res.headers()["allow"].to_str().unwrap().to_owned();
+    assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
+    problem_of(res).await;
+
+    // Each type's URI, resolved against the service, describes it.
+    let e = rest_error(&app, c.get(app.url("/v2/orders?limit=1")), 400).await;
+    let page = c.get(app.url(&e.type_uri)).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().starts_with(&e.title));
+    let page = c
+        .get(app.url("/problems/idempotency_key_reused"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let e = rest_error(&app, c.get(app.url("/problems/no_such_kind")), 404).await;
+    assert_eq!(e.error, "not_found");
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
     let app = spawn_with(Backend::Memory, |s| s.max_request_bytes = 4096).await;
@@ -211,6 +348,10 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
     let s = g.list_orders(list("nope", 10, &[])).await.unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
     assert_eq!(s.message(), "user_id: \"nope\" is not a UUID");
+    assert_eq!(
+        violation(&s),
+        ("user_id".to_owned(), "\"nope\" is not a UUID".to_owned())
+    );
 
     let s = g.list_orders(list(USER, 10_001, &[])).await.unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
@@ -218,25 +359,32 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         s.message(),
         "page_size: 10001 is out of range: must be 1 to 10000"
     );
+    assert_eq!(violation(&s).0, "page_size");
 
     let s = g
         .list_orders(list(USER, 10, &["colour"]))
         .await
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    let (field, description) = violation(&s);
+    assert_eq!(field, "read_mask");
     let rest = app
         .h1()
         .get(app.url(&format!("/v2/orders?user_id={USER}&fields=colour")))
         .send()
         .await
         .unwrap()
-        .json::<ErrorJson>()
+        .json::<Problem>()
         .await
         .unwrap();
     // The same explanation, under each API's own name for the parameter.
     assert_eq!(
         s.message().strip_prefix("read_mask: "),
-        rest.message.strip_prefix("fields: ")
+        rest.detail.strip_prefix("fields: ")
+    );
+    assert_eq!(
+        Some(description.as_str()),
+        rest.detail.strip_prefix("fields: ")
     );
 
     let missing = uuid::Uuid::new_v4().to_string();
@@ -249,6 +397,7 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::NotFound);
     assert_eq!(s.message(), format!("no order has the id {missing}"));
+    assert!(s.get_details_bad_request().is_none(), "{s:?}");
 
     let s = g
         .create_order(pb2::CreateOrderRequest {
@@ -270,6 +419,7 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
     assert!(s.message().starts_with("product_id:"), "{}", s.message());
+    assert_eq!(violation(&s).0, "product_id");
 
     // Still serving.
     let ok = g
@@ -279,6 +429,17 @@ async fn grpc_answers_bad_input_with_precise_codes_and_the_same_messages() {
         .into_inner();
     assert_eq!(ok.orders.len(), 10);
     app.stop().await;
+}
+
+/// The one `FieldViolation` of a status's `google.rpc.BadRequest` detail,
+/// decoded as any client that reads `grpc-status-details-bin` would.
+fn violation(s: &tonic::Status) -> (String, String) {
+    let bad = s
+        .get_details_bad_request()
+        .unwrap_or_else(|| panic!("no BadRequest detail in {s:?}"));
+    assert_eq!(bad.field_violations.len(), 1, "{bad:?}");
+    let v = &bad.field_violations[0];
+    (v.field.clone(), v.description.clone())
 }
 
 async fn read_answer(s: &mut tokio::net::TcpStream) -> pb2::LookupOrdersResponse {
@@ -370,7 +531,7 @@ async fn a_huge_bad_value_is_quoted_short_with_its_length_everywhere() {
         400,
     )
     .await;
-    short(&e.message, "REST", 20_000);
+    short(&e.detail, "REST", 20_000);
 
     let mut g = app.grpc_v2().await;
     let s = g
@@ -383,6 +544,7 @@ async fn a_huge_bad_value_is_quoted_short_with_its_length_everywhere() {
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
     short(s.message(), "gRPC", 100_000);
+    short(&violation(&s).1, "gRPC details", 100_000);
 
     let mut tcp = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
     let req = pb2::LookupOrdersRequest {

@@ -48,7 +48,7 @@ proptest! {
         }
         let _ = serde_json::from_slice::<model::json::OrderPageJson>(&bytes);
         let _ = serde_json::from_slice::<model::json::CreatedOrderJson>(&bytes);
-        let _ = serde_json::from_slice::<model::json::ErrorJson>(&bytes);
+        let _ = serde_json::from_slice::<model::json::Problem>(&bytes);
     }
 
     #[test]

@@ -35,7 +35,7 @@ async fn postgres_down_is_503_fast_and_service_returns_by_itself() {
         let started = Instant::now();
         let res = c.get(&list).send().await.unwrap();
         assert_eq!(res.status(), 503);
-        let e: model::json::ErrorJson = res.json().await.unwrap();
+        let e: model::json::Problem = res.json().await.unwrap();
         assert_eq!(e.error, "unavailable");
         assert!(
             started.elapsed() < Duration::from_secs(5),

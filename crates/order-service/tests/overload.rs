@@ -1,5 +1,5 @@
 //! Overload: past its concurrency limit the service refuses at once (503 with
-//! the JSON error body, RESOURCE_EXHAUSTED on gRPC) instead of queueing, its
+//! a problem body of type `overloaded`, RESOURCE_EXHAUSTED on gRPC) instead of queueing, its
 //! memory stays bounded, and it serves normally the moment the load drops.
 //!
 //! On Postgres, so that requests wait on the database and really are in
@@ -72,7 +72,7 @@ async fn past_the_limit_rest_requests_get_503_at_once_and_memory_stays_bounded()
                 shed += 1;
                 let e: serde_json::Value = serde_json::from_slice(&body).expect("a JSON body");
                 assert_eq!(e["error"], "overloaded", "{e}");
-                assert!(e["message"].as_str().is_some_and(|m| m.contains("retry")));
+                assert!(e["detail"].as_str().is_some_and(|m| m.contains("retry")));
             }
             other => panic!("status {other}: {}", String::from_utf8_lossy(&body)),
         }

@@ -433,5 +433,39 @@ async fn the_openapi_document_describes_every_route() {
     }
     assert!(doc["paths"]["/v2/orders"]["post"]["requestBody"].is_object());
     assert!(doc["components"]["schemas"]["OrderJson"]["properties"]["total_minor"].is_object());
+    // Every error answer is documented as an RFC 9457 problem, and only so.
+    let mut errors = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, res) in op["responses"].as_object().unwrap() {
+                if status.as_str() < "400" {
+                    continue;
+                }
+                errors += 1;
+                let content = res["content"].as_object().unwrap();
+                assert_eq!(
+                    content.keys().collect::<Vec<_>>(),
+                    ["application/problem+json"],
+                    "{method} {path} {status}"
+                );
+                assert_eq!(
+                    content["application/problem+json"]["schema"]["$ref"],
+                    "#/components/schemas/Problem",
+                    "{method} {path} {status}"
+                );
+            }
+        }
+    }
+    assert!(errors > 10, "{errors} error answers documented");
+    let problem = &doc["components"]["schemas"]["Problem"];
+    let mut required: Vec<_> = problem["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort_unstable();
+    assert_eq!(required, ["detail", "error", "status", "title", "type"]);
+    assert!(problem["properties"]["field"].is_object(), "{problem}");
     app.stop().await;
 }

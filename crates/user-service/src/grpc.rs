@@ -11,6 +11,7 @@ use proto::user::v1 as pb;
 use proto::user::v1::user_service_server::{UserService, UserServiceServer};
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
+use tonic_types::{ErrorDetails, StatusExt as _};
 
 use crate::domain::{NewUser, user_to_pb};
 use crate::service::{AppError, DEFAULT_LIMIT, Service};
@@ -39,12 +40,23 @@ pub fn overloaded() -> http::Response<tonic::body::Body> {
         .into_http()
 }
 
-/// The one mapping from the use cases' error to a gRPC status.
+/// The one mapping from the use cases' error to a gRPC status. A bad field
+/// is named in the message and in a `google.rpc.BadRequest` detail with one
+/// `FieldViolation`, as a REST problem names it in `field`.
 pub fn to_status(e: AppError) -> Status {
     e.log();
     let msg = e.to_string();
     let mut status = match &e {
-        AppError::Invalid(_) | AppError::UnknownTransport(_) => Status::invalid_argument(msg),
+        AppError::Invalid(p) => Status::with_error_details(
+            tonic::Code::InvalidArgument,
+            msg,
+            ErrorDetails::with_bad_request_violation(&p.field, &p.message),
+        ),
+        AppError::UnknownTransport(_) => Status::with_error_details(
+            tonic::Code::InvalidArgument,
+            msg.clone(),
+            ErrorDetails::with_bad_request_violation("via", msg),
+        ),
         AppError::NotFound(_) => Status::not_found(msg),
         AppError::UsernameTaken(_) => Status::already_exists(msg),
         AppError::Upstream { error, .. } => match error {

@@ -54,24 +54,6 @@ impl From<StoreError> for AppError {
 }
 
 impl AppError {
-    /// A stable machine-readable kind, as the JSON `error` field says it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            AppError::Invalid(_) | AppError::UnknownTransport(_) => "invalid_argument",
-            AppError::NotFound(_) => "not_found",
-            AppError::UsernameTaken(_) => "already_exists",
-            AppError::Upstream { error, .. } => match error {
-                UpstreamError::Timeout(_) => "upstream_timeout",
-                UpstreamError::Unavailable(_) => "upstream_unavailable",
-                UpstreamError::Rejected { .. } | UpstreamError::Protocol(_) => {
-                    "bad_upstream_answer"
-                }
-            },
-            AppError::StoreUnavailable(_) => "unavailable",
-            AppError::Internal(_) => "internal",
-        }
-    }
-
     /// The request field at fault, when there is one.
     pub fn field(&self) -> Option<&str> {
         match self {

@@ -1,12 +1,26 @@
-//! Errors of the REST boundary, each mapped once to a status and a JSON body
-//! that names the problem. 5xx causes are logged here and not returned.
+//! Errors of the REST boundary, each mapped once to a status and an RFC 9457
+//! problem body that names the problem (see `negotiate::problem`). 5xx
+//! causes are logged here and not returned.
 
 use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use negotiate::{WireError, error_response};
+use negotiate::WireError;
+use negotiate::problem::{self, ProblemType};
 
 use crate::service::AppError;
+
+/// An idempotency key sent again with another order.
+pub const IDEMPOTENCY_KEY_REUSED: ProblemType = ProblemType {
+    kind: "idempotency_key_reused",
+    title: "Idempotency key reused",
+    about: "The Idempotency-Key was first sent with a different order. A retry must send the \
+            same body as the first try; a new order needs a new key.",
+};
+
+/// The problem types of this service beyond `negotiate::problem::COMMON`,
+/// described at `/problems/<kind>`.
+pub const PROBLEMS: &[ProblemType] = &[IDEMPOTENCY_KEY_REUSED];
 
 /// Everything a REST handler can fail with: the service's own errors, and
 /// what is wrong with the request on the wire.
@@ -24,13 +38,13 @@ impl From<QueryRejection> for RestError {
     }
 }
 
-fn status(e: &AppError) -> StatusCode {
+fn status(e: &AppError) -> (StatusCode, &'static ProblemType) {
     match e {
-        AppError::Invalid(_) => StatusCode::BAD_REQUEST,
-        AppError::NotFound(_) => StatusCode::NOT_FOUND,
-        AppError::KeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        AppError::Invalid(_) => (StatusCode::BAD_REQUEST, &problem::INVALID_ARGUMENT),
+        AppError::NotFound(_) => (StatusCode::NOT_FOUND, &problem::NOT_FOUND),
+        AppError::KeyReused(_) => (StatusCode::UNPROCESSABLE_ENTITY, &IDEMPOTENCY_KEY_REUSED),
+        AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, &problem::UNAVAILABLE),
+        AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, &problem::INTERNAL),
     }
 }
 
@@ -39,12 +53,8 @@ impl IntoResponse for RestError {
         match self {
             RestError::App(e) => {
                 e.log();
-                error_response(
-                    status(&e),
-                    e.kind(),
-                    e.to_string(),
-                    e.field().map(str::to_owned),
-                )
+                let (status, ty) = status(&e);
+                ty.response(status, e.to_string(), e.field().map(str::to_owned))
             }
             RestError::Wire(w) => w.into_response(),
         }

@@ -5,7 +5,8 @@
 //! - this file: the routes and their handlers, with their OpenAPI annotations;
 //! - the `negotiate` crate: `Accept` / `Content-Type` handling and bounded
 //!   body reads, shared with user-service;
-//! - [`error`]: the one mapping from errors to statuses and JSON bodies.
+//! - [`error`]: the one mapping from errors to statuses and problem bodies
+//!   (RFC 9457), and this service's own problem types.
 
 pub mod error;
 
@@ -16,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use model::json::{CreateOrderJson, CreatedOrderJson, ErrorJson, OrderJson, OrderPageJson};
+use model::json::{CreateOrderJson, CreatedOrderJson, OrderJson, OrderPageJson, Problem};
 use model::{FieldSet, NewOrder};
 use proto::order::{v1 as pb1, v2 as pb2};
 use serde::Deserialize;
@@ -25,6 +26,7 @@ use utoipa::{IntoParams, OpenApi};
 
 use crate::service::{AppError, Orders};
 use error::RestError;
+use negotiate::problem::PROBLEM_JSON;
 use negotiate::{Format, WireError, read_body};
 
 /// What the handlers share.
@@ -89,6 +91,12 @@ pub fn router(state: RestState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route(
+            "/problems/{kind}",
+            negotiate::problem::route(error::PROBLEMS),
+        )
+        // Before the metrics layer, so that a 405 is counted like any answer.
+        .method_not_allowed_fallback(negotiate::method_not_allowed)
         // A route layer sees the matched route template, a bounded label.
         .route_layer(telemetry::metrics::RecordLayer::new(state.metrics.clone()))
         .fallback(not_found)
@@ -134,7 +142,7 @@ const UNAVAILABLE: &str = "`overloaded`: the listener is at ORDER_MAX_CONCURRENT
         OrderJson,
         CreateOrderJson,
         CreatedOrderJson,
-        ErrorJson,
+        Problem,
         pb1::ListOrdersResponse,
         pb1::Order
     ))
@@ -219,9 +227,9 @@ fn parse_fields(s: Option<&str>) -> Result<FieldSet, RestError> {
     get, path = "/v2/orders", params(ListParams),
     responses(
         (status = 200, description = "One page of orders (protobuf: order.v2.ListOrdersResponse)", body = OrderPageJson),
-        (status = 400, description = "A malformed or out-of-range parameter", body = ErrorJson),
-        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
+        (status = 400, description = "A malformed or out-of-range parameter", body = Problem, content_type = PROBLEM_JSON),
+        (status = 406, description = NOT_ACCEPTABLE, body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = UNAVAILABLE, body = Problem, content_type = PROBLEM_JSON, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(name = "rest.list_orders", skip_all)]
@@ -266,10 +274,10 @@ async fn list_orders(
     get, path = "/v2/orders/{id}", params(("id" = uuid::Uuid, Path, description = "Order id (UUID)"), GetParams),
     responses(
         (status = 200, description = "The order (protobuf: order.v2.GetOrderResponse)", body = OrderJson),
-        (status = 400, description = "A malformed id or field name", body = ErrorJson),
-        (status = 404, description = "No such order", body = ErrorJson),
-        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
+        (status = 400, description = "A malformed id or field name", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "No such order", body = Problem, content_type = PROBLEM_JSON),
+        (status = 406, description = NOT_ACCEPTABLE, body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = UNAVAILABLE, body = Problem, content_type = PROBLEM_JSON, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(name = "rest.get_order", skip_all)]
@@ -305,12 +313,12 @@ async fn get_order(
     responses(
         (status = 201, description = "Created", body = CreatedOrderJson),
         (status = 200, description = "Replayed: the key was seen before", body = CreatedOrderJson),
-        (status = 400, description = "A malformed body or field", body = ErrorJson),
-        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 413, description = "The body is over the size limit (ORDER_MAX_REQUEST_BYTES)", body = ErrorJson),
-        (status = 415, description = "Neither JSON nor protobuf", body = ErrorJson),
-        (status = 422, description = "The key was used for a different order", body = ErrorJson),
-        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
+        (status = 400, description = "A malformed body or field", body = Problem, content_type = PROBLEM_JSON),
+        (status = 406, description = NOT_ACCEPTABLE, body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body is over the size limit (ORDER_MAX_REQUEST_BYTES)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Neither JSON nor protobuf", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "The key was used for a different order", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = UNAVAILABLE, body = Problem, content_type = PROBLEM_JSON, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(name = "rest.create_order", skip_all)]
@@ -391,9 +399,9 @@ pub struct ListV1Params {
     get, path = "/v1/orders", params(ListV1Params),
     responses(
         (status = 200, description = "One page of orders, all strings (protobuf: order.v1.ListOrdersResponse)", body = pb1::ListOrdersResponse),
-        (status = 400, description = "A malformed or out-of-range parameter", body = ErrorJson),
-        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
+        (status = 400, description = "A malformed or out-of-range parameter", body = Problem, content_type = PROBLEM_JSON),
+        (status = 406, description = NOT_ACCEPTABLE, body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = UNAVAILABLE, body = Problem, content_type = PROBLEM_JSON, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(name = "rest.list_orders_v1", skip_all)]
@@ -425,7 +433,7 @@ async fn healthz() -> &'static str {
 /// Readiness: the store answers.
 #[utoipa::path(get, path = "/readyz", responses(
     (status = 200, description = "Ready"),
-    (status = 503, description = "The store is unavailable", body = ErrorJson),
+    (status = 503, description = "The store is unavailable", body = Problem, content_type = PROBLEM_JSON),
 ))]
 async fn readyz(State(st): State<RestState>) -> Result<&'static str, RestError> {
     st.orders.ready().await?;

@@ -10,7 +10,11 @@
 //!   orders of each of several users, fetched as one call per user or, with
 //!   `batch=true`, one call for all. Headers as above, plus
 //!   `x-upstream-calls`.
-//! - `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/openapi.json`.
+//! - `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/openapi.json`,
+//!   `/problems/{kind}` (what each problem type of the error answers means).
+//!
+//! Every error is an RFC 9457 problem (`application/problem+json`), mapped
+//! once in [`error`].
 
 pub mod error;
 
@@ -23,7 +27,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use model::json::{ErrorJson, OrderJson};
+use model::json::{OrderJson, Problem};
 use model::{FieldSet, ParseError};
 use prost::Message as _;
 use proto::user::v1 as pb;
@@ -39,6 +43,7 @@ use crate::domain::{
 use crate::metrics::Metrics;
 use crate::service::{AppError, DEFAULT_LIMIT, Fanout, MAX_USERS, Service};
 use crate::store::UserStore;
+use negotiate::problem::PROBLEM_JSON;
 use negotiate::{Format, WireError};
 
 /// The transport that fetched the orders (also a request header choosing it).
@@ -79,6 +84,12 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route(
+            "/problems/{kind}",
+            negotiate::problem::route(error::PROBLEMS),
+        )
+        // Before the metrics layer, so that a 405 is counted like any answer.
+        .method_not_allowed_fallback(negotiate::method_not_allowed)
         .route_layer(telemetry::metrics::RecordLayer::new(
             state.metrics.requests.clone(),
         ))
@@ -105,12 +116,12 @@ fn parse_id(id: &str) -> Result<Uuid, RestError> {
     responses(
         (status = 201, description = "Registered (protobuf: user.v1.RegisterUserResponse)", body = UserEnvelopeJson,
             headers(("Location" = String, description = "The new user's URL"))),
-        (status = 400, description = "A field is invalid; `field` names it", body = ErrorJson),
-        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 409, description = "The username is taken", body = ErrorJson),
-        (status = 413, description = "The body is over the request cap (USER_MAX_REQUEST_BYTES, 64 KiB by default)", body = ErrorJson),
-        (status = 415, description = "Neither JSON nor protobuf", body = ErrorJson),
-        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
+        (status = 400, description = "A field is invalid; `field` names it", body = Problem, content_type = PROBLEM_JSON),
+        (status = 406, description = NOT_ACCEPTABLE, body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "The username is taken", body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body is over the request cap (USER_MAX_REQUEST_BYTES, 64 KiB by default)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Neither JSON nor protobuf", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = UNAVAILABLE, body = Problem, content_type = PROBLEM_JSON, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(skip_all)]
@@ -156,10 +167,10 @@ async fn register(
     params(("id" = Uuid, Path, description = "The user's id", example = "00000000-0000-0000-0000-000000000010")),
     responses(
         (status = 200, description = "The user (protobuf: user.v1.GetUserResponse)", body = UserEnvelopeJson),
-        (status = 400, description = "The id is not a UUID", body = ErrorJson),
-        (status = 404, description = "No such user", body = ErrorJson),
-        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 503, description = UNAVAILABLE, body = ErrorJson, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
+        (status = 400, description = "The id is not a UUID", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "No such user", body = Problem, content_type = PROBLEM_JSON),
+        (status = 406, description = NOT_ACCEPTABLE, body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = UNAVAILABLE, body = Problem, content_type = PROBLEM_JSON, headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
     )
 )]
 #[tracing::instrument(skip_all)]
@@ -209,14 +220,14 @@ pub struct OrdersParams {
     responses(
         (status = 200, description = "The user and its orders (protobuf: user.v1.GetUserWithOrdersResponse without via/upstream_micros). \
 Headers: x-via (the transport), x-upstream-micros (the round trip to order-service) and, with USER_UPSTREAM_BREAKDOWN on, x-upstream-parts (where the round trip went, µs).", body = UserWithOrdersJson),
-        (status = 400, description = "A bad id, limit, fields or an unknown via (the message lists the valid ones)", body = ErrorJson),
-        (status = 404, description = "No such user", body = ErrorJson),
-        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 502, description = "order-service gave an answer that could not be used", body = ErrorJson),
+        (status = 400, description = "A bad id, limit, fields or an unknown via (the message lists the valid ones)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "No such user", body = Problem, content_type = PROBLEM_JSON),
+        (status = 406, description = NOT_ACCEPTABLE, body = Problem, content_type = PROBLEM_JSON),
+        (status = 502, description = "order-service gave an answer that could not be used", body = Problem, content_type = PROBLEM_JSON),
         (status = 503, description = "`unavailable`: order-service (or this service's store) is unavailable; \
-or `overloaded`: the listener is at USER_MAX_CONCURRENT_REQUESTS, retry later", body = ErrorJson,
+or `overloaded`: the listener is at USER_MAX_CONCURRENT_REQUESTS, retry later", body = Problem, content_type = PROBLEM_JSON,
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
-        (status = 504, description = "order-service did not answer within the upstream timeout (USER_UPSTREAM_TIMEOUT_MS)", body = ErrorJson),
+        (status = 504, description = "order-service did not answer within the upstream timeout (USER_UPSTREAM_TIMEOUT_MS)", body = Problem, content_type = PROBLEM_JSON),
     )
 )]
 #[tracing::instrument(skip_all)]
@@ -350,13 +361,13 @@ fn parse_users(raw: Option<&str>) -> Result<Vec<Uuid>, AppError> {
 user-service's own store is not read: a user order-service does not know has no orders. \
 Headers: x-via (the transport), x-upstream-micros (from the first call's start to the last one's end) \
 and x-upstream-calls (calls made to order-service).", body = OrdersOfUsersJson),
-        (status = 400, description = "A bad user id, limit, fields, via or batch, too many users, or batch=true over a transport without a batch call", body = ErrorJson),
-        (status = 406, description = NOT_ACCEPTABLE, body = ErrorJson),
-        (status = 502, description = "order-service gave an answer that could not be used", body = ErrorJson),
+        (status = 400, description = "A bad user id, limit, fields, via or batch, too many users, or batch=true over a transport without a batch call", body = Problem, content_type = PROBLEM_JSON),
+        (status = 406, description = NOT_ACCEPTABLE, body = Problem, content_type = PROBLEM_JSON),
+        (status = 502, description = "order-service gave an answer that could not be used", body = Problem, content_type = PROBLEM_JSON),
         (status = 503, description = "`unavailable`: order-service is unavailable; \
-or `overloaded`: the listener is at USER_MAX_CONCURRENT_REQUESTS, retry later", body = ErrorJson,
+or `overloaded`: the listener is at USER_MAX_CONCURRENT_REQUESTS, retry later", body = Problem, content_type = PROBLEM_JSON,
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying (sent with `overloaded`)"))),
-        (status = 504, description = "order-service did not answer within the upstream timeout (USER_UPSTREAM_TIMEOUT_MS)", body = ErrorJson),
+        (status = 504, description = "order-service did not answer within the upstream timeout (USER_UPSTREAM_TIMEOUT_MS)", body = Problem, content_type = PROBLEM_JSON),
     )
 )]
 #[tracing::instrument(skip_all)]
@@ -437,7 +448,11 @@ async fn readyz(State(st): State<AppState>) -> Response {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "not ready");
-            (StatusCode::SERVICE_UNAVAILABLE, "the store is not ready").into_response()
+            negotiate::problem::UNAVAILABLE.response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store is not ready".to_owned(),
+                None,
+            )
         }
     }
 }
@@ -475,7 +490,7 @@ const UNAVAILABLE: &str = "`overloaded`: the listener is at USER_MAX_CONCURRENT_
         UserOrdersJson,
         RegisterUserJson,
         OrderJson,
-        ErrorJson,
+        Problem,
         crate::domain::Gender
     ))
 )]
@@ -510,6 +525,34 @@ mod tests {
                 "{path}: {via}"
             );
         }
+    }
+
+    #[test]
+    fn the_openapi_error_answers_are_all_rfc_9457_problems() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let mut errors = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for (status, res) in op["responses"].as_object().unwrap() {
+                    if status.as_str() < "400" {
+                        continue;
+                    }
+                    errors += 1;
+                    let content = res["content"].as_object().unwrap();
+                    assert_eq!(
+                        content.keys().collect::<Vec<_>>(),
+                        [PROBLEM_JSON],
+                        "{method} {path} {status}"
+                    );
+                    assert_eq!(
+                        content[PROBLEM_JSON]["schema"]["$ref"], "#/components/schemas/Problem",
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+        }
+        assert!(errors > 10, "{errors} error answers documented");
+        assert!(doc["components"]["schemas"]["Problem"]["properties"]["field"].is_object());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use model::json::{ErrorJson, OrderPageJson};
+use model::json::{OrderPageJson, Problem};
 use prost::Message as _;
 use tokio::sync::Semaphore;
 
@@ -616,8 +616,8 @@ fn inflate(mut a: Answer) -> Result<Answer, UpstreamError> {
 /// The orders of a 200, or the error an error answer describes.
 fn decode(a: Answer, proto: bool) -> Result<Vec<model::Order>, UpstreamError> {
     if a.status != StatusCode::OK {
-        let message = serde_json::from_slice::<ErrorJson>(&a.body)
-            .map(|e| e.message)
+        let message = serde_json::from_slice::<Problem>(&a.body)
+            .map(|e| e.detail)
             .unwrap_or_else(|_| String::from_utf8_lossy(&a.body).chars().take(200).collect());
         return Err(match a.status {
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::BAD_GATEWAY => {
@@ -748,13 +748,14 @@ mod tests {
 
     #[test]
     fn error_answers_map_to_upstream_errors() {
-        let body = br#"{"error":"unavailable","message":"db down"}"#;
+        let body = br#"{"type":"/problems/unavailable","title":"Service unavailable","status":503,"detail":"db down","error":"unavailable"}"#;
+        let problem = negotiate::problem::PROBLEM_JSON;
         assert_eq!(
-            decode(answer(503, JSON, body), false).unwrap_err(),
+            decode(answer(503, problem, body), false).unwrap_err(),
             UpstreamError::Unavailable("db down".into())
         );
         assert!(matches!(
-            decode(answer(400, JSON, body), true),
+            decode(answer(400, problem, body), true),
             Err(UpstreamError::Rejected { .. })
         ));
         assert!(matches!(

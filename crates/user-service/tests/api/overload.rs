@@ -1,5 +1,5 @@
 //! Overload: past its concurrency limit user-service refuses at once (503 with
-//! the JSON error body, RESOURCE_EXHAUSTED on gRPC) instead of queueing, its
+//! a problem body of type `overloaded`, RESOURCE_EXHAUSTED on gRPC) instead of queueing, its
 //! memory stays bounded, and it serves normally the moment the load drops.
 
 use std::time::Duration;

@@ -10,14 +10,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use model::json::ErrorJson;
 use pgtest::health::{self, ServingStatus};
 use pgtest::proxy::Proxy;
 use proto::user::v1 as pbu;
 use user_service::settings::DatabaseUrl;
 use user_service::upstream::Transport;
 
-use crate::helpers::{OrderService, UserService, spawn_users_with};
+use crate::helpers::{OrderService, UserService, problem_of, spawn_users_with};
 
 /// Where the test Postgres listens (the proxy checks that the URLs name it).
 const POSTGRES: &str = "127.0.0.1:5432";
@@ -51,9 +50,9 @@ async fn every_transport_says_unavailable(
         let res = users.orders(id, via, "&limit=10").await;
         let took = started.elapsed();
         assert_eq!(res.status(), 503, "{via}");
-        let e: ErrorJson = res.json().await.unwrap();
+        let e = problem_of(res).await;
         assert_eq!(e.error, kind, "{via}: {e:?}");
-        assert!(e.message.contains(says), "{via}: {e:?}");
+        assert!(e.detail.contains(says), "{via}: {e:?}");
         assert!(took < FAST, "{via} took {took:?} to answer 503");
     }
     let mut grpc = users.grpc_client().await;
@@ -127,7 +126,7 @@ async fn terminated_mid_query_is_503_never_500(users: &Arc<UserService>, id: uui
                     match res.status().as_u16() {
                         200 => ok += 1,
                         503 => {
-                            let e: ErrorJson = res.json().await.unwrap();
+                            let e = problem_of(res).await;
                             assert_eq!(e.error, "unavailable", "{e:?}");
                             unavailable += 1;
                         }

@@ -8,12 +8,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use model::json::ErrorJson;
 use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpListener;
 use user_service::upstream::Transport;
 
-use crate::helpers::{OrderService, point_at, spawn_users_on, spawn_users_with};
+use crate::helpers::{OrderService, point_at, problem_of, spawn_users_on, spawn_users_with};
 
 #[tokio::test]
 async fn when_order_service_is_down_every_transport_answers_503_quickly_and_recovers_when_it_returns()
@@ -40,7 +39,7 @@ async fn when_order_service_is_down_every_transport_answers_503_quickly_and_reco
         let took = started.elapsed();
         assert_eq!(res.status(), 503, "{via} with order-service down");
         assert!(res.headers().contains_key("x-upstream-micros"));
-        let e: ErrorJson = res.json().await.unwrap();
+        let e = problem_of(res).await;
         assert_eq!(e.error, "upstream_unavailable", "{via}: {e:?}");
         assert!(
             took < Duration::from_secs(4),
@@ -125,7 +124,7 @@ async fn an_order_service_that_never_answers_is_a_504_within_the_timeout() {
             .unwrap();
         assert!(micros >= 500_000, "{via}: {micros} µs");
         assert!(took < Duration::from_secs(3), "{via} took {took:?}");
-        let e: ErrorJson = res.json().await.unwrap();
+        let e = problem_of(res).await;
         assert_eq!(e.error, "upstream_timeout");
     }
     // gRPC callers get DEADLINE_EXCEEDED.
@@ -159,15 +158,15 @@ async fn a_connection_that_breaks_with_lookups_pending_fails_them_promptly_inste
         let calls = (0..4).map(|_| users.orders(id, via, ""));
         for res in futures::future::join_all(calls).await {
             assert_eq!(res.status(), 503, "{via}");
-            let e: ErrorJson = res.json().await.unwrap();
+            let e = problem_of(res).await;
             assert_eq!(e.error, "upstream_unavailable", "{via}: {e:?}");
             if matches!(via, Transport::GrpcBidi | Transport::TcpProto) {
                 assert!(
                     ["stream", "connection", "closed", "reset", "broke"]
                         .iter()
-                        .any(|w| e.message.contains(w)),
+                        .any(|w| e.detail.contains(w)),
                     "{via}: the message does not say the connection broke: {}",
-                    e.message
+                    e.detail
                 );
             }
         }

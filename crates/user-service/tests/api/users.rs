@@ -2,7 +2,6 @@
 //! user that does not exist, a taken username; health, readiness, metrics,
 //! OpenAPI; the seed command's idempotence.
 
-use model::json::ErrorJson;
 use prost::Message as _;
 use proto::user::v1 as pb;
 use user_service::domain::{RegisterUserJson, UserEnvelopeJson};
@@ -10,7 +9,9 @@ use user_service::store::postgres::PgStore;
 use user_service::upstream::Transport;
 use uuid::Uuid;
 
-use crate::helpers::{OrderService, fixed_user, spawn_users, spawn_users_on, users_database};
+use crate::helpers::{
+    OrderService, fixed_user, problem_of, spawn_users, spawn_users_on, users_database,
+};
 
 pub(crate) fn form(username: &str) -> RegisterUserJson {
     RegisterUserJson {
@@ -44,13 +45,13 @@ async fn an_unknown_via_is_a_400_that_lists_every_transport() {
         .unwrap();
     for res in [by_query, by_header] {
         assert_eq!(res.status(), 400);
-        let e: ErrorJson = res.json().await.unwrap();
+        let e = problem_of(res).await;
         assert_eq!(
             (e.error.as_str(), e.field.as_deref()),
             ("invalid_argument", Some("via"))
         );
         for t in Transport::ALL {
-            assert!(e.message.contains(t.name()), "{} lacks {t}", e.message);
+            assert!(e.detail.contains(t.name()), "{} lacks {t}", e.detail);
         }
     }
     // gRPC says the same with INVALID_ARGUMENT.
@@ -126,7 +127,7 @@ async fn a_user_that_does_not_exist_is_a_404_without_a_call_to_order_service() {
     ] {
         let res = users.http.get(users.url(&path)).send().await.unwrap();
         assert_eq!(res.status(), 404, "{path}");
-        let e: ErrorJson = res.json().await.unwrap();
+        let e = problem_of(res).await;
         assert_eq!(e.error, "not_found");
     }
     let mut client = users.grpc_client().await;
@@ -157,10 +158,7 @@ async fn a_user_that_does_not_exist_is_a_404_without_a_call_to_order_service() {
         .await
         .unwrap();
     assert_eq!(res.status(), 400);
-    assert_eq!(
-        res.json::<ErrorJson>().await.unwrap().field.as_deref(),
-        Some("id")
-    );
+    assert_eq!(problem_of(res).await.field.as_deref(), Some("id"));
     let one = dataset::fixed_user_id(1);
     for bad in ["limit=0", "limit=10001", "limit=lots", "fields=colour"] {
         let res = users
@@ -262,7 +260,7 @@ async fn registering_a_user_then_reading_it_back_and_a_taken_username_is_409() {
         .await
         .unwrap();
     assert_eq!(res.status(), 409);
-    let e: ErrorJson = res.json().await.unwrap();
+    let e = problem_of(res).await;
     assert_eq!(
         (e.error.as_str(), e.field.as_deref()),
         ("already_exists", Some("username"))
@@ -289,10 +287,7 @@ async fn registering_a_user_then_reading_it_back_and_a_taken_username_is_409() {
         .await
         .unwrap();
     assert_eq!(res.status(), 400);
-    assert_eq!(
-        res.json::<ErrorJson>().await.unwrap().field.as_deref(),
-        Some("birth_date")
-    );
+    assert_eq!(problem_of(res).await.field.as_deref(), Some("birth_date"));
 
     // Protobuf in, protobuf out.
     let body = pb::RegisterUserRequest {
@@ -441,4 +436,150 @@ async fn seeding_twice_inserts_the_data_set_once() {
     assert_eq!(store.seed().await.unwrap(), 1);
     store.pool().close().await;
     db.drop_database().await.unwrap();
+}
+
+/// Every error is `application/problem+json`, also for a client that asked
+/// for protobuf, and gRPC names the bad field in a `google.rpc.BadRequest`
+/// detail, as REST does in `field`.
+#[tokio::test]
+async fn every_error_is_a_problem_and_grpc_names_the_bad_field_in_its_details() {
+    use tonic_types::StatusExt as _;
+    // In memory, with no order-service: no error here needs it.
+    let users = spawn_users_on(user_service::Settings::default(), None).await;
+    let c = &users.http;
+    let proto = |req: reqwest::RequestBuilder| req.header("accept", "application/x-protobuf");
+    let mut bad = form("someone.new");
+    bad.birth_date = "yesterday".into();
+    let bad_pb = pb::RegisterUserRequest {
+        username: "someone.new".into(),
+        first_name: "Some".into(),
+        last_name: "One".into(),
+        email: "some.one@example.com".into(),
+        phone: "+33 6 12 34 56 78".into(),
+        gender: pb::Gender::Female as i32,
+        birth_date: "yesterday".into(),
+    };
+    let one = dataset::fixed_user_id(1);
+    for (req, status, error, field) in [
+        (
+            proto(c.get(users.url("/v1/users/not-a-uuid"))),
+            400,
+            "invalid_argument",
+            Some("id"),
+        ),
+        (
+            proto(c.post(users.url("/v1/users"))).json(&bad),
+            400,
+            "invalid_argument",
+            Some("birth_date"),
+        ),
+        (
+            proto(c.post(users.url("/v1/users")))
+                .header("content-type", "application/x-protobuf")
+                .body(bad_pb.encode_to_vec()),
+            400,
+            "invalid_argument",
+            Some("birth_date"),
+        ),
+        (
+            proto(c.post(users.url("/v1/users")))
+                .header("content-type", "application/x-protobuf")
+                .body(vec![0xFF; 8]),
+            400,
+            "invalid_argument",
+            Some("body"),
+        ),
+        (
+            proto(c.get(users.url(&format!("/v1/users/{one}/orders?via=pigeon")))),
+            400,
+            "invalid_argument",
+            Some("via"),
+        ),
+        (
+            proto(c.get(users.url("/v1/orders"))),
+            400,
+            "invalid_argument",
+            Some("users"),
+        ),
+        (
+            proto(c.post(users.url("/v1/users")))
+                .header("content-type", "text/xml")
+                .body("<user/>"),
+            415,
+            "unsupported_media_type",
+            None,
+        ),
+        (
+            proto(c.get(users.url(&format!("/v1/users/{}", Uuid::from_u128(7))))),
+            404,
+            "not_found",
+            None,
+        ),
+        (
+            proto(c.get(users.url("/v2/nothing"))),
+            404,
+            "not_found",
+            None,
+        ),
+        (
+            proto(c.delete(users.url("/v1/users"))),
+            405,
+            "method_not_allowed",
+            None,
+        ),
+    ] {
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status(), status, "{}", res.url());
+        let e = problem_of(res).await;
+        assert_eq!(
+            (e.error.as_str(), e.field.as_deref()),
+            (error, field),
+            "{e:?}"
+        );
+    }
+    let page = c
+        .get(users.url("/problems/upstream_timeout"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().starts_with("Upstream timeout"));
+
+    let mut g = users.grpc_client().await;
+    let field_of = |s: tonic::Status| {
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+        let bad = s
+            .get_details_bad_request()
+            .unwrap_or_else(|| panic!("no BadRequest detail in {s:?}"));
+        assert_eq!(bad.field_violations.len(), 1, "{bad:?}");
+        let v = &bad.field_violations[0];
+        // The message says the same, prefixed by the field.
+        assert!(s.message().contains(&v.description), "{s:?}");
+        v.field.clone()
+    };
+    let s = g.register_user(bad_pb).await.unwrap_err();
+    assert_eq!(field_of(s), "birth_date");
+    let s = g
+        .get_user(pb::GetUserRequest { id: "nope".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(field_of(s), "id");
+    let s = g
+        .get_user_with_orders(pb::GetUserWithOrdersRequest {
+            id: one.to_string(),
+            via: "pigeon".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field_of(s), "via");
+    let s = g
+        .get_user(pb::GetUserRequest {
+            id: Uuid::from_u128(7).to_string(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::NotFound);
+    assert!(s.get_details_bad_request().is_none(), "{s:?}");
+    users.stop().await;
 }
