@@ -103,7 +103,7 @@ async fn every_transport_carries_one_trace_from_user_service_to_postgres() {
         // The user-service server span that received the request is the root.
         assert!(
             trace.iter().any(|s| s.service == "user-service"
-                && s.name == "http.server"
+                && s.name == "GET /v1/users/{id}/orders"
                 && s.parent_span_id.is_empty()),
             "{t}: no user-service root span in the trace"
         );
