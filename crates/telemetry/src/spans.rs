@@ -449,12 +449,20 @@ where
     }
 }
 
+/// How early before its deadline, as this layer counts it, a dropped call
+/// still counts as cut by its deadline: the deadline enforced outside the
+/// layer started a moment before this layer saw the call.
+const DEADLINE_SLACK: Duration = Duration::from_millis(2);
+
 impl<F> Drop for GrpcFuture<F> {
     fn drop(&mut self) {
         let Some(span) = self.span.as_ref().filter(|_| !self.answered) else {
             return;
         };
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+        if self
+            .deadline
+            .is_some_and(|d| Instant::now() + DEADLINE_SLACK >= d)
+        {
             record_grpc_status(
                 span,
                 tonic::Code::DeadlineExceeded,
@@ -515,7 +523,85 @@ impl<B: http_body::Body> http_body::Body for GrpcBody<B> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use tower::{Layer as _, Service as _};
+    use tracing_subscriber::layer::SubscriberExt as _;
+
     use super::*;
+
+    /// Every value recorded on a span after its creation, as text.
+    #[derive(Debug, Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<(String, String)>>>);
+
+    impl Recorded {
+        fn take(&self) -> Vec<(String, String)> {
+            std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        }
+    }
+
+    impl tracing::field::Visit for Recorded {
+        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((f.name().to_owned(), format!("{v:?}")));
+        }
+    }
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
+        fn on_record(
+            &self,
+            _: &tracing::span::Id,
+            values: &tracing::span::Record<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            values.record(&mut self.clone());
+        }
+    }
+
+    #[test]
+    fn a_call_dropped_unanswered_is_deadline_exceeded_past_its_deadline_and_cancelled_before() {
+        let recorded = Recorded::default();
+        let subscriber = tracing_subscriber::registry().with(recorded.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            for (timeout, wait, code, error) in [
+                ("1m", Duration::from_millis(5), "4", true),
+                ("10S", Duration::ZERO, "1", false),
+            ] {
+                let mut svc =
+                    GrpcStatusLayer::new(Some(Duration::from_secs(30))).layer(tower::service_fn(
+                        |_: http::Request<()>| {
+                            std::future::pending::<
+                                Result<http::Response<()>, std::convert::Infallible>,
+                            >()
+                        },
+                    ));
+                let req = http::Request::builder()
+                    .uri("/order.v2.OrderService/ListOrders")
+                    .header("grpc-timeout", timeout)
+                    .body(())
+                    .unwrap();
+                let span = grpc_server(&req);
+                let mut call = Box::pin(svc.call(req));
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                // tonic polls its layers inside the span.
+                assert!(span.in_scope(|| call.as_mut().poll(&mut cx)).is_pending());
+                std::thread::sleep(wait);
+                drop(call);
+                let got = recorded.take();
+                assert!(
+                    got.contains(&("rpc.grpc.status_code".to_owned(), code.to_owned())),
+                    "{timeout}: {got:?}"
+                );
+                assert_eq!(
+                    got.iter().any(|(k, _)| k == "otel.status_description"),
+                    error,
+                    "{timeout}: {got:?}"
+                );
+            }
+        });
+    }
 
     #[test]
     fn a_grpc_path_splits_into_service_and_method() {
