@@ -94,15 +94,27 @@ pub struct OrderServiceV2 {
 ///
 /// `began_at` ([`proto::timing::clock_nanos`]) is when the request was read:
 /// with `ORDER_SERVER_TIMING` on, the answer carries its pending timing, which
-/// its serialization completes (`proto::timing::encode_lookup`).
+/// its serialization completes (`proto::timing::encode_lookup`). The span
+/// is named by `carrier` ([`telemetry::spans::lookup`]) and records the
+/// lookup's status in gRPC's codes.
 pub async fn lookup(
     orders: &Orders,
+    carrier: telemetry::spans::LookupCarrier,
     r: pb2::LookupOrdersRequest,
     began_at: u64,
 ) -> pb2::LookupOrdersResponse {
-    let span = tracing::info_span!("lookup", otel.kind = "server", request_id = r.request_id);
+    let span = telemetry::spans::lookup(carrier, r.request_id);
     telemetry::propagation::set_parent_from_map(&span, &r.trace_context);
-    lookup_in(orders, r, began_at).instrument(span).await
+    let answer = lookup_in(orders, r, began_at)
+        .instrument(span.clone())
+        .await;
+    match &answer.error {
+        Some(e) => {
+            telemetry::spans::record_grpc_status(&span, tonic::Code::from_i32(e.code), &e.message)
+        }
+        None => telemetry::spans::record_grpc_status(&span, tonic::Code::Ok, ""),
+    }
+    answer
 }
 
 async fn lookup_in(
@@ -304,7 +316,8 @@ impl pb2::order_service_server::OrderService for OrderServiceV2 {
                 let (orders, tx, metrics) = (orders.clone(), tx.clone(), metrics.clone());
                 tokio::spawn(async move {
                     let started = std::time::Instant::now();
-                    let answer = lookup(&orders, r, began_at).await;
+                    let answer =
+                        lookup(&orders, telemetry::spans::LookupCarrier::Bidi, r, began_at).await;
                     record_lookup(&metrics, "grpc-bidi", &answer, started.elapsed());
                     let _ = tx.send(Ok(answer)).await;
                     drop((permit, admitted));
@@ -466,10 +479,12 @@ pub async fn serve(
         .timeout(conn.body_read)
         .http2_keepalive_interval(Some(conn.idle))
         .http2_keepalive_timeout(Some(negotiate::preface::KEEPALIVE_TIMEOUT))
-        .trace_fn(telemetry::propagation::server_span::<()>)
+        .trace_fn(telemetry::spans::grpc_server::<()>)
         // Outermost, so that gRPC-web calls are counted as such.
         .layer(RecordLayer::new(metrics))
         .layer(tonic_web::GrpcWebLayer::new())
+        // Inside gRPC-web, so that a gRPC-web call's status is in real trailers.
+        .layer(telemetry::spans::GrpcStatusLayer::new(Some(conn.body_read)))
         .layer(tower::util::MapResponseLayer::new(
             negotiate::preface::oversize_is_resource_exhausted::<tonic::body::Body>,
         ))

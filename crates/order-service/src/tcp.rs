@@ -326,7 +326,13 @@ where
         let (orders, tx, metrics) = (orders.clone(), tx.clone(), metrics.clone());
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let answer = crate::grpc::lookup(&orders, request, began_at).await;
+            let answer = crate::grpc::lookup(
+                &orders,
+                telemetry::spans::LookupCarrier::Tcp,
+                request,
+                began_at,
+            )
+            .await;
             crate::grpc::record_lookup(&metrics, "tcp", &answer, started.elapsed());
             let _ = tx.send(lookup_frame(answer)).await;
             drop((permit, admitted));

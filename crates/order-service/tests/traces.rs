@@ -345,3 +345,73 @@ async fn a_log_line_inside_a_request_names_its_trace_and_span() {
     );
     db.drop_database().await.unwrap();
 }
+
+/// The server span that is a child of the caller span `caller`.
+fn served<'a>(spans: &'a [ReceivedSpan], caller: &str) -> &'a ReceivedSpan {
+    spans
+        .iter()
+        .find(|s| hex(&s.parent_span_id) == caller)
+        .unwrap_or_else(|| panic!("no span under the caller's span {caller}: {spans:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_mistake_is_named_by_its_route_and_is_not_a_server_error() {
+    let db = common::orders_database().await;
+    let collector = Collector::start().await.unwrap();
+    let child = start(&db.url, &collector, "1.0").await;
+    let http = reqwest::Client::new();
+    let unknown = "00000000-0000-0000-0000-00000000abcd";
+    let mut callers = Vec::new();
+    for (n, path, status) in [
+        (20, format!("/v2/orders/{unknown}"), 404),
+        (21, "/no/such/route".to_owned(), 404),
+        (22, "/v2/orders?user_id=not-a-uuid".to_owned(), 400),
+    ] {
+        let (tp, _, span) = traceparent(n);
+        let res = http
+            .get(format!("http://{}{path}", child.rest))
+            .header("traceparent", tp)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), status, "{path}");
+        callers.push(span);
+    }
+    let mut grpc =
+        pb2::order_service_client::OrderServiceClient::connect(format!("http://{}", child.grpc))
+            .await
+            .unwrap();
+    let (tp, _, span) = traceparent(23);
+    let mut req = tonic::Request::new(pb2::GetOrderRequest {
+        id: unknown.into(),
+        ..Default::default()
+    });
+    req.metadata_mut()
+        .insert("traceparent", tp.parse().unwrap());
+    let e = grpc.get_order(req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    callers.push(span);
+    stop(child).await;
+
+    let spans = collector.spans();
+    let served: Vec<&ReceivedSpan> = callers.iter().map(|c| served(&spans, c)).collect();
+    let [by_id, unrouted, bad_query, get_order] = served[..] else {
+        unreachable!("four calls")
+    };
+    // Named by the route template, never by the path with its id.
+    assert_eq!(by_id.name, "GET /v2/orders/{id}");
+    assert_eq!(by_id.attr("http.route"), Some("/v2/orders/{id}"));
+    assert_eq!(by_id.attr("http.response.status_code"), Some("404"));
+    // No route matched: the method alone.
+    assert_eq!(unrouted.name, "GET");
+    assert_eq!(unrouted.attr("http.route"), None);
+    assert_eq!(unrouted.attr("url.path"), Some("/no/such/route"));
+    assert_eq!(bad_query.name, "GET /v2/orders");
+    assert_eq!(bad_query.attr("http.response.status_code"), Some("400"));
+    assert_eq!(get_order.name, "order.v2.OrderService/GetOrder");
+    assert_eq!(get_order.attr("rpc.grpc.status_code"), Some("5"));
+    for s in [by_id, unrouted, bad_query, get_order] {
+        assert_eq!((s.kind, s.status), ("server", "unset"), "{s:#?}");
+    }
+    db.drop_database().await.unwrap();
+}

@@ -9,6 +9,9 @@
 //!   returned [`Guard`] flushes spans at shutdown.
 //! - [`propagation`]: inject and extract W3C `traceparent` in HTTP headers,
 //!   gRPC metadata and plain string maps (bidi stream messages, raw-TCP frames).
+//! - [`spans`]: server spans named and described by the OpenTelemetry
+//!   semantic conventions (`GET /v2/orders`, `order.v2.OrderService/ListOrders`,
+//!   `http.route`, `rpc.grpc.status_code`, error status).
 //! - [`sampling`]: `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
 //! - [`metrics`]: per-route request statistics and process CPU / memory, as
 //!   Prometheus text.
@@ -20,6 +23,7 @@ pub mod propagation;
 #[cfg(feature = "receiver")]
 pub mod receiver;
 pub mod sampling;
+pub mod spans;
 
 use std::io::IsTerminal as _;
 

@@ -116,30 +116,3 @@ pub fn set_parent_from_map(span: &tracing::Span, map: &HashMap<String, String>) 
         let _ = span.set_parent(cx);
     }
 }
-
-/// A server span for an HTTP or gRPC request, child of the caller's span.
-/// Used as tower-http's `make_span_with` and tonic's `trace_fn`.
-pub fn server_span<B>(req: &http::Request<B>) -> tracing::Span {
-    let grpc = req
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    let span = if grpc {
-        tracing::info_span!(
-            "grpc.server",
-            otel.kind = "server",
-            rpc.method = %req.uri().path(),
-            http.version = ?req.version(),
-        )
-    } else {
-        tracing::info_span!(
-            "http.server",
-            otel.kind = "server",
-            http.method = %req.method(),
-            url.path = %req.uri().path(),
-            http.version = ?req.version(),
-        )
-    };
-    set_parent_from_headers(&span, req.headers());
-    span
-}

@@ -24,6 +24,13 @@ pub struct ReceivedSpan {
     pub parent_span_id: Vec<u8>,
     /// String and integer attributes, as text.
     pub attributes: Vec<(String, String)>,
+    /// `server`, `client`, `internal`, `producer`, `consumer`, or
+    /// `unspecified`.
+    pub kind: &'static str,
+    /// The span's status: `unset`, `ok` or `error`.
+    pub status: &'static str,
+    /// The status's message (an error's description).
+    pub status_message: String,
 }
 
 impl ReceivedSpan {
@@ -38,6 +45,33 @@ impl ReceivedSpan {
 
 #[derive(Debug, Clone, Default)]
 struct Sink(Arc<Mutex<Vec<ReceivedSpan>>>);
+
+fn kind(k: i32) -> &'static str {
+    use opentelemetry_proto::tonic::trace::v1::span::SpanKind as K;
+    match K::try_from(k) {
+        Ok(K::Server) => "server",
+        Ok(K::Client) => "client",
+        Ok(K::Internal) => "internal",
+        Ok(K::Producer) => "producer",
+        Ok(K::Consumer) => "consumer",
+        _ => "unspecified",
+    }
+}
+
+fn status(s: Option<&opentelemetry_proto::tonic::trace::v1::Status>) -> (&'static str, String) {
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode as C;
+    match s {
+        Some(s) => (
+            match C::try_from(s.code) {
+                Ok(C::Ok) => "ok",
+                Ok(C::Error) => "error",
+                _ => "unset",
+            },
+            s.message.clone(),
+        ),
+        None => ("unset", String::new()),
+    }
+}
 
 fn text(v: Option<&Value>) -> String {
     match v {
@@ -65,7 +99,11 @@ impl TraceService for Sink {
                 .unwrap_or_default();
             for ss in rs.scope_spans {
                 for s in ss.spans {
+                    let (status, status_message) = status(s.status.as_ref());
                     spans.push(ReceivedSpan {
+                        kind: kind(s.kind),
+                        status,
+                        status_message,
                         service: service.clone(),
                         name: s.name,
                         trace_id: s.trace_id,

@@ -26,7 +26,8 @@
 //!   REST adapters' connection pools),
 //!   [`upstream::tcp`] (tcp-proto), [`upstream::mux`] (request-id
 //!   multiplexing shared by grpc-bidi and tcp-proto), [`upstream::wire`]
-//!   (counted sockets).
+//!   (counted sockets), [`upstream::semconv`] (each call's client span,
+//!   named and described by the OpenTelemetry semantic conventions).
 //! - [`metrics`]: per-transport counters and histograms, per application,
 //!   rendered as Prometheus text.
 

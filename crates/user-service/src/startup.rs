@@ -203,10 +203,11 @@ impl Application {
             .timeout(conn.body_read)
             .http2_keepalive_interval(Some(conn.idle))
             .http2_keepalive_timeout(Some(negotiate::preface::KEEPALIVE_TIMEOUT))
-            .trace_fn(telemetry::propagation::server_span::<()>)
+            .trace_fn(telemetry::spans::grpc_server::<()>)
             .layer(telemetry::metrics::RecordLayer::new(
                 self.state.metrics.requests.clone(),
             ))
+            .layer(telemetry::spans::GrpcStatusLayer::new(Some(conn.body_read)))
             .layer(tower::util::MapResponseLayer::new(
                 negotiate::preface::oversize_is_resource_exhausted::<tonic::body::Body>,
             ))

@@ -99,11 +99,15 @@ pub fn router(state: RestState) -> Router {
         .method_not_allowed_fallback(negotiate::method_not_allowed)
         // A route layer sees the matched route template, a bounded label.
         .route_layer(telemetry::metrics::RecordLayer::new(state.metrics.clone()))
+        // ... and names the server span after it (`GET /v2/orders/{id}`, or
+        // `order.v2.OrderService/ListOrders` for Connect).
+        .route_layer(telemetry::spans::RouteLayer::new().connect(crate::connect::PREFIX))
         .fallback(not_found)
         .with_state(state)
         .layer(
             tower_http::trace::TraceLayer::new_for_http()
-                .make_span_with(telemetry::propagation::server_span::<axum::body::Body>),
+                .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
+                .on_response(telemetry::spans::OnHttpResponse::default()),
         )
 }
 

@@ -93,6 +93,8 @@ pub fn router(state: AppState) -> Router {
         .route_layer(telemetry::metrics::RecordLayer::new(
             state.metrics.requests.clone(),
         ))
+        // ... and names the server span after it (`GET /v1/users/{id}/orders`).
+        .route_layer(telemetry::spans::RouteLayer::new())
         .fallback(|uri: Uri| async move { WireError::NoRoute(uri.path().to_owned()) })
         .with_state(state)
         // Failures are logged once, by the error mapping, with their cause.
@@ -100,7 +102,8 @@ pub fn router(state: AppState) -> Router {
         // that sends `traceparent`).
         .layer(
             tower_http::trace::TraceLayer::new_for_http()
-                .make_span_with(telemetry::propagation::server_span::<axum::body::Body>)
+                .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
+                .on_response(telemetry::spans::OnHttpResponse::default())
                 .on_failure(()),
         )
 }

@@ -76,7 +76,8 @@ impl ClientTransport for Via {
 }
 
 /// A Connect error as an upstream error: the pool's own failure as it was,
-/// otherwise by code, as [`super::grpc::from_status`] maps gRPC's.
+/// otherwise by code, as [`super::grpc::from_status`] maps gRPC's; the code
+/// is recorded on the call's span.
 fn from_connect(e: &ConnectError) -> UpstreamError {
     use connectrpc::ErrorCode as C;
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -86,6 +87,7 @@ fn from_connect(e: &ConnectError) -> UpstreamError {
         }
         cause = c.source();
     }
+    super::semconv::record_connect_code(e.code.as_str());
     let message = e.message.clone().unwrap_or_default();
     match e.code {
         C::DeadlineExceeded => UpstreamError::Timeout(message),
@@ -101,6 +103,8 @@ fn from_connect(e: &ConnectError) -> UpstreamError {
 pub struct ConnectSource {
     transport: Transport,
     client: OrderServiceClient<Via>,
+    /// The instance called, for the call's span.
+    peer: super::semconv::Peer,
 }
 
 impl std::fmt::Debug for ConnectSource {
@@ -132,11 +136,13 @@ impl ConnectSource {
             .with_compression_policy(connectrpc::CompressionPolicy::disabled());
         Ok(ConnectSource {
             transport,
+            peer: super::semconv::Peer::of_url(&ep.rest_url),
             client: OrderServiceClient::new(Via(Arc::new(pool)), config),
         })
     }
 
     async fn fetch(&self, q: &OrderQuery) -> Result<Vec<Order>, UpstreamError> {
+        self.peer.record();
         let request = model::connect::list_request(q.user_id, q.limit, q.fields);
         let answer = self
             .client

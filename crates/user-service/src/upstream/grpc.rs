@@ -85,6 +85,13 @@ pub(crate) fn from_status(s: &tonic::Status) -> UpstreamError {
     }
 }
 
+/// A call's status as an upstream error, its code recorded on the call's
+/// span.
+pub(crate) fn failed(s: tonic::Status) -> UpstreamError {
+    super::semconv::record_grpc_code(s.code());
+    from_status(&s)
+}
+
 /// Whether a call failed on its connection before order-service answered:
 /// tonic made the status from a transport error (an h2 or hyper error, a
 /// reset, a connection closed under the call, as when a rotated connection
@@ -139,11 +146,12 @@ where
     }
     answer
         .map(|r| {
+            super::semconv::record_grpc_code(tonic::Code::Ok);
             // tonic merges a unary call's trailers into its metadata.
             super::parts::server_timing(r.metadata().as_ref());
             r.into_inner()
         })
-        .map_err(|s| from_status(&s))
+        .map_err(failed)
 }
 
 /// The unary and server-streaming adapters.
@@ -158,6 +166,8 @@ pub struct GrpcSource {
     next: AtomicUsize,
     timeout: Duration,
     metrics: Arc<TransportMetrics>,
+    /// The instance called, for the call's span.
+    peer: super::semconv::Peer,
 }
 
 impl GrpcSource {
@@ -175,6 +185,7 @@ impl GrpcSource {
             next: AtomicUsize::new(0),
             timeout: ep.timeout,
             metrics,
+            peer: super::semconv::Peer::of_url(&ep.grpc_url),
         })
     }
 
@@ -234,17 +245,19 @@ impl GrpcSource {
         let mut stream = client
             .stream_orders(req)
             .await
-            .map_err(|s| from_status(&s))?
+            .map_err(failed)?
             .into_inner();
         let mut orders = Vec::with_capacity(q.limit.min(10_000) as usize);
-        while let Some(msg) = stream.message().await.map_err(|s| from_status(&s))? {
+        while let Some(msg) = stream.message().await.map_err(failed)? {
             let o = msg.order.ok_or_else(|| {
                 UpstreamError::Protocol("a StreamOrdersResponse carried no order".to_owned())
             })?;
             orders.push(o);
         }
+        // The stream ended without an error: its status was OK.
+        super::semconv::record_grpc_code(tonic::Code::Ok);
         if super::parts::recording()
-            && let Some(trailers) = stream.trailers().await.map_err(|s| from_status(&s))?
+            && let Some(trailers) = stream.trailers().await.map_err(failed)?
         {
             super::parts::server_timing(trailers.as_ref());
         }
@@ -264,8 +277,9 @@ impl GrpcSource {
         let answer = client
             .batch_list_orders(req)
             .await
-            .map_err(|s| from_status(&s))?
+            .map_err(failed)?
             .into_inner();
+        super::semconv::record_grpc_code(tonic::Code::Ok);
         if answer.responses.len() != qs.len() {
             return Err(UpstreamError::Protocol(format!(
                 "{} answers to a batch of {} queries",
@@ -293,10 +307,10 @@ impl GrpcSource {
         let mut stream = client
             .batch_stream_orders(req)
             .await
-            .map_err(|s| from_status(&s))?
+            .map_err(failed)?
             .into_inner();
         let mut answers = Vec::with_capacity(qs.len());
-        while let Some(msg) = stream.message().await.map_err(|s| from_status(&s))? {
+        while let Some(msg) = stream.message().await.map_err(failed)? {
             if msg.index as usize != answers.len() || answers.len() == qs.len() {
                 return Err(UpstreamError::Protocol(format!(
                     "the batch stream answered query {} where {} was next of {}",
@@ -307,6 +321,7 @@ impl GrpcSource {
             }
             answers.push(to_domain(msg.orders)?);
         }
+        super::semconv::record_grpc_code(tonic::Code::Ok);
         if answers.len() != qs.len() {
             return Err(UpstreamError::Protocol(format!(
                 "the batch stream ended after {} of {} queries",
@@ -372,6 +387,7 @@ impl OrderSource for GrpcSource {
         q: &'a OrderQuery,
     ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
         Box::pin(async move {
+            self.peer.record();
             match self.transport {
                 Transport::GrpcStream => self.stream(q).await,
                 Transport::GrpcV1 => self.legacy(q).await,
@@ -384,11 +400,14 @@ impl OrderSource for GrpcSource {
         &'a self,
         qs: &'a [OrderQuery],
     ) -> Option<BoxFuture<'a, Result<Vec<Vec<model::Order>>, UpstreamError>>> {
-        match self.transport {
-            Transport::Grpc => Some(Box::pin(self.batch_unary(qs))),
-            Transport::GrpcStream => Some(Box::pin(self.batch_stream(qs))),
-            _ => None,
-        }
+        self.transport.batch_call()?;
+        Some(Box::pin(async move {
+            self.peer.record();
+            match self.transport {
+                Transport::GrpcStream => self.batch_stream(qs).await,
+                _ => self.batch_unary(qs).await,
+            }
+        }))
     }
 }
 
@@ -403,6 +422,8 @@ pub struct BidiSource {
     metrics: Arc<TransportMetrics>,
     /// Time each answer's decode (`USER_UPSTREAM_BREAKDOWN`).
     breakdown: bool,
+    /// The instance called, for the call's span.
+    peer: super::semconv::Peer,
 }
 
 impl BidiSource {
@@ -416,6 +437,7 @@ impl BidiSource {
             ids: Ids::default(),
             metrics,
             breakdown: ep.breakdown,
+            peer: super::semconv::Peer::of_url(&ep.grpc_url),
         })
     }
 
@@ -472,6 +494,7 @@ impl OrderSource for BidiSource {
         q: &'a OrderQuery,
     ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
         Box::pin(async move {
+            self.peer.record();
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
             let channel = self.channels[i].clone();
             let breakdown = self.breakdown;

@@ -33,6 +33,7 @@ use model::json::{OrderPageJson, Problem};
 use prost::Message as _;
 use tokio::sync::Semaphore;
 
+use super::semconv::{self, Peer};
 use super::{
     Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError, to_domain,
     wire,
@@ -494,6 +495,10 @@ pub struct RestSource {
     /// not on the tuned twin.
     gzip: bool,
     zstd: bool,
+    /// The instance called, for the call's span.
+    peer: Peer,
+    /// `scheme://host:port` of the REST port, for the span's `url.full`.
+    origin: String,
 }
 
 impl RestSource {
@@ -532,6 +537,12 @@ impl RestSource {
         };
         Ok(RestSource {
             transport,
+            peer: Peer::of_url(&ep.rest_url),
+            origin: format!(
+                "{}://{}",
+                ep.rest_url.scheme_str().unwrap_or("http"),
+                ep.rest_url.authority().map_or("", |a| a.as_str())
+            ),
             gzip: ep.gzip && !matches!(wire, Wire::H2Direct(_)),
             zstd: ep.zstd && !matches!(wire, Wire::H2Direct(_)),
             wire,
@@ -546,6 +557,8 @@ impl RestSource {
             pq.push_str("&fields=");
             pq.push_str(&q.fields.to_csv());
         }
+        self.peer.record();
+        semconv::record_url(|| format!("{}{pq}", self.origin));
         let accept = if self.proto { PROTOBUF } else { JSON };
         let mut out = Outgoing::get(&pq, accept);
         let accept_encoding = match (self.zstd, self.gzip) {
@@ -563,6 +576,7 @@ impl RestSource {
             Wire::H1Close(p) => p.send(&out).await?,
             Wire::H2Direct(p) => p.get(&pq, accept).await?,
         };
+        semconv::record_http_status(answer.status);
         super::parts::server_timing(&answer.headers);
         super::parts::decoding(|| inflate(answer).and_then(|a| decode(a, self.proto)))
     }

@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod http;
 pub mod mux;
 pub mod parts;
+pub mod semconv;
 pub mod tcp;
 pub mod tuned;
 pub mod wire;
@@ -547,13 +548,15 @@ impl Upstreams {
     /// Fetches over `via`, timed from the first wait for a connection slot to
     /// the last byte, and never for longer than the upstream timeout.
     ///
-    /// The call runs in a client span, `upstream.call`, whose context every
-    /// adapter carries to order-service (headers, metadata, or the message's
-    /// own `trace_context`). Its attributes: the transport, the wait for a
+    /// The call runs in a client span named as the call is (`GET
+    /// /v2/orders`, `order.v2.OrderService/ListOrders`, see [`semconv`]),
+    /// whose context every adapter carries to order-service (headers,
+    /// metadata, or the message's own `trace_context`). Besides the
+    /// conventions' attributes: the transport (`via`), the wait for a
     /// connection slot, the round trip, and the bytes this transport's
     /// sockets moved while the call was open (exactly the call's own bytes
     /// when it was alone on the wire; shared connections add their
-    /// neighbours').
+    /// neighbours'). A failed call's span has status Error and the message.
     pub async fn fetch(
         &self,
         via: Transport,
@@ -575,18 +578,9 @@ impl Upstreams {
         Duration,
         Option<parts::CallParts>,
     ) {
-        let span = tracing::info_span!(
-            "upstream.call",
-            otel.kind = "client",
-            via = %via,
-            user_id = %q.user_id,
-            limit = q.limit,
-            pool_wait_us = tracing::field::Empty,
-            upstream_us = tracing::field::Empty,
-            net.bytes_read = tracing::field::Empty,
-            net.bytes_written = tracing::field::Empty,
-            error = tracing::field::Empty,
-        );
+        let span = semconv::client_span(via, &semconv::Call::of(via));
+        span.record("user_id", tracing::field::display(q.user_id));
+        span.record("limit", q.limit);
         let source = &self.sources[via.index()];
         self.timed(via, span, source.list_orders(q)).await
     }
@@ -618,17 +612,8 @@ impl Upstreams {
         qs: &[OrderQuery],
     ) -> Option<(Result<Vec<Vec<Order>>, UpstreamError>, Duration)> {
         let call = self.sources[via.index()].list_batch(qs)?;
-        let span = tracing::info_span!(
-            "upstream.call",
-            otel.kind = "client",
-            via = %via,
-            queries = qs.len(),
-            pool_wait_us = tracing::field::Empty,
-            upstream_us = tracing::field::Empty,
-            net.bytes_read = tracing::field::Empty,
-            net.bytes_written = tracing::field::Empty,
-            error = tracing::field::Empty,
-        );
+        let span = semconv::client_span(via, &semconv::Call::batch(via)?);
+        span.record("queries", qs.len());
         let (result, elapsed, _) = self.timed(via, span, call).await;
         Some((result, elapsed))
     }
@@ -686,6 +671,7 @@ impl Upstreams {
         );
         if let Err(e) = &result {
             span.record("error", tracing::field::display(e));
+            telemetry::spans::error(&span, &e.to_string());
         }
         (result, elapsed, parts)
     }

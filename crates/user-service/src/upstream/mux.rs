@@ -197,8 +197,13 @@ pub fn answer_to_orders(answer: LookupOrdersResponse) -> Result<Vec<model::Order
     if let Some(t) = &answer.timing {
         super::parts::server(super::parts::ServerParts::of(t));
     }
+    let code = answer
+        .error
+        .as_ref()
+        .map_or(tonic::Code::Ok, |e| tonic::Code::from_i32(e.code));
+    // The lookup's status, in gRPC's codes (raw-TCP frames use them too).
+    super::semconv::record_grpc_code(code);
     if let Some(e) = answer.error {
-        let code = tonic::Code::from_i32(e.code);
         return Err(match code {
             tonic::Code::DeadlineExceeded => UpstreamError::Timeout(e.message),
             tonic::Code::Unavailable => UpstreamError::Unavailable(e.message),

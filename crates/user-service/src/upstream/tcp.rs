@@ -31,6 +31,8 @@ pub struct TcpSource {
     metrics: Arc<TransportMetrics>,
     /// Time each answer's decode (`USER_UPSTREAM_BREAKDOWN`).
     breakdown: bool,
+    /// The instance called, for the call's span.
+    peer: super::semconv::Peer,
 }
 
 /// An answer frame decoded, and how long that took when `timed`.
@@ -66,6 +68,7 @@ impl TcpSource {
             ids: Ids::default(),
             metrics,
             breakdown: ep.breakdown,
+            peer: super::semconv::Peer::of_addr(&ep.tcp_addr),
         }
     }
 
@@ -164,6 +167,7 @@ impl OrderSource for TcpSource {
         q: &'a OrderQuery,
     ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
         Box::pin(async move {
+            self.peer.record();
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
             let link = self.slots[i]
                 .get(|| Self::open(self.dial.clone(), self.metrics.clone(), self.breakdown))

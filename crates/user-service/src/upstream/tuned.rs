@@ -40,7 +40,7 @@ use hyper::body::{Body, Frame};
 use proto::order::v2::{ListOrdersRequest, ListOrdersResponse};
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 
-use super::grpc::{from_status, list_request};
+use super::grpc::list_request;
 use super::http::H2Slots;
 use super::{
     Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError, to_domain,
@@ -357,6 +357,8 @@ pub struct TunedSource {
     client: tonic::client::Grpc<Service>,
     timeout: std::time::Duration,
     metrics: Arc<TransportMetrics>,
+    /// The instance called, for the call's span.
+    peer: super::semconv::Peer,
 }
 
 impl std::fmt::Debug for TunedSource {
@@ -384,10 +386,12 @@ impl TunedSource {
             client,
             timeout: ep.timeout,
             metrics,
+            peer: super::semconv::Peer::of_url(&ep.grpc_url),
         })
     }
 
     async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
+        self.peer.record();
         let mut client = self.client.clone();
         let mut req = tonic::Request::new(list_request(q));
         req.set_timeout(self.timeout);
@@ -405,7 +409,8 @@ impl TunedSource {
         let answer: tonic::Response<ListOrdersResponse> = client
             .unary(req, path, FrozenCodec::<ListOrdersRequest, _>::default())
             .await
-            .map_err(|s| from_status(&s))?;
+            .map_err(super::grpc::failed)?;
+        super::semconv::record_grpc_code(tonic::Code::Ok);
         super::parts::server_timing(answer.metadata().as_ref());
         super::parts::decoding(|| to_domain(answer.into_inner().orders))
     }
