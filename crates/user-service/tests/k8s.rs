@@ -261,6 +261,7 @@ fn every_variable_is_a_setting_and_every_port_and_probe_is_the_binary_s() {
             assert_eq!(endpoint.port, Some(pgtest::compose::JAEGER_OTLP_GRPC_PORT));
         }
         jaeger_v2_runs_the_composes_configuration(overlay, &objs);
+        grafana_and_prometheus_find_the_dashboard_and_the_pods(overlay, &objs);
 
         services_select_pods_and_name_their_ports(overlay, &objs);
         every_container_is_locked_down(overlay, &objs);
@@ -399,6 +400,52 @@ fn the_copies_kustomize_needs_are_their_sources() {
         file("deploy/jaeger/config.yaml"),
         "run scripts/k8s-sync"
     );
+    assert_eq!(
+        file("deploy/k8s/base/grafana-dashboard.json"),
+        file("deploy/grafana/dashboards/msa-transport-lab.json"),
+        "run scripts/k8s-sync"
+    );
+}
+
+/// The dashboard of compose's Grafana is in a ConfigMap a Grafana sidecar
+/// picks up, and both services' pods ask to be scraped on their REST port
+/// (the port their container names `rest`), at /metrics.
+fn grafana_and_prometheus_find_the_dashboard_and_the_pods(overlay: &str, objs: &[Value]) {
+    let cm = objs
+        .iter()
+        .find(|o| {
+            text(&o["kind"]) == "ConfigMap"
+                && text(&o["metadata"]["name"]).starts_with("grafana-dashboard-msa-transport-lab")
+        })
+        .unwrap_or_else(|| panic!("{overlay}: no dashboard ConfigMap"));
+    assert_eq!(text(&cm["metadata"]["labels"]["grafana_dashboard"]), "1");
+    assert_eq!(
+        text(&cm["data"]["msa-transport-lab.json"]),
+        file("deploy/grafana/dashboards/msa-transport-lab.json"),
+        "{overlay}"
+    );
+    for name in ["order-service", "user-service"] {
+        let meta = s(
+            find(objs, "Deployment", name),
+            &["spec", "template", "metadata", "annotations"],
+        );
+        assert_eq!(
+            text(&meta["prometheus.io/scrape"]),
+            "true",
+            "{overlay}: {name}"
+        );
+        assert_eq!(
+            text(&meta["prometheus.io/path"]),
+            "/metrics",
+            "{overlay}: {name}"
+        );
+        let port: u16 = text(&meta["prometheus.io/port"]).parse().expect("a port");
+        assert_eq!(
+            ports(container(objs, name)).get("rest"),
+            Some(&port),
+            "{overlay}: {name} is scraped on another port than REST"
+        );
+    }
 }
 
 #[test]
