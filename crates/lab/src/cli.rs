@@ -86,8 +86,23 @@ pub enum Cmd {
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The experiment, or `all` (`lab list` says what each measures).
-    #[arg(value_parser = experiment_names())]
-    pub experiment: String,
+    #[arg(value_parser = experiment_names(), required_unless_present = "resume")]
+    pub experiment: Option<String>,
+    /// Continue an interrupted run in its results directory DIR: the same
+    /// plan and timing, the rounds already measured kept, the missing ones
+    /// measured, one report over all of it that says when each part ran.
+    /// Refused when the commit, the service binaries, the plan or the store
+    /// differ from the first part's, unless --force. Takes no experiment and
+    /// no option that shapes the plan (they come from DIR/run.json); a run
+    /// on Postgres needs its --database-url again.
+    #[arg(long, value_name = "DIR", conflicts_with_all = [
+        "quick", "rounds", "duration", "warmup", "transports", "sizes", "target", "out",
+    ])]
+    pub resume: Option<PathBuf>,
+    /// With --resume: resume although the commit, the binaries, the plan or
+    /// the store differ; the report lists what differed.
+    #[arg(long, requires = "resume")]
+    pub force: bool,
     /// A short version: fewer sizes and rates, 2 rounds of 2 s after 1 s of
     /// warm-up (`lab run all --quick` takes a few minutes on 2 cores).
     #[arg(long)]
@@ -195,7 +210,9 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
                 .join(" ");
             let out = session::run(
                 RunOptions {
-                    experiment: Some(a.experiment),
+                    experiment: a.experiment,
+                    resume: a.resume,
+                    force: a.force,
                     quick: a.quick,
                     rounds: a.rounds,
                     duration_s: a.duration,
@@ -312,7 +329,7 @@ mod tests {
         let Cmd::Run(a) = c.command else {
             panic!("not run")
         };
-        assert_eq!(a.experiment, "all");
+        assert_eq!(a.experiment.as_deref(), Some("all"));
         assert!(a.quick);
         let c = Cli::try_parse_from([
             "lab",
@@ -336,11 +353,33 @@ mod tests {
         let Cmd::Run(a) = c.command else {
             panic!("not run")
         };
-        assert_eq!(a.experiment, "wire-size");
+        assert_eq!(a.experiment.as_deref(), Some("wire-size"));
         assert_eq!(a.rounds, Some(5));
         assert_eq!(a.transports.expect("set").len(), 2);
         assert_eq!(a.sizes, Some(vec![1, 100]));
         assert!(a.pin);
+    }
+
+    #[test]
+    fn resume_takes_a_directory_and_no_plan_and_force_needs_it() {
+        let c =
+            Cli::try_parse_from(["lab", "run", "--resume", "/tmp/r/x", "--force"]).expect("parses");
+        let Cmd::Run(a) = c.command else {
+            panic!("not run")
+        };
+        assert_eq!(a.resume.as_deref(), Some(Path::new("/tmp/r/x")));
+        assert!(a.force && a.experiment.is_none());
+        for clash in ["--quick", "--sizes=1", "--rounds=2", "--transports=grpc"] {
+            assert!(
+                Cli::try_parse_from(["lab", "run", "--resume", "/tmp/r/x", clash]).is_err(),
+                "{clash}"
+            );
+        }
+        assert!(Cli::try_parse_from(["lab", "run", "payload", "--force"]).is_err());
+        assert!(
+            Cli::try_parse_from(["lab", "run"]).is_err(),
+            "an experiment or --resume"
+        );
     }
 
     #[test]

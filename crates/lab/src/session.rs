@@ -67,6 +67,12 @@ pub struct RunOptions {
     /// Measure this already-running stack: nothing is built, started or
     /// restarted.
     pub target: Option<services::Target>,
+    /// Continue the interrupted run in this results directory: its plan,
+    /// its rounds kept, the missing ones measured.
+    pub resume: Option<PathBuf>,
+    /// Resume even when the commit, the binaries, the plan or the store
+    /// differ from the first part's; the report says so.
+    pub force: bool,
     /// The command line, for the report.
     pub command: String,
 }
@@ -102,6 +108,84 @@ pub struct RunInfo {
     /// (HAProxy missing, say): listed in the report, not failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<Skipped>,
+    /// A content hash of each service binary the run measured, so that a
+    /// resumed run can tell whether they are the same.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub binaries: BTreeMap<String, String>,
+    /// Each part of the run: one, or more when it was resumed
+    /// (`lab run --resume`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<RunPart>,
+}
+
+/// One stretch of a run, from its start (or resumption) to its end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunPart {
+    pub started_at: String,
+    pub elapsed_s: f64,
+    /// Measurements this part made.
+    pub measured: u32,
+    /// "complete", or how far it got.
+    pub outcome: String,
+    /// What differed from the first part when `--force` resumed anyway.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forced: Vec<String>,
+}
+
+/// A content hash of a file: 64-bit SipHash-1-3 with zero keys (std's
+/// `DefaultHasher`), as hex. Enough to tell two builds apart; not a
+/// security measure.
+fn content_hash(path: &Path) -> anyhow::Result<String> {
+    use std::hash::Hasher as _;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(&bytes);
+    Ok(format!("{:016x} ({} bytes)", h.finish(), bytes.len()))
+}
+
+/// What keeps a run from being resumed as it is: each difference between
+/// the first part and now, in words.
+fn resume_differences(before: &RunInfo, now: &RunInfo) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let (b, n) = (&before.machine, &now.machine);
+    if (b.git_commit.as_str(), b.git_dirty) != (n.git_commit.as_str(), n.git_dirty) {
+        let dirty = |d: bool| if d { " with uncommitted changes" } else { "" };
+        diffs.push(format!(
+            "the commit: {}{} then, {}{} now",
+            b.git_commit,
+            dirty(b.git_dirty),
+            n.git_commit,
+            dirty(n.git_dirty)
+        ));
+    }
+    for (name, then) in &before.binaries {
+        let now = now.binaries.get(name).map_or("none", String::as_str);
+        if then != now {
+            diffs.push(format!("the {name} binary: {then} then, {now} now"));
+        }
+    }
+    if before.plans != now.plans {
+        let changed: Vec<&str> = before
+            .plans
+            .keys()
+            .chain(now.plans.keys())
+            .filter(|k| before.plans.get(*k) != now.plans.get(*k))
+            .map(String::as_str)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        diffs.push(format!("the plan of {}", changed.join(", ")));
+    }
+    if before.store != now.store {
+        diffs.push(format!(
+            "the store: {} then, {} now",
+            before.store, now.store
+        ));
+    }
+    if b.k6 != n.k6 {
+        diffs.push(format!("k6: {} then, {} now", b.k6, n.k6));
+    }
+    diffs
 }
 
 /// The cells that need HAProxy taken out of `cells`, each as skipped with
@@ -193,6 +277,25 @@ pub fn default_timing(quick: bool) -> Timing {
 }
 
 fn validate(opts: &RunOptions) -> anyhow::Result<()> {
+    if opts.resume.is_some() {
+        for (given, flag) in [
+            (opts.experiment.is_some(), "an experiment"),
+            (opts.quick, "--quick"),
+            (opts.rounds.is_some(), "--rounds"),
+            (opts.duration_s.is_some(), "--duration"),
+            (opts.warmup_s.is_some(), "--warmup"),
+            (opts.transports.is_some(), "--transports"),
+            (opts.sizes.is_some(), "--sizes"),
+            (opts.target.is_some(), "--target"),
+            (opts.out.is_some(), "--out"),
+        ] {
+            if given {
+                bail!("--resume continues a run with its own plan: {flag} cannot be given with it");
+            }
+        }
+    } else if opts.force {
+        bail!("--force only applies to --resume");
+    }
     if let Some(ts) = &opts.transports {
         for t in ts {
             if !transports::is_known(t) {
@@ -268,24 +371,58 @@ pub fn plan(entries: &[&'static dyn Entry], knobs: &Knobs) -> anyhow::Result<Pla
 pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<Outcome> {
     crate::measure::procfs::require_procfs()?;
     validate(&opts)?;
-    let experiment = opts
-        .experiment
-        .clone()
-        .unwrap_or_else(|| experiments::ALL.to_owned());
+    // A resumed run takes everything that shapes its plan from its first part.
+    let earlier = match &opts.resume {
+        Some(dir) => {
+            let (info, results) =
+                load(dir).with_context(|| format!("--resume {}", dir.display()))?;
+            if info.target.is_some() {
+                bail!(
+                    "--resume {}: a run against --target cannot be resumed",
+                    dir.display()
+                );
+            }
+            if info.knobs.on_postgres && opts.database_url.is_none() {
+                bail!(
+                    "--resume {}: the run measured on Postgres ({}); give its --database-url again",
+                    dir.display(),
+                    info.store
+                );
+            }
+            Some((dir.clone(), info, results))
+        }
+        None => None,
+    };
+    let experiment = match &earlier {
+        Some((_, info, _)) => info.experiment.clone(),
+        None => opts
+            .experiment
+            .clone()
+            .unwrap_or_else(|| experiments::ALL.to_owned()),
+    };
     let entries = experiments::expand(&experiment)?;
-    let knobs = Knobs {
-        quick: opts.quick,
-        transports: opts.transports.clone(),
-        sizes: opts.sizes.clone(),
-        on_postgres: opts.database_url.is_some(),
+    let knobs = match &earlier {
+        Some((_, info, _)) => Knobs {
+            on_postgres: opts.database_url.is_some(),
+            ..info.knobs.clone()
+        },
+        None => Knobs {
+            quick: opts.quick,
+            transports: opts.transports.clone(),
+            sizes: opts.sizes.clone(),
+            on_postgres: opts.database_url.is_some(),
+        },
     };
     let Planned { plans, schedules } = plan(&entries, &knobs)?;
-    let d = default_timing(opts.quick);
-    let timing = Timing {
-        rounds: opts.rounds.unwrap_or(d.rounds),
-        duration_s: opts.duration_s.unwrap_or(d.duration_s),
-        warmup_s: opts.warmup_s.unwrap_or(d.warmup_s),
-        restarted: opts.target.is_none(),
+    let d = default_timing(knobs.quick);
+    let timing = match &earlier {
+        Some((_, info, _)) => info.timing,
+        None => Timing {
+            rounds: opts.rounds.unwrap_or(d.rounds),
+            duration_s: opts.duration_s.unwrap_or(d.duration_s),
+            warmup_s: opts.warmup_s.unwrap_or(d.warmup_s),
+            restarted: opts.target.is_none(),
+        },
     };
     if let Some(t) = &opts.target {
         t.check().context("--target")?;
@@ -320,14 +457,20 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     }
     let started_at = chrono::Utc::now();
     let results_root = opts.out.clone().unwrap_or_else(|| root.join("results"));
-    let dir = results_root.join(format!(
-        "{}-{experiment}",
-        started_at.format("%Y%m%dT%H%M%SZ"),
-    ));
+    let dir = match &earlier {
+        Some((dir, ..)) => dir.clone(),
+        None => results_root.join(format!(
+            "{}-{experiment}",
+            started_at.format("%Y%m%dT%H%M%SZ"),
+        )),
+    };
     std::fs::create_dir_all(dir.join("logs"))
         .with_context(|| format!("creating {}", dir.display()))?;
     std::fs::create_dir_all(dir.join("rounds"))?;
-    println!("results: {}", dir.display());
+    match &earlier {
+        Some(_) => println!("results: {} (resumed)", dir.display()),
+        None => println!("results: {}", dir.display()),
+    }
 
     let k6_bin = k6::find_or_install(root)?;
     let k6_version = k6::version(&k6_bin)?;
@@ -351,6 +494,14 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
             }
         }
     }
+    let binaries = if opts.target.is_none() {
+        [("order-service", &bins.order), ("user-service", &bins.user)]
+            .into_iter()
+            .map(|(n, p)| Ok((n.to_owned(), content_hash(p)?)))
+            .collect::<anyhow::Result<BTreeMap<_, _>>>()?
+    } else {
+        BTreeMap::new()
+    };
     let databases = opts
         .database_url
         .as_deref()
@@ -453,7 +604,45 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         service_env: BTreeMap::new(),
         target: opts.target.clone(),
         skipped: Vec::new(),
+        binaries,
+        parts: Vec::new(),
     };
+    // What the first part measured, kept; what differs since, refused
+    // unless forced.
+    let mut forced = Vec::new();
+    let mut kept = None;
+    if let Some((dir, before, results)) = earlier {
+        let diffs = resume_differences(&before, &info);
+        if !diffs.is_empty() {
+            if !opts.force {
+                bail!(
+                    "cannot resume {}: {} differ{} from when it started; pass --force to resume anyway (the report then says so)",
+                    dir.display(),
+                    diffs.join("; "),
+                    if diffs.len() == 1 { "s" } else { "" }
+                );
+            }
+            println!("resuming despite: {}", diffs.join("; "));
+            forced = diffs;
+        }
+        info.started_at.clone_from(&before.started_at);
+        info.command.clone_from(&before.command);
+        info.machine = before.machine.clone();
+        info.binaries.clone_from(&before.binaries);
+        info.parts = if before.parts.is_empty() {
+            // A run from before parts were recorded: its one part.
+            vec![RunPart {
+                started_at: before.started_at.clone(),
+                elapsed_s: before.elapsed_s.unwrap_or(0.0),
+                measured: results.records.len() as u32 + results.probes.len() as u32,
+                outcome: before.outcome.clone(),
+                forced: Vec::new(),
+            }]
+        } else {
+            before.parts.clone()
+        };
+        kept = Some(results);
+    }
     write_json(&dir.join("run.json"), &info)?;
     services::seed(&svc)?;
 
@@ -513,6 +702,13 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     );
     let t0 = Instant::now();
     let mut lab = Lab::new(root.to_path_buf(), k6_bin, svc, timing, dir.clone(), stop);
+    if let Some(results) = kept {
+        let n = lab.keep(results);
+        println!("resume: {n} measurements kept from earlier parts; the missing ones follow");
+    }
+    // Measurements held: rounds and probe rounds with their numbers.
+    let held = |lab: &Lab| (lab.results.records.len() + lab.results.probes.len()) as u32;
+    let kept_before = held(&lab);
     lab.plan_more(planned);
 
     let result = (|| -> anyhow::Result<()> {
@@ -535,7 +731,6 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     };
     let _ = std::fs::remove_dir_all(dir.join("tmp"));
     let (done, planned) = lab.progress();
-    info.elapsed_s = Some(t0.elapsed().as_secs_f64());
     if let Some(first) = lab.results.records.first() {
         info.service_env.clone_from(&first.service_env);
     }
@@ -544,6 +739,14 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     } else {
         format!("complete: {done} measurements")
     };
+    info.parts.push(RunPart {
+        started_at: started_at.to_rfc3339(),
+        elapsed_s: t0.elapsed().as_secs_f64(),
+        measured: held(&lab) - kept_before,
+        outcome: info.outcome.clone(),
+        forced,
+    });
+    info.elapsed_s = Some(info.parts.iter().map(|p| p.elapsed_s).sum());
     write_json(&dir.join("run.json"), &info)?;
     write_json(&dir.join("failures.json"), &lab.results.failures)?;
     let report = build_report(&info, &lab.results);
@@ -575,6 +778,42 @@ pub fn load(dir: &Path) -> anyhow::Result<(RunInfo, Results)> {
         )
     })?;
     Ok((info, Results::load(dir)?))
+}
+
+/// When each part of a resumed run ran, and what a forced resumption
+/// overrode; `None` for a run made in one part.
+fn parts_text(info: &RunInfo) -> Option<String> {
+    if info.parts.len() < 2 {
+        return None;
+    }
+    let parts: Vec<String> = info
+        .parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let forced = if p.forced.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; resumed with --force although {} differed",
+                    p.forced.join("; ")
+                )
+            };
+            format!(
+                "part {} from {} for {}, {} measurements ({}){forced}",
+                i + 1,
+                p.started_at,
+                human_duration(p.elapsed_s),
+                p.measured,
+                p.outcome
+            )
+        })
+        .collect();
+    Some(format!(
+        "resumed: in {} parts; {}",
+        info.parts.len(),
+        parts.join("; ")
+    ))
 }
 
 /// Renders a results directory's report again.
@@ -723,6 +962,9 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
         run: serde_json::to_value(info).unwrap_or_default(),
         ..Report::default()
     };
+    if let Some(parts) = parts_text(info) {
+        report.meta.push(("parts".into(), parts));
+    }
     let vias = info.knobs.transports();
     if [transports::GRPC_TUNED, transports::H2C_PROTO_TUNED]
         .iter()

@@ -301,6 +301,24 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
         elapsed_s: Some(200.0),
         outcome: "complete: synthetic".into(),
         service_env: Default::default(),
+        binaries: Default::default(),
+        // Interrupted once and resumed, so that the report says so.
+        parts: vec![
+            crate::session::RunPart {
+                started_at: "2026-01-01T00:00:00Z".into(),
+                elapsed_s: 120.0,
+                measured: 10,
+                outcome: "interrupted after 10 of 20 planned measurements: a partial report".into(),
+                forced: Vec::new(),
+            },
+            crate::session::RunPart {
+                started_at: "2026-01-01T01:00:00Z".into(),
+                elapsed_s: 80.0,
+                measured: 10,
+                outcome: "complete: 20 measurements".into(),
+                forced: vec!["k6: k6 v1.0.0 then, k6 v1.1.0 now".into()],
+            },
+        ],
     };
     (info, results)
 }

@@ -1,10 +1,15 @@
 //! Ctrl-C in the middle of a run: the services and k6 are killed, the rounds
-//! already finished are kept, and a partial report says so.
+//! already finished are kept, and a partial report says so. `--resume` then
+//! measures only what is missing, keeps the rounds on disk as they were, and
+//! its report says when each part ran; it refuses other binaries unless
+//! forced.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -24,7 +29,7 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
         duration_s: Some(2.0),
         warmup_s: Some(1.0),
         out: Some(out.clone()),
-        bin_dir: Some(bins),
+        bin_dir: Some(bins.clone()),
         transports: Some(vec!["h1-json".into(), "grpc".into()]),
         sizes: Some(vec![1]),
         target: None,
@@ -81,5 +86,115 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
         md.contains("interrupted after"),
         "the report says it is partial"
     );
+
+    // Resumed: the same plan, the finished rounds kept byte for byte, the
+    // missing ones measured, and nothing measured twice.
+    let rounds = |dir: &std::path::Path| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(dir.join("rounds"))
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                (
+                    e.file_name().into_string().unwrap(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect()
+    };
+    let first = rounds(&outcome.dir);
+    let resume = |bin_dir: PathBuf, force: bool| RunOptions {
+        resume: Some(outcome.dir.clone()),
+        force,
+        bin_dir: Some(bin_dir),
+        command: "lab run --resume (interrupt test)".into(),
+        ..Default::default()
+    };
+    let again = session::run(
+        resume(bins.clone(), false),
+        &common::root(),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect("the run resumes");
+    assert_eq!(again.dir, outcome.dir, "in the same directory");
+    assert!(!again.interrupted);
+    let all = rounds(&outcome.dir);
+    for (name, bytes) in &first {
+        assert_eq!(all.get(name), Some(bytes), "{name} was kept as it was");
+    }
+    let (info, results) = load(&outcome.dir).unwrap();
+    assert_eq!(
+        results.records.len(),
+        6,
+        "2 cells × 3 rounds: {:?}",
+        all.keys()
+    );
+    let mut measured: Vec<_> = results
+        .records
+        .iter()
+        .map(|r| (r.cell.id(), r.round))
+        .collect();
+    measured.sort();
+    measured.dedup();
+    assert_eq!(measured.len(), 6, "no round measured twice");
+    assert!(info.outcome.starts_with("complete"), "{}", info.outcome);
+    assert_eq!(info.parts.len(), 2, "{:?}", info.parts);
+    assert_eq!(
+        info.parts[0].measured as usize + info.parts[1].measured as usize,
+        6
+    );
+    assert_eq!(info.parts[1].measured as usize, 6 - first.len());
+    let md = std::fs::read_to_string(outcome.dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("resumed: in 2 parts"),
+        "the report says it was resumed"
+    );
+
+    // Other binaries: refused, naming them; with --force, resumed (nothing
+    // is left to measure) and said so.
+    let other = common::temp_dir("other-binaries");
+    for b in ["order-service", "user-service"] {
+        std::fs::copy(bins.join(b), other.join(b)).unwrap();
+    }
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(other.join("user-service"))
+            .unwrap();
+        f.write_all(b"another build").unwrap();
+    }
+    let refused = session::run(
+        resume(other.clone(), false),
+        &common::root(),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .unwrap_err();
+    let msg = format!("{refused:#}");
+    assert!(
+        msg.contains("user-service binary") && msg.contains("--force"),
+        "{msg}"
+    );
+    assert!(!msg.contains("order-service binary"), "{msg}");
+    session::run(
+        resume(other.clone(), true),
+        &common::root(),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect("forced");
+    let (info, results) = load(&outcome.dir).unwrap();
+    assert_eq!(results.records.len(), 6, "nothing new to measure");
+    assert_eq!(info.parts.len(), 3);
+    assert!(
+        info.parts[2]
+            .forced
+            .iter()
+            .any(|d| d.contains("user-service binary"))
+    );
+    let md = std::fs::read_to_string(outcome.dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("resumed with --force although"),
+        "the report says so"
+    );
+    let _ = std::fs::remove_dir_all(&other);
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -69,8 +69,12 @@ fn the_report_records_machine_versions_commit_and_settings() {
         "2 rounds × 2.00 s measured after 1.00 s warm-up",
         "in memory",
         "`lab run payload --quick`",
+        // The synthetic run was interrupted once and resumed with --force.
+        "resumed: in 2 parts; part 1 from 2026-01-01T00:00:00Z for 2 min 00 s, 10 measurements (interrupted after 10 of 20",
+        "part 2 from 2026-01-01T01:00:00Z",
+        "resumed with --force although k6: k6 v1.0.0 then, k6 v1.1.0 now differed",
     ] {
-        assert!(md.contains(needle), "report lacks {needle:?}");
+        assert!(md.contains(needle), "report lacks {needle:?}\n{md}");
     }
 }
 

@@ -87,6 +87,39 @@ impl Lab {
         }
     }
 
+    /// Takes the measurements of earlier parts of a resumed run: their
+    /// rounds, probes and benchmarks are not measured again. Their failures
+    /// are dropped, as what failed is measured again. Returns how many
+    /// measurements were kept.
+    pub fn keep(&mut self, earlier: Results) -> u32 {
+        // New round files are numbered after the kept ones.
+        self.seq = std::fs::read_dir(self.rounds_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.split('-').next()?.parse::<u32>().ok()
+            })
+            .max()
+            .unwrap_or(0);
+        let n = (earlier.records.len() + earlier.probes.len()) as u32;
+        self.results = Results {
+            failures: Vec::new(),
+            ..earlier
+        };
+        self.progress.done += n;
+        n
+    }
+
+    /// Whether a round of a cell is already measured (a resumed run).
+    fn measured(&self, cell: &Cell, round: u32) -> bool {
+        self.results
+            .records
+            .iter()
+            .any(|r| r.round == round && r.cell == *cell)
+    }
+
     /// Adds `n` measurements to the plan the progress line counts against.
     pub fn plan_more(&mut self, n: u32) {
         self.progress.planned += n;
@@ -121,6 +154,9 @@ impl Lab {
         for round in 1..=self.timing.rounds {
             for (experiment, cell) in cells {
                 let experiment = experiment.as_str();
+                if self.measured(cell, round) {
+                    continue;
+                }
                 self.check_stop()?;
                 match self.measure(experiment, cell, round) {
                     Ok(rec) => self.results.records.push(rec),
@@ -134,6 +170,14 @@ impl Lab {
     /// Runs a probe once per round on freshly started services.
     pub fn run_probe(&mut self, experiment: &str, probe: &Probe) -> anyhow::Result<()> {
         for round in 1..=self.timing.rounds {
+            if self
+                .results
+                .probes
+                .iter()
+                .any(|p| p.experiment == experiment && p.round == round)
+            {
+                continue;
+            }
             self.check_stop()?;
             let started = Instant::now();
             let header = format!("{experiment} probe round {round}");
@@ -205,6 +249,9 @@ impl Lab {
     /// Runs a benchmark; a failure is recorded, not raised (the load cells
     /// of the run stay usable), except an interruption.
     pub fn run_bench(&mut self, experiment: &str, bench: Bench) -> anyhow::Result<()> {
+        if self.results.bench_of(experiment).is_some() {
+            return Ok(());
+        }
         self.check_stop()?;
         let cx = BenchContext {
             root: self.root.clone(),
