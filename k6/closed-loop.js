@@ -1,6 +1,6 @@
 // Closed loop: VUS virtual users, each sending its next lookup as soon as the
-// previous one is answered. Throughput is what the system gives back; seed
-// 001's payload table (50 VUs, 30 s) was measured this way.
+// previous one is answered. Throughput is what the system gives back; the
+// Spring Boot post's payload table (50 VUs, 30 s) was measured this way.
 //
 //   k6 run k6/closed-loop.js                                   # grpc, 100 orders, 10 VUs, 30 s
 //   k6 run -e VIA=h1-json -e ORDERS=1000 -e VUS=50 k6/closed-loop.js

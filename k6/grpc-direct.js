@@ -1,10 +1,11 @@
 // Load order-service's gRPC ListOrders directly with k6's own gRPC client:
-// seed 001's load-tool pitfall, made reproducible.
+// the Spring Boot post's load-tool pitfall, made reproducible (the README's
+// "Sources" names the posts).
 //
 // k6 has no generated stubs: it parses the .proto at start and converts every
 // message to and from a JavaScript object through protobuf reflection, on the
 // load generator's CPU. With large answers that conversion, not gRPC, is what
-// this script measures: seed 001 first read "gRPC is 3.3x slower than REST"
+// this script measures: the Spring Boot post first read "gRPC is 3.3x slower than REST"
 // out of exactly this. Compare its numbers with the same query made through
 // user-service (k6/closed-loop.js with VIA=grpc: the `upstream_micros` Trend
 // is the round trip measured by a compiled client), and look at k6's own CPU.

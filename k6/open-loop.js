@@ -1,7 +1,7 @@
 // Open loop: RATE iterations start every second whatever the answers do
 // (k6's constant-arrival-rate executor). When every VU is busy the iteration
 // is not sent but counted in `dropped_iterations`: the overload signal of
-// seed 001's connection-budget table. Tail latency rises before drops appear.
+// the Spring Boot post's connection-budget table. Tail latency rises before drops appear.
 //
 //   k6 run k6/open-loop.js                                     # grpc, 100 orders, 500/s, 30 s
 //   k6 run -e VIA=h1-json -e RATE=4000 -e MAX_VUS=200 k6/open-loop.js

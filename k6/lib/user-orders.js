@@ -140,8 +140,8 @@ export const COUNTING = 'good-answers-1';
 export const goodAnswers = new Counter('good_answers');
 export const goodDuration = new Trend('good_duration', true);
 // The round trip user-service measured around its call to order-service
-// (the `x-upstream-micros` header) on good answers: the number seed 001
-// trusted, because it does not include the load tool's own client.
+// (the `x-upstream-micros` header) on good answers: the number the Spring
+// Boot post trusted, because it does not include the load tool's own client.
 export const upstreamMicros = new Trend('upstream_micros');
 // Where each good answer's round trip went (the `x-upstream-parts` header,
 // given when user-service records it: USER_UPSTREAM_BREAKDOWN, with

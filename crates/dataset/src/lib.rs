@@ -165,7 +165,7 @@ const NOTES: [&str; 6] = [
 ];
 static GENDERS: [&str; 3] = ["FEMALE", "MALE", "OTHER"];
 const COUPONS: [&str; 4] = ["WELCOME10", "SPRING25", "FREESHIP", "LOYAL5"];
-/// How many products the catalog has (seed 003's shop had 603).
+/// How many products the catalog has (the type-fix post's shop had 603).
 pub const PRODUCTS: u64 = 600;
 
 /// A user of the data set.

@@ -840,7 +840,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
              table names; k6 drives user-service's `GET /v1/users/{id}/orders` on the same machine. \
              **Upstream** figures are measured inside user-service around its call (the \
              `x-upstream-micros` header, recorded per request by k6), so the load tool's own client \
-             is not in them (seed 001's pitfall); **end-to-end** figures are k6's. Only good \
+             is not in them (the Spring Boot post's pitfall); **end-to-end** figures are k6's. Only good \
              answers count (a 200 over the transport asked for with the expected body): rates, \
              latencies and CPU per request are theirs, and a round with more than 1% bad answers \
              is left out. CPU per request comes from /proc (utime + stime) over the window from \

@@ -2,8 +2,8 @@
 //! 1 to 10,000 orders, typed (v2) and all-strings (v1), with and without the
 //! conversion between the domain type and the wire type.
 //!
-//! Seed 004 timed JSON against protobuf on one object (protobuf about 2.5x
-//! faster); seed 003 found that using the generated message directly, instead
+//! The RestTemplate post timed JSON against protobuf on one object (protobuf
+//! about 2.5x faster); the type-fix post found that using the generated message directly, instead
 //! of converting it, was faster still. The `wire` rows here are the encoding
 //! alone, from and to the wire type; the `domain` rows add the conversion a
 //! service does on each side (domain -> wire before encoding, wire -> domain

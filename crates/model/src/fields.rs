@@ -105,8 +105,8 @@ impl FieldSet {
     /// Every field.
     pub const ALL: FieldSet = FieldSet((1 << 16) - 1);
 
-    /// The six fields of the `schema` experiment's narrow selection (seed 003
-    /// asked for 6 of about 60).
+    /// The six fields of the `schema` experiment's narrow selection (the type-fix
+    /// post asked for 6 of about 60).
     pub const SUMMARY: [OrderField; 6] = [
         OrderField::Id,
         OrderField::ProductName,

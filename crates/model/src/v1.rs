@@ -1,4 +1,4 @@
-//! The legacy all-strings form (seed 003's v1), to and from the domain type.
+//! The legacy all-strings form (the type-fix post's v1), to and from the domain type.
 //!
 //! Money is a decimal string with two places ("12.50"), booleans are
 //! "true"/"false", times RFC 3339 with microseconds. An absent optional and an

@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! - [`order::v2`]: the current, typed order API (unary, server streaming, bidi).
-//! - [`order::v1`]: the legacy all-strings order API of seed 003.
+//! - [`order::v1`]: the legacy all-strings order API of the type-fix post.
 //! - [`user::v1`]: user-service's own API.
 //! - [`timing`]: the codec every generated service uses, with the timing of
 //!   a call's parts.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-/// Gender as seed 000's form recorded it.
+/// Gender as the Go post's form recorded it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Gender {
@@ -279,7 +279,7 @@ pub struct UserOrdersJson {
     pub orders: Vec<model::json::OrderJson>,
 }
 
-/// A registration form in JSON (seed 000's `User`).
+/// A registration form in JSON (the Go post's `User`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterUserJson {

@@ -74,7 +74,8 @@ pub struct Settings {
     pub grpc_addr: SocketAddr,
 
     /// Postgres URL of the users database. Unset: users live in memory,
-    /// seeded from the data set (the "no database" runs of seed 001).
+    /// seeded from the data set (as the Spring Boot post measured: no
+    /// database behind the hop).
     #[arg(long, env = "USER_DATABASE_URL")]
     pub database_url: Option<DatabaseUrl>,
 

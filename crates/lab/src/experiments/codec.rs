@@ -39,7 +39,7 @@ impl Experiment for Codec {
     type Plan = CodecPlan;
     const NAME: &'static str = "codec";
     const ABOUT: &'static str =
-        "Serialization alone, no network: the criterion benchmark (seeds 003, 004)";
+        "Serialization alone, no network: the criterion benchmark (the type-fix and RestTemplate posts)";
 
     fn target() -> Result<(), &'static str> {
         Err("it is a benchmark of this machine's code, not of services")
@@ -346,9 +346,9 @@ fn section(run: Option<&CodecRun>, sizes: &[u32]) -> Section {
     s.para(
         "The encoding without any network: serde_json against prost for the same orders, typed \
          (`order.v2`) and all-strings (`order.v1`), timed by criterion in one process. `wire` is \
-         the wire type alone (seed 003's \"use the generated message directly\"); `domain` adds \
+         the wire type alone (the type-fix post's \"use the generated message directly\"); `domain` adds \
          the conversion each service does between its domain type and the wire type, as \
-         order-service and user-service do on every call (seed 004's micro-test). The round trip \
+         order-service and user-service do on every call (the RestTemplate post's micro-test). The round trip \
          is encode plus decode, both with the conversion: what one hop costs its two ends. The \
          benchmark runs once per round, as the end-to-end cells do: a cell is the median of the \
          rounds' medians ± half their range (with one round, ± half criterion's 95% confidence \

@@ -1,6 +1,6 @@
 //! `factorial`: {HTTP/1.1, HTTP/2} × {JSON, protobuf} at the shared load,
 //! split into the main effects of the wire and the encoding and their
-//! interaction (seed 001's open question). Its cells are the payload
+//! interaction (the Spring Boot post's open question). Its cells are the payload
 //! grid's.
 
 use serde::{Deserialize, Serialize};
@@ -66,7 +66,7 @@ impl Experiment for Factorial {
 fn section(p: &FactorialPlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "factorial",
-        "Factorial: {HTTP/1.1, HTTP/2} × {JSON, protobuf} — wire or encoding? (seed 001's open question)",
+        "Factorial: {HTTP/1.1, HTTP/2} × {JSON, protobuf} — wire or encoding? (the Spring Boot post's open question)",
     );
     s.para(method(
         cx.timing,

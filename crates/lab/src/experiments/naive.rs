@@ -1,5 +1,5 @@
 //! `naive`: a new connection per call against pooled keep-alive under
-//! concurrency: connections opened and sockets left in TIME_WAIT (seed 000).
+//! concurrency: connections opened and sockets left in TIME_WAIT (the Go post).
 
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +31,7 @@ impl Experiment for Naive {
     type Plan = NaivePlan;
     const NAME: &'static str = "naive";
     const ABOUT: &'static str =
-        "New connection per call vs pooled keep-alive: churn and TIME_WAIT (seed 000)";
+        "New connection per call vs pooled keep-alive: churn and TIME_WAIT (the Go post)";
 
     fn target() -> Result<(), &'static str> {
         Err("it counts sockets left in TIME_WAIT on order-service's port from this machine's /proc")
@@ -63,7 +63,7 @@ impl Experiment for Naive {
 fn section(p: &NaivePlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "naive",
-        "Naive: a new connection per call vs pooled keep-alive (seed 000)",
+        "Naive: a new connection per call vs pooled keep-alive (the Go post)",
     );
     let ports = crate::measure::procfs::ephemeral_ports();
     s.para(method(
@@ -71,7 +71,7 @@ fn section(p: &NaivePlan, cx: &Context) -> Section {
         &format!(
             "Closed loop, {} VUs, {} order per call, pool {} (h1-json may hold that many \
              keep-alive connections; h1-json-close opens one per call, as Go's default \
-             `http.Post` did in seed 000). TIME_WAIT sockets are counted from /proc/net/tcp on \
+             `http.Post` did in the Go post). TIME_WAIT sockets are counted from /proc/net/tcp on \
              order-service's REST port (either end), new during the measured run; Linux keeps \
              each for 60 s. Ephemeral ports on this machine: {}",
             p.vus,

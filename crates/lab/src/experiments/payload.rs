@@ -1,5 +1,6 @@
-//! `payload`: every transport × orders per call (seed 001 §4, seed 000's
-//! very large data), closed loop at the shared load.
+//! `payload`: every transport × orders per call (the Spring Boot post's
+//! payload table, the Go post's very large data), closed loop at the shared
+//! load.
 
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +50,7 @@ impl Experiment for Payload {
     type Plan = PayloadPlan;
     const NAME: &'static str = "payload";
     const ABOUT: &'static str =
-        "Every transport × 1/10/100/1,000/10,000 orders per call (seed 001 §4, seed 000)";
+        "Every transport × 1/10/100/1,000/10,000 orders per call (the Spring Boot and Go posts)";
 
     fn target() -> Result<(), &'static str> {
         Ok(())
@@ -75,7 +76,7 @@ impl Experiment for Payload {
 fn section(p: &PayloadPlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "payload",
-        "Payload: every transport × orders per call (seed 001 §4, seed 000's large data)",
+        "Payload: every transport × orders per call (the Spring Boot post's payload table, the Go post's large data)",
     );
     let base = baseline(&p.transports);
     s.para(method(
@@ -103,7 +104,7 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
             Metric::UpP95,
             "Upstream p95, µs: user-service's round trip to order-service",
         ),
-        (Metric::E2eMax, "End-to-end max, ms (seed 001's tail)"),
+        (Metric::E2eMax, "End-to-end max, ms (the Spring Boot post's tail)"),
         (
             Metric::CpuServices,
             "CPU per request, µs: user-service + order-service",

@@ -1,5 +1,5 @@
 //! `pitfall`: k6's own gRPC client calling order-service directly against
-//! the same call timed inside user-service (seed 001's first, wrong
+//! the same call timed inside user-service (the Spring Boot post's first, wrong
 //! "gRPC is 3.3× slower").
 
 use serde::{Deserialize, Serialize};
@@ -24,7 +24,7 @@ impl Experiment for Pitfall {
     type Plan = PitfallPlan;
     const NAME: &'static str = "pitfall";
     const ABOUT: &'static str =
-        "k6's own gRPC client at order-service vs the call timed in user-service (seed 001)";
+        "k6's own gRPC client at order-service vs the call timed in user-service (the Spring Boot post)";
 
     fn target() -> Result<(), &'static str> {
         Err("k6 calls order-service's gRPC port directly and its cells are compared with services it started")
@@ -62,7 +62,7 @@ impl Experiment for Pitfall {
 fn section(p: &PitfallPlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "pitfall",
-        "Pitfall: k6's own gRPC client vs the call timed inside user-service (seed 001)",
+        "Pitfall: k6's own gRPC client vs the call timed inside user-service (the Spring Boot post)",
     );
     s.para(method(
         cx.timing,
@@ -72,7 +72,7 @@ fn section(p: &PitfallPlan, cx: &Context) -> Section {
              has no generated stubs and converts every message through protobuf reflection into \
              JavaScript objects, on the load generator's CPU. Row two: the same `ListOrders` made by \
              user-service's compiled tonic client (`via=grpc`) and timed there, while k6 drives \
-             user-service over HTTP/1.1 — the measurement seed 001 switched to after its first, \
+             user-service over HTTP/1.1 — the measurement the Spring Boot post switched to after its first, \
              wrong \"gRPC is 3.3× slower\"",
             Knobs::VUS
         ),

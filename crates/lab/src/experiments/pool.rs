@@ -1,6 +1,7 @@
 //! `pool`: a connection budget of 1 or 4 per transport, open loop at
-//! rising rates until k6 drops iterations (seed 001 §5): a ladder per
-//! transport and pool that stops at its first rate with drops.
+//! rising rates until k6 drops iterations (the Spring Boot post's
+//! connection-budget table): a ladder per transport and pool that stops at
+//! its first rate with drops.
 
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +60,7 @@ impl Experiment for Pool {
     type Plan = PoolPlan;
     const NAME: &'static str = "pool";
     const ABOUT: &'static str =
-        "Pool 1 and 4, open loop at rising rates until drops appear (seed 001 §5)";
+        "Pool 1 and 4, open loop at rising rates until drops appear (the Spring Boot post)";
 
     fn target() -> Result<(), &'static str> {
         Err("it sets user-service's connection budget per cell (USER_POOL_SIZE), which needs a restart")
@@ -114,7 +115,7 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
     let d = cx.data;
     let mut s = Section::new(
         "pool",
-        "Pool: connection budget 1 vs 4, open loop at rising rates (seed 001 §5)",
+        "Pool: connection budget 1 vs 4, open loop at rising rates (the Spring Boot post's connection budget)",
     );
     s.para(method(
         cx.timing,
@@ -318,7 +319,7 @@ fn tail_reading(tails: &[(String, f64, f64)]) -> String {
     let verdict = if tail_first * 2 > tails.len() {
         format!(
             "on {tail_first} of {} the tail grew more than the median: saturation shows in the \
-             tail first, as seed 001 found",
+             tail first, as the Spring Boot post found",
             tails.len()
         )
     } else {

@@ -1,10 +1,11 @@
 //! The `rtt` experiment: the same calls with 0, 1, 5 and 20 ms of round-trip
 //! time between user-service and order-service, at a fixed pool.
 //!
-//! Every seed post measured on one host, where a round trip is nearly free,
-//! and seed 001 noted that this favours HTTP/1.1. Here user-service dials
-//! order-service through the lab's in-process [`delay_proxy`], which holds
-//! every byte RTT/2 in each direction. With more callers than connections,
+//! Every post the lab reproduces measured on one host, where a round trip
+//! is nearly free, and the Spring Boot post noted that this favours
+//! HTTP/1.1. Here user-service dials order-service through the lab's
+//! in-process [`delay_proxy`], which holds every byte RTT/2 in each
+//! direction. With more callers than connections,
 //! HTTP/1.1 has at most `pool` calls in flight, so its rate is capped near
 //! `pool / RTT`, while HTTP/2, gRPC and raw TCP multiplex every caller over
 //! the same connections. RTT 0 goes through the proxy too (with no delay),

@@ -1,5 +1,5 @@
 //! `schema`: the legacy all-strings `order.v1` against the typed
-//! `order.v2`, all 16 fields against a six-field selection (seed 003).
+//! `order.v2`, all 16 fields against a six-field selection (the type-fix post).
 
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +22,7 @@ pub struct SchemaPlan {
 impl Experiment for Schema {
     type Plan = SchemaPlan;
     const NAME: &'static str = "schema";
-    const ABOUT: &'static str = "Legacy all-strings v1 vs typed v2, all fields vs six (seed 003)";
+    const ABOUT: &'static str = "Legacy all-strings v1 vs typed v2, all fields vs six (the type-fix post)";
 
     fn target() -> Result<(), &'static str> {
         Ok(())
@@ -60,7 +60,7 @@ impl Experiment for Schema {
 fn section(p: &SchemaPlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "schema",
-        "Schema: legacy all-strings v1 vs typed v2, all fields vs six (seed 003)",
+        "Schema: legacy all-strings v1 vs typed v2, all fields vs six (the type-fix post)",
     );
     s.para(method(
         cx.timing,

@@ -1,6 +1,6 @@
 //! `streaming`: one front-end request for N users' first orders, which
 //! user-service fetches as N unary calls (REST or gRPC), N lookups on its
-//! bidi streams, one batch call, or one server stream (seed 002).
+//! bidi streams, one batch call, or one server stream (the bidi-stream post).
 
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +95,7 @@ impl StreamingPlan {
 impl Experiment for Streaming {
     type Plan = StreamingPlan;
     const NAME: &'static str = "streaming";
-    const ABOUT: &'static str = "one request for N users' first orders, fetched as N unary calls, N bidi lookups, one batch call or one server stream (seed 002)";
+    const ABOUT: &'static str = "One request for N users' first orders, fetched as N unary calls, N bidi lookups, one batch call or one server stream (the bidi-stream post)";
 
     fn target() -> Result<(), &'static str> {
         Ok(())
@@ -138,8 +138,8 @@ fn method_text(p: &StreamingPlan, cx: &Context) -> String {
              is that request: its answer is the same bytes in every variant, held by k6 to one \
              length and by user-service's `x-upstream-calls` header to the calls the variant makes. \
              Only what user-service does behind it differs: {}. order-service's store: {}; it \
-             reads a batch's {n} queries from it concurrently, as it does {n} separate calls. Seed 002's \
-             service looped over the backend one call at a time; here the {n} calls leave together, \
+             reads a batch's {n} queries from it concurrently, as it does {n} separate calls. The bidi-stream \
+             post's service looped over the backend one call at a time; here the {n} calls leave together, \
              as a service fanning out would send them",
             p.vus,
             ways.join("; "),
@@ -152,7 +152,7 @@ fn section(p: &StreamingPlan, cx: &Context) -> Section {
     let n = p.n;
     let mut s = Section::new(
         "streaming",
-        "Streaming: N users' orders as N unary calls, N bidi lookups, one batch call or one server stream (seed 002)",
+        "Streaming: N users' orders as N unary calls, N bidi lookups, one batch call or one server stream (the bidi-stream post)",
     );
     s.para(method_text(p, cx));
     let variants = p.variants();

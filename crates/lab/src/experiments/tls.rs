@@ -1,8 +1,8 @@
 //! The `tls` experiment: every transport with and without TLS between
 //! user-service and order-service, at the same load.
 //!
-//! Seed 000 left "HTTP/2 with TLS" open, and every seed measured cleartext.
-//! Here the run makes a throwaway CA and server certificate (rcgen), and a
+//! The Go post left "HTTP/2 with TLS" open, and every post the lab
+//! reproduces measured cleartext. Here the run makes a throwaway CA and server certificate (rcgen), and a
 //! TLS cell starts order-service with every listener on TLS and user-service
 //! dialling it over TLS; the cleartext cell beside it is the same cell
 //! without. The report gives the cost of TLS as round-by-round ratios, the
@@ -27,7 +27,7 @@ impl Experiment for Tls {
     type Plan = TlsPlan;
     const NAME: &'static str = "tls";
     const ABOUT: &'static str =
-        "Every transport with and without TLS: cost, bytes, handshakes (seed 000's open question)";
+        "Every transport with and without TLS: cost, bytes, handshakes (the Go post's open question)";
 
     fn target() -> Result<(), &'static str> {
         Err("it starts order-service with certificates it makes, and user-service trusting them")

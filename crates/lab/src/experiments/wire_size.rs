@@ -1,4 +1,5 @@
-//! `wire-size`: bytes per call on the wire, each way (seed 001 §6).
+//! `wire-size`: bytes per call on the wire, each way (the Spring Boot
+//! post's wire-size table).
 //!
 //! Byte counts do not depend on load, so this experiment sends a few calls
 //! one at a time instead of running k6:
@@ -47,7 +48,7 @@ impl Experiment for WireSize {
     type Plan = WirePlan;
     const NAME: &'static str = "wire-size";
     const ABOUT: &'static str =
-        "Bytes per call: REST JSON, REST protobuf, gRPC, gRPC-web (seed 001 §6)";
+        "Bytes per call: REST JSON, REST protobuf, gRPC, gRPC-web (the Spring Boot post)";
 
     fn target() -> Result<(), &'static str> {
         Ok(())
@@ -350,7 +351,7 @@ pub fn grpc_web_orders(body: &[u8]) -> anyhow::Result<usize> {
 fn section(p: &WirePlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "wire-size",
-        "Wire size: bytes per call, each way (seed 001 §6)",
+        "Wire size: bytes per call, each way (the Spring Boot post's wire-size table)",
     );
     s.para(format!(
         "Not a load test: after {} uncounted calls, {} calls one at a time per transport and size, \

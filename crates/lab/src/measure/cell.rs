@@ -9,11 +9,11 @@ use crate::measure::procfs::TcpStates;
 use crate::measure::prom::Upstream;
 
 /// The `via` of cells where k6's own gRPC client calls order-service
-/// directly (`k6/grpc-direct.js`): seed 001's load-tool pitfall. No
+/// directly (`k6/grpc-direct.js`): the Spring Boot post's load-tool pitfall. No
 /// user-service hop is measured in them.
 pub const K6_GRPC_DIRECT: &str = "k6-grpc-direct";
 
-/// The six order fields of seed 003's selection (of the 16 an order has).
+/// The six order fields of the type-fix post's selection (of the 16 an order has).
 pub const SIX_FIELDS: &str = "id,product_name,total_minor,currency,status,created_at";
 
 /// The data set's user owning exactly `orders` orders (0, 1, 10, 100, 1,000

@@ -1,7 +1,7 @@
 //! The two services as child processes: building them, starting them on
 //! free ports, waiting for readiness, and stopping them.
 //!
-//! Every round gets fresh processes (seed 001: a reused process measured 12%
+//! Every round gets fresh processes (the Spring Boot post: a reused process measured 12%
 //! differently), on fresh ports, so that sockets left in TIME_WAIT by one
 //! round are never counted in the next. Each child runs in its own process
 //! group: a Ctrl-C in the terminal reaches the lab only, and the lab decides

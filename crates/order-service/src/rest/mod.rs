@@ -398,7 +398,7 @@ pub struct ListV1Params {
     page_token: Option<String>,
 }
 
-/// The legacy all-strings listing (seed 003's v1): every field a string.
+/// The legacy all-strings listing (the type-fix post's v1): every field a string.
 #[utoipa::path(
     get, path = "/v1/orders", params(ListV1Params),
     responses(

@@ -1,8 +1,8 @@
 //! Where orders live: one trait, two stores.
 //!
 //! [`postgres::PgStore`] is the real one; [`memory::MemoryStore`] holds the data
-//! set in memory for the runs that measure protocol overhead alone (seed 001
-//! ran without a database on purpose) and for a demo with no set-up. Both load
+//! set in memory for the runs that measure protocol overhead alone (the Spring
+//! Boot post ran without a database on purpose) and for a demo with no set-up. Both load
 //! the same deterministic data set and answer every query identically.
 
 pub mod memory;

@@ -2,7 +2,7 @@
 //!
 //! Queries bind every value. The column list of a read is built from the
 //! field selection, from a fixed table of column names, so that a narrow
-//! `fields=` really reads less from the database (seed 003 measured how little
+//! `fields=` really reads less from the database (the type-fix post measured how little
 //! that saves once the row is found; this lets the lab measure it again). That
 //! dynamic column list is why these queries are checked by the tests rather
 //! than by `query!` at compile time.

@@ -11,7 +11,7 @@
 //!   connections nor N calls in flight. Callers beyond N wait for a slot, and
 //!   the wait counts in the upstream time.
 //! - [`H1Close`]: the same N slots, but every call opens its own connection
-//!   and sends `Connection: close` (seed 000's default `http.Post`).
+//!   and sends `Connection: close` (the Go post's default `http.Post`).
 //! - [`H2Pool`]: N HTTP/2 connections (prior knowledge, no upgrade),
 //!   round-robin, every call a stream on one of them.
 //!
