@@ -26,14 +26,29 @@ async fn metrics_count_requests_per_protocol_and_route() {
     })
     .await
     .unwrap();
+    // Made-up gRPC methods: tonic answers UNIMPLEMENTED, and they share one
+    // series instead of adding one per path.
+    for i in 0..5 {
+        let res = app
+            .h2c()
+            .post(format!("http://{}/made.Up/Method{i}", app.grpc))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.headers()["grpc-status"], "12");
+    }
 
     let text = app.metrics_text().await;
+    assert!(!text.contains("made.Up"), "{text}");
     for line in [
         "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",code=\"200\",grpc_code=\"\"} 3",
         "order_requests_total{protocol=\"http1\",route=\"/v2/orders\",code=\"400\",grpc_code=\"\"} 1",
         "order_requests_total{protocol=\"h2c\",route=\"/v2/orders\",code=\"200\",grpc_code=\"\"} 1",
         "order_requests_total{protocol=\"grpc\",route=\"/order.v2.OrderService/ListOrders\",code=\"200\",grpc_code=\"OK\"} 1",
         "order_request_errors_total{protocol=\"http1\",route=\"/v2/orders\"} 0",
+        "order_requests_total{protocol=\"grpc\",route=\"unmatched\",code=\"200\",grpc_code=\"UNIMPLEMENTED\"} 5",
         "# TYPE order_request_duration_seconds histogram",
         "order_request_duration_seconds_count{protocol=\"http1\",route=\"/v2/orders\"} 4",
         "order_request_duration_seconds_bucket{protocol=\"http1\",route=\"/v2/orders\",le=\"+Inf\"} 4",

@@ -393,6 +393,21 @@ pub fn outcome_of<B>(res: &http::Response<B>) -> Outcome {
     }
 }
 
+/// The label of a path no route or method matched.
+pub const UNMATCHED: &str = "unmatched";
+
+/// The `route` label of a request: its matched route template, else its
+/// path, unless nothing answered to that path (HTTP 404, gRPC
+/// UNIMPLEMENTED): then [`UNMATCHED`], so that a client sending made-up
+/// paths cannot grow the series without bound.
+fn route_label(matched: Option<String>, path: String, outcome: Outcome) -> String {
+    match matched {
+        Some(route) => route,
+        None if outcome.http == Some(404) || outcome.grpc == Some(12) => UNMATCHED.to_owned(),
+        None => path,
+    }
+}
+
 /// A tower layer that records every request in a [`RequestMetrics`]. On an
 /// axum router, add it with `route_layer` so that it sees the matched route.
 #[derive(Debug, Clone)]
@@ -442,11 +457,13 @@ where
         let started = Instant::now();
         let protocol = protocol_of(&req);
         // Under axum's `route_layer` the matched template (`/v2/orders/{id}`)
-        // is known: a bounded label. gRPC paths are bounded by the services.
-        let route = req
+        // is known: a bounded label. A gRPC path is a method the service
+        // has, unless the answer says it has none: see `route_label`.
+        let matched = req
             .extensions()
             .get::<axum::extract::MatchedPath>()
-            .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+            .map(|p| p.as_str().to_owned());
+        let path = req.uri().path().to_owned();
         let metrics = self.metrics.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -455,6 +472,7 @@ where
                 Ok(r) => outcome_of(r),
                 Err(_) => Outcome::failed(),
             };
+            let route = route_label(matched, path, outcome);
             metrics.record(protocol, &route, outcome, started.elapsed());
             res
         })
@@ -548,6 +566,48 @@ mod tests {
         assert_eq!(garbled.grpc, Some(2));
         assert_eq!(grpc_code_name(8), "RESOURCE_EXHAUSTED");
         assert_eq!(grpc_code_name(99), "UNKNOWN");
+    }
+
+    #[tokio::test]
+    async fn made_up_paths_share_one_series() {
+        use tower::{Layer as _, ServiceExt as _};
+        let m = Arc::new(RequestMetrics::new("order"));
+        // A gRPC server that knows one method and answers UNIMPLEMENTED to
+        // every other path, as tonic's router does.
+        let svc = tower::service_fn(|req: http::Request<()>| async move {
+            let code = if req.uri().path() == "/o.S/Known" {
+                "0"
+            } else {
+                "12"
+            };
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .header("grpc-status", code)
+                    .body(())
+                    .expect("response"),
+            )
+        });
+        let svc = RecordLayer::new(m.clone()).layer(svc);
+        for path in (0..50)
+            .map(|i| format!("/made.Up/M{i}"))
+            .chain(["/o.S/Known".into()])
+        {
+            let req = http::Request::builder()
+                .uri(path)
+                .header("content-type", "application/grpc")
+                .body(())
+                .expect("request");
+            svc.clone().oneshot(req).await.expect("answered");
+        }
+        let out = text(&m);
+        assert!(!out.contains("made.Up"), "{out}");
+        assert!(out.contains(
+            r#"order_requests_total{protocol="grpc",route="unmatched",code="200",grpc_code="UNIMPLEMENTED"} 50"#
+        ));
+        assert!(out.contains(
+            r#"order_requests_total{protocol="grpc",route="/o.S/Known",code="200",grpc_code="OK"} 1"#
+        ));
     }
 
     #[test]
