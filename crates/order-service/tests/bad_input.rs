@@ -10,6 +10,7 @@ mod common;
 
 use common::{Backend, TestApp, spawn, spawn_with};
 use model::json::Problem;
+use pgtest::problem::problem_of;
 use proto::order::v2 as pb2;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic_types::StatusExt as _;
@@ -28,24 +29,6 @@ async fn rest_error(app: &TestApp, req: reqwest::RequestBuilder, status: u16) ->
         .await
         .unwrap();
     assert_eq!(ok.status(), 200);
-    e
-}
-
-/// The RFC 9457 problem of an error answer, checked for what every problem
-/// has: the media type, `status` equal to the answer's, a `type` that names
-/// the `error` kind, a title and a detail.
-async fn problem_of(res: reqwest::Response) -> Problem {
-    let status = res.status().as_u16();
-    assert_eq!(
-        res.headers()["content-type"],
-        "application/problem+json",
-        "{:?}",
-        res.url()
-    );
-    let e: Problem = res.json().await.unwrap();
-    assert_eq!(e.status, status, "{e:?}");
-    assert_eq!(e.type_uri, format!("/problems/{}", e.error), "{e:?}");
-    assert!(!e.title.is_empty() && !e.detail.is_empty(), "{e:?}");
     e
 }
 

@@ -434,28 +434,7 @@ async fn the_openapi_document_describes_every_route() {
     assert!(doc["paths"]["/v2/orders"]["post"]["requestBody"].is_object());
     assert!(doc["components"]["schemas"]["OrderJson"]["properties"]["total_minor"].is_object());
     // Every error answer is documented as an RFC 9457 problem, and only so.
-    let mut errors = 0;
-    for (path, item) in doc["paths"].as_object().unwrap() {
-        for (method, op) in item.as_object().unwrap() {
-            for (status, res) in op["responses"].as_object().unwrap() {
-                if status.as_str() < "400" {
-                    continue;
-                }
-                errors += 1;
-                let content = res["content"].as_object().unwrap();
-                assert_eq!(
-                    content.keys().collect::<Vec<_>>(),
-                    ["application/problem+json"],
-                    "{method} {path} {status}"
-                );
-                assert_eq!(
-                    content["application/problem+json"]["schema"]["$ref"],
-                    "#/components/schemas/Problem",
-                    "{method} {path} {status}"
-                );
-            }
-        }
-    }
+    let errors = pgtest::problem::openapi_errors_are_problems(&doc);
     assert!(errors > 10, "{errors} error answers documented");
     let problem = &doc["components"]["schemas"]["Problem"];
     let mut required: Vec<_> = problem["required"]

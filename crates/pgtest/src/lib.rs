@@ -30,6 +30,7 @@
 pub mod compose;
 pub mod flood;
 pub mod health;
+pub mod problem;
 pub mod process;
 pub mod proxy;
 pub mod schemathesis;

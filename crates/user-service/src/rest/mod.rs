@@ -533,27 +533,7 @@ mod tests {
     #[test]
     fn the_openapi_error_answers_are_all_rfc_9457_problems() {
         let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
-        let mut errors = 0;
-        for (path, item) in doc["paths"].as_object().unwrap() {
-            for (method, op) in item.as_object().unwrap() {
-                for (status, res) in op["responses"].as_object().unwrap() {
-                    if status.as_str() < "400" {
-                        continue;
-                    }
-                    errors += 1;
-                    let content = res["content"].as_object().unwrap();
-                    assert_eq!(
-                        content.keys().collect::<Vec<_>>(),
-                        [PROBLEM_JSON],
-                        "{method} {path} {status}"
-                    );
-                    assert_eq!(
-                        content[PROBLEM_JSON]["schema"]["$ref"], "#/components/schemas/Problem",
-                        "{method} {path} {status}"
-                    );
-                }
-            }
-        }
+        let errors = pgtest::problem::openapi_errors_are_problems(&doc);
         assert!(errors > 10, "{errors} error answers documented");
         assert!(doc["components"]["schemas"]["Problem"]["properties"]["field"].is_object());
     }

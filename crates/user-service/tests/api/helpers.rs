@@ -329,21 +329,4 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// The RFC 9457 problem of an error answer, checked for what every problem
-/// has: the media type (whatever the request's `Accept` said), `status`
-/// equal to the answer's, a `type` that names the `error` kind, a title
-/// and a detail.
-pub async fn problem_of(res: reqwest::Response) -> model::json::Problem {
-    let status = res.status().as_u16();
-    assert_eq!(
-        res.headers()["content-type"],
-        "application/problem+json",
-        "{:?}",
-        res.url()
-    );
-    let e: model::json::Problem = res.json().await.unwrap();
-    assert_eq!(e.status, status, "{e:?}");
-    assert_eq!(e.type_uri, format!("/problems/{}", e.error), "{e:?}");
-    assert!(!e.title.is_empty() && !e.detail.is_empty(), "{e:?}");
-    e
-}
+pub use pgtest::problem::problem_of;
