@@ -91,8 +91,8 @@ pub struct RunArgs {
     /// Continue an interrupted run in its results directory DIR: the same
     /// plan and timing, the rounds already measured kept, the missing ones
     /// measured, one report over all of it that says when each part ran.
-    /// Refused when the commit, the service binaries, the plan, the store or
-    /// k6's version differ from the first part's, unless --force. Takes no experiment and
+    /// Refused when the commit, the service binaries, the plan, the store,
+    /// k6's version or the machine differ from the first part's, unless --force. Takes no experiment and
     /// no option that shapes the plan (they come from DIR/run.json); a run
     /// on Postgres needs its --database-url again.
     #[arg(long, value_name = "DIR", conflicts_with_all = [
@@ -100,7 +100,7 @@ pub struct RunArgs {
     ])]
     pub resume: Option<PathBuf>,
     /// With --resume: resume although the commit, the binaries, the plan, the
-    /// store or k6's version differ; the report lists what differed.
+    /// store, k6's version or the machine differ; the report lists what differed.
     #[arg(long, requires = "resume")]
     pub force: bool,
     /// A short version: fewer sizes and rates, 2 rounds of 2 s after 1 s of

@@ -185,6 +185,15 @@ fn resume_differences(before: &RunInfo, now: &RunInfo) -> Vec<String> {
     if b.k6 != n.k6 {
         diffs.push(format!("k6: {} then, {} now", b.k6, n.k6));
     }
+    let host = |m: &Machine| {
+        format!(
+            "{} cores, {}, {:.1} GiB, Linux {}, {}",
+            m.cores, m.cpu_model, m.memory_gib, m.kernel, m.rustc
+        )
+    };
+    if host(b) != host(n) {
+        diffs.push(format!("the machine: {} then, {} now", host(b), host(n)));
+    }
     diffs
 }
 
@@ -1292,6 +1301,31 @@ mod tests {
         assert!(!said(&some));
         some.knobs.transports = Some(vec!["h1-proto".into(), "connect-h1-proto".into()]);
         assert!(said(&some));
+    }
+
+    #[test]
+    fn a_resumption_names_every_difference_from_the_first_part() {
+        let (before, _) = crate::synthetic::run(&["payload"], true, 2);
+        assert!(resume_differences(&before, &before).is_empty());
+        let mut now = before.clone();
+        now.machine.cores = 8;
+        now.machine.git_commit = "0123456789ab".into();
+        now.store = "postgres at 127.0.0.1:5432".into();
+        now.binaries
+            .insert("user-service".into(), "another build".into());
+        let mut before = before;
+        before
+            .binaries
+            .insert("user-service".into(), "the first build".into());
+        let diffs = resume_differences(&before, &now).join("\n");
+        for what in [
+            "the commit",
+            "the user-service binary",
+            "the store",
+            "the machine: 2 cores",
+        ] {
+            assert!(diffs.contains(what), "{what} missing: {diffs}");
+        }
     }
 
     #[test]
