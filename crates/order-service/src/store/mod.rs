@@ -91,11 +91,19 @@ negotiate::store_error_from_sqlx!(StoreError, "querying Postgres");
 /// What order-service needs from a store.
 ///
 /// Both services' stores follow one pattern: a trait whose methods return
-/// `impl Future` (no boxed future, no allocation per call), and an enum of
-/// the two stores ([`Store`]) that the application holds, chosen once at
-/// start. The set of stores is closed, so dispatching over an enum costs a
-/// branch where a `dyn` store would cost a heap allocation per query, a cost
-/// the lab would otherwise measure as part of every transport's hop.
+/// `impl Future`, and an enum of the two stores ([`Store`]) that the
+/// application holds, chosen once at start. The set of stores is closed, so
+/// dispatching over an enum costs a branch where a `dyn` store would cost a
+/// heap allocation per query, a cost the lab would otherwise measure as part
+/// of every transport's hop.
+///
+/// The enum boxes the Postgres store's futures, and only those: sqlx's are
+/// kilobytes, and unboxed they would make every future that awaits the store
+/// that large, copied whole at each move (into a span's `Instrumented`, a
+/// spawned task, ...) even when the store is in memory. A transport whose
+/// path moves the future more often would then pay more for a reason that
+/// is not the transport. One allocation beside a database round trip is
+/// nothing.
 pub trait OrderStore: Send + Sync {
     /// "memory" or "postgres", for logs and metrics labels.
     fn kind(&self) -> &'static str;
@@ -135,28 +143,28 @@ impl OrderStore for Store {
     async fn list(&self, q: &ListQuery) -> Result<OrderPage, StoreError> {
         match self {
             Store::Memory(s) => s.list(q).await,
-            Store::Postgres(s) => s.list(q).await,
+            Store::Postgres(s) => Box::pin(s.list(q)).await,
         }
     }
 
     async fn get(&self, id: Uuid, fields: FieldSet) -> Result<Order, StoreError> {
         match self {
             Store::Memory(s) => s.get(id, fields).await,
-            Store::Postgres(s) => s.get(id, fields).await,
+            Store::Postgres(s) => Box::pin(s.get(id, fields)).await,
         }
     }
 
     async fn create(&self, new: NewOrder, key: &str) -> Result<Created, StoreError> {
         match self {
             Store::Memory(s) => s.create(new, key).await,
-            Store::Postgres(s) => s.create(new, key).await,
+            Store::Postgres(s) => Box::pin(s.create(new, key)).await,
         }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
         match self {
             Store::Memory(s) => s.ping().await,
-            Store::Postgres(s) => s.ping().await,
+            Store::Postgres(s) => Box::pin(s.ping()).await,
         }
     }
 }

@@ -65,21 +65,21 @@ impl UserStore for Store {
     async fn get(&self, id: Uuid) -> Result<Option<User>, StoreError> {
         match self {
             Store::Memory(s) => s.get(id).await,
-            Store::Postgres(s) => s.get(id).await,
+            Store::Postgres(s) => Box::pin(s.get(id)).await,
         }
     }
 
     async fn register(&self, user: NewUser) -> Result<User, StoreError> {
         match self {
             Store::Memory(s) => s.register(user).await,
-            Store::Postgres(s) => s.register(user).await,
+            Store::Postgres(s) => Box::pin(s.register(user)).await,
         }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
         match self {
             Store::Memory(s) => s.ping().await,
-            Store::Postgres(s) => s.ping().await,
+            Store::Postgres(s) => Box::pin(s.ping()).await,
         }
     }
 }
