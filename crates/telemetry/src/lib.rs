@@ -17,6 +17,7 @@
 //!   Prometheus text.
 //! - `receiver` (feature `receiver`): an OTLP collector for tests.
 
+mod log_fields;
 mod log_ids;
 pub mod metrics;
 pub mod propagation;
@@ -149,7 +150,7 @@ pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
             .event_format(log_ids::WithIds::json(
                 tracing_subscriber::fmt::format().json(),
             ))
-            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .fmt_fields(log_fields::JsonSpanFields)
             .boxed()
     } else {
         tracing_subscriber::fmt::layer()
