@@ -39,7 +39,8 @@ impl<'a> FormatFields<'a> for JsonSpanFields {
     ) -> fmt::Result {
         let object = &mut current.fields;
         if object.len() < 2 {
-            // Not an object yet (no fields were known when the span began).
+            // Not an object: never written by `format_fields`, which writes
+            // `{}` for a span begun without fields.
             object.clear();
             object.push('{');
         } else {
