@@ -91,10 +91,16 @@ fn quotes(g: &str) -> Vec<Quote> {
     out
 }
 
-/// A cell named `section | caption's beginning | row | column [| same]`,
-/// where the row is its leading label cells joined by " / ".
-fn cell<'r>(r: &'r Report, spec: &str) -> (&'r Value, &'r Table) {
-    let parts: Vec<&str> = spec.split(" | ").map(str::trim).collect();
+/// A quote's comment split into its fields: `section | caption's
+/// beginning | row | column [| same]`.
+fn fields(spec: &str) -> Vec<&str> {
+    spec.split(" | ").map(str::trim).collect()
+}
+
+/// The cell a quote's comment names, where the row is its leading label
+/// cells joined by " / ".
+fn cell<'r>(r: &'r Report, spec: &str) -> &'r Value {
+    let parts = fields(spec);
     assert!(
         parts.len() == 4 || parts.len() == 5,
         "{spec:?}: expected `section | caption | row | column [| same]`"
@@ -106,12 +112,8 @@ fn cell<'r>(r: &'r Report, spec: &str) -> (&'r Value, &'r Table) {
         .find(|s| s.id == sid)
         .unwrap_or_else(|| panic!("{spec:?}: the sample report has no section {sid:?}"));
     let tables: Vec<&Table> = section
-        .blocks
-        .iter()
-        .filter_map(|b| match b {
-            Block::Table(t) if t.caption.starts_with(caption) => Some(t),
-            _ => None,
-        })
+        .tables()
+        .filter(|t| t.caption.starts_with(caption))
         .collect();
     assert_eq!(
         tables.len(),
@@ -153,7 +155,7 @@ fn cell<'r>(r: &'r Report, spec: &str) -> (&'r Value, &'r Table) {
                 .join(" / "))
             .collect::<Vec<_>>()
     );
-    (&rows[0][col], t)
+    &rows[0][col]
 }
 
 /// Whether `needle` stands in `hay` as a whole figure: not the beginning
@@ -165,7 +167,7 @@ fn holds(hay: &str, needle: &str) -> bool {
         let after = hay[i + needle.len()..].chars().next();
         let starts_num = needle.chars().next().is_some_and(numeric);
         let ends_num = needle.chars().next_back().is_some_and(numeric);
-        let cut_before = starts_num && before.is_some_and(|c| c.is_ascii_digit() || c == '.');
+        let cut_before = starts_num && before.is_some_and(numeric);
         let cut_after = ends_num && after.is_some_and(numeric);
         !cut_before && !cut_after
     })
@@ -192,13 +194,14 @@ fn every_figure_the_guide_quotes_is_the_sample_reports() {
     );
     let mut wrong = Vec::new();
     for q in &qs {
-        let sid = q.spec.split(" | ").next().unwrap().trim();
+        let parts = fields(&q.spec);
+        let sid = parts[0];
         assert_eq!(
             q.anchor, sid,
             "{:?} links to #{} but quotes a cell of {sid:?}",
             q.text, q.anchor
         );
-        let (v, _) = cell(&r, &q.spec);
+        let v = cell(&r, &q.spec);
         let rendered = v.to_string();
         if q.text.trim().is_empty() || !holds(&rendered, &q.text) {
             wrong.push(format!(
@@ -207,7 +210,7 @@ fn every_figure_the_guide_quotes_is_the_sample_reports() {
             ));
             continue;
         }
-        let same = q.spec.split(" | ").nth(4).map(str::trim);
+        let same = parts.get(4).copied();
         if let (Some((low, high)), true) = (ratio(v), q.text.contains('×')) {
             let includes_one = low <= 1.0 && high >= 1.0;
             match same {
