@@ -38,9 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
 use axum::http::{HeaderValue, Version, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
@@ -184,10 +182,6 @@ pub async fn serve_with_tls(
     tls: Option<tls::Acceptor>,
 ) -> std::io::Result<()> {
     let closing = Arc::new(AtomicBool::new(false));
-    let router = router.layer(axum::middleware::from_fn_with_state(
-        closing.clone(),
-        close_after_answer,
-    ));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -211,7 +205,7 @@ pub async fn serve_with_tls(
         spawn_connection(
             &mut connections,
             (io, admitted),
-            &router,
+            (&router, &closing),
             &stop_rx,
             limits,
             tls.as_ref(),
@@ -239,7 +233,7 @@ pub async fn serve_with_tls(
         spawn_connection(
             &mut connections,
             (io, admitted),
-            &router,
+            (&router, &closing),
             &stop_rx,
             limits,
             tls.as_ref(),
@@ -265,7 +259,7 @@ pub async fn serve_with_tls(
 fn spawn_connection(
     connections: &mut JoinSet<()>,
     (io, admitted): (TcpStream, crate::cap::Admitted),
-    router: &Router,
+    (router, closing): (&Router, &Arc<AtomicBool>),
     stop_rx: &tokio::sync::watch::Receiver<bool>,
     limits: ConnLimits,
     tls: Option<&tls::Acceptor>,
@@ -276,15 +270,16 @@ fn spawn_connection(
     let stop = stop_rx.clone();
     let tls = tls.cloned();
     let router = router.clone();
+    let closing = closing.clone();
     connections.spawn(async move {
         // The slot is held for as long as the connection lives.
         let _admitted = admitted;
         match tls {
-            None => serve_connection(io, router, stop, limits, false).await,
+            None => serve_connection(io, (router, closing), stop, limits, false).await,
             // The handshake is bounded by `tls::HANDSHAKE_TIMEOUT`, so a
             // silent client cannot hold the drain for ever.
             Some(acceptor) => match acceptor.accept(io).await {
-                Ok(io) => serve_connection(io, router, stop, limits, true).await,
+                Ok(io) => serve_connection(io, (router, closing), stop, limits, true).await,
                 Err(e) => tracing::debug!(error = %e, "HTTPS connection refused"),
             },
         }
@@ -295,7 +290,7 @@ fn spawn_connection(
 /// [`spawn_connection`] says, closing it when a [`ConnLimits`] bound passes.
 async fn serve_connection<I>(
     io: I,
-    router: Router,
+    (router, closing): (Router, Arc<AtomicBool>),
     mut stop: tokio::sync::watch::Receiver<bool>,
     limits: ConnLimits,
     over_tls: bool,
@@ -305,6 +300,7 @@ async fn serve_connection<I>(
     let activity = Arc::new(Activity::new());
     let service = Tracked {
         inner: TowerToHyperService::new(router),
+        closing,
         activity: activity.clone(),
         body_read: limits.body_read,
         over_tls,
@@ -548,11 +544,18 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
 }
 
 /// The connection's service: counts requests in service in its
-/// [`Activity`], gives each request's body `body_read` to arrive, and marks
-/// the requests of a TLS connection with [`tls::OverTls`].
+/// [`Activity`], gives each request's body `body_read` to arrive, marks
+/// the requests of a TLS connection with [`tls::OverTls`], and once the
+/// server is `closing`, ends each HTTP/1.1 answer with `Connection: close`,
+/// so that a keep-alive client opens its next request elsewhere rather than
+/// on a connection about to close.
+///
+/// It wraps the router once, where an axum middleware would wrap each of its
+/// routes and add a box and a clone to every request.
 #[derive(Clone)]
 struct Tracked {
     inner: TowerToHyperService<Router>,
+    closing: Arc<AtomicBool>,
     activity: Arc<Activity>,
     body_read: Duration,
     over_tls: bool,
@@ -571,12 +574,18 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Tra
         if self.over_tls {
             req.extensions_mut().insert(tls::OverTls);
         }
+        let h1 = req.version() <= Version::HTTP_11;
         let answer = hyper::service::Service::call(&self.inner, req);
         let activity = self.activity.clone();
+        let closing = self.closing.clone();
         Box::pin(async move {
-            let r = answer.await;
+            let Ok(mut res) = answer.await;
             activity.request_answered();
-            r
+            if h1 && closing.load(Ordering::SeqCst) {
+                res.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok(res)
         })
     }
 }
@@ -621,21 +630,6 @@ fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
     if let Err(e) = r {
         tracing::debug!(error = %e, "HTTP connection ended with an error");
     }
-}
-
-/// Once draining, every HTTP/1.x answer ends its connection.
-async fn close_after_answer(
-    axum::extract::State(closing): axum::extract::State<Arc<AtomicBool>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let h1 = req.version() <= Version::HTTP_11;
-    let mut res = next.run(req).await;
-    if h1 && closing.load(Ordering::SeqCst) {
-        res.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    res
 }
 
 #[cfg(test)]

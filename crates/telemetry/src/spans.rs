@@ -28,6 +28,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -173,8 +174,8 @@ pub fn error(span: &tracing::Span, message: &str) {
 #[derive(Debug, Clone, Default)]
 pub struct RouteLayer {
     /// Route prefixes of Connect services (`/order.v2.OrderService/`): their
-    /// spans are RPC spans.
-    connect: Vec<&'static str>,
+    /// spans are RPC spans. Shared, since the service is cloned per request.
+    connect: Arc<[&'static str]>,
 }
 
 impl RouteLayer {
@@ -185,7 +186,7 @@ impl RouteLayer {
 
     /// Routes under `prefix` are Connect calls.
     pub fn connect(mut self, prefix: &'static str) -> Self {
-        self.connect.push(prefix);
+        self.connect = self.connect.iter().copied().chain([prefix]).collect();
         self
     }
 }
@@ -204,7 +205,7 @@ impl<S> tower::Layer<S> for RouteLayer {
 #[derive(Debug, Clone)]
 pub struct Route<S> {
     inner: S,
-    connect: Vec<&'static str>,
+    connect: Arc<[&'static str]>,
 }
 
 impl<S, B> tower::Service<http::Request<B>> for Route<S>

@@ -47,6 +47,14 @@ pub struct RestState {
 }
 
 /// The REST router.
+///
+/// Every route passes through the same layers, outermost first: the server
+/// span (tower-http's trace), its naming after the matched route, the
+/// request metrics, and, on the API routes only, the shedding. They are
+/// added as one `route_layer` per group of routes rather than one call per
+/// layer: axum boxes a route again for each layer added, and clones the
+/// whole nest of boxes on every request, so four separate layers cost about
+/// twenty allocations per request where one stack of four costs two.
 pub fn router(state: RestState) -> Router {
     // Connect shares this listener (see `crate::connect`): one route per
     // method, so that the metrics' route label names the method.
@@ -79,14 +87,27 @@ pub fn router(state: RestState) -> Router {
                 .no_deflate(),
         );
     }
-    router
+    let trace = tower_http::trace::TraceLayer::new_for_http()
+        .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
+        .on_response(telemetry::spans::OnHttpResponse::default());
+    // Names the server span after the matched route (`GET /v2/orders/{id}`,
+    // or `order.v2.OrderService/ListOrders` for Connect).
+    let route_span = telemetry::spans::RouteLayer::new().connect(crate::connect::PREFIX);
+    // A route layer sees the matched route template, a bounded label.
+    let record = telemetry::metrics::RecordLayer::new(state.metrics.clone());
+    let served = router
         .merge(api)
-        // Only the routes above are shed: health checks and /metrics still
-        // answer on an overloaded instance, which is alive and worth watching.
-        .route_layer(negotiate::shed::ShedLayer::shared(
-            &state.limiter,
-            negotiate::shed::overloaded,
-        ))
+        // Before the metrics layer, so that a 405 is counted like any answer.
+        .method_not_allowed_fallback(negotiate::method_not_allowed)
+        .route_layer((
+            trace.clone(),
+            route_span.clone(),
+            record.clone(),
+            negotiate::shed::ShedLayer::shared(&state.limiter, negotiate::shed::overloaded),
+        ));
+    // Not shed: health checks and /metrics still answer on an overloaded
+    // instance, which is alive and worth watching.
+    let ops = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -95,20 +116,15 @@ pub fn router(state: RestState) -> Router {
             "/problems/{kind}",
             negotiate::problem::route(error::PROBLEMS),
         )
-        // Before the metrics layer, so that a 405 is counted like any answer.
         .method_not_allowed_fallback(negotiate::method_not_allowed)
-        // A route layer sees the matched route template, a bounded label.
-        .route_layer(telemetry::metrics::RecordLayer::new(state.metrics.clone()))
-        // ... and names the server span after it (`GET /v2/orders/{id}`, or
-        // `order.v2.OrderService/ListOrders` for Connect).
-        .route_layer(telemetry::spans::RouteLayer::new().connect(crate::connect::PREFIX))
-        .fallback(not_found)
+        .route_layer((trace.clone(), route_span, record));
+    served
+        .merge(ops)
+        .fallback_service(tower::Layer::layer(
+            &trace,
+            axum::handler::HandlerWithoutStateExt::into_service(not_found),
+        ))
         .with_state(state)
-        .layer(
-            tower_http::trace::TraceLayer::new_for_http()
-                .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
-                .on_response(telemetry::spans::OnHttpResponse::default()),
-        )
 }
 
 /// Prometheus text: requests per protocol and route, the process, the

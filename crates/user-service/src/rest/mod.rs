@@ -68,18 +68,40 @@ pub struct AppState {
 }
 
 /// Every route.
+///
+/// Each route passes through the same layers, outermost first: the server
+/// span, its naming after the matched route, the request metrics and, on
+/// the API routes only, the shedding; added as one `route_layer` per group
+/// of routes, because axum boxes a route again for every layer added and
+/// clones the whole nest on every request (see order-service's router).
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    // Failures are logged once, by the error mapping, with their cause.
+    // The server span continues the caller's trace (k6, or any client
+    // that sends `traceparent`).
+    let trace = tower_http::trace::TraceLayer::new_for_http()
+        .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
+        .on_response(telemetry::spans::OnHttpResponse::default())
+        .on_failure(());
+    // Names the server span after the route (`GET /v1/users/{id}/orders`).
+    let route_span = telemetry::spans::RouteLayer::new();
+    // A route layer sees the matched route template, a bounded label.
+    let record = telemetry::metrics::RecordLayer::new(state.metrics.requests.clone());
+    let api = Router::new()
         .route("/v1/users", post(register))
         .route("/v1/users/{id}", get(get_user))
         .route("/v1/users/{id}/orders", get(get_user_orders))
         .route("/v1/orders", get(orders_of_users))
-        // Only the routes above are shed: health checks and /metrics still
-        // answer on an overloaded instance, which is alive and worth watching.
-        .route_layer(negotiate::shed::ShedLayer::shared(
-            &state.limiter,
-            negotiate::shed::overloaded,
-        ))
+        // Before the metrics layer, so that a 405 is counted like any answer.
+        .method_not_allowed_fallback(negotiate::method_not_allowed)
+        .route_layer((
+            trace.clone(),
+            route_span.clone(),
+            record.clone(),
+            negotiate::shed::ShedLayer::shared(&state.limiter, negotiate::shed::overloaded),
+        ));
+    // Not shed: health checks and /metrics still answer on an overloaded
+    // instance, which is alive and worth watching.
+    let ops = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -88,24 +110,15 @@ pub fn router(state: AppState) -> Router {
             "/problems/{kind}",
             negotiate::problem::route(error::PROBLEMS),
         )
-        // Before the metrics layer, so that a 405 is counted like any answer.
         .method_not_allowed_fallback(negotiate::method_not_allowed)
-        .route_layer(telemetry::metrics::RecordLayer::new(
-            state.metrics.requests.clone(),
+        .route_layer((trace.clone(), route_span, record));
+    let no_route = |uri: Uri| async move { WireError::NoRoute(uri.path().to_owned()) };
+    api.merge(ops)
+        .fallback_service(tower::Layer::layer(
+            &trace,
+            axum::handler::HandlerWithoutStateExt::into_service(no_route),
         ))
-        // ... and names the server span after it (`GET /v1/users/{id}/orders`).
-        .route_layer(telemetry::spans::RouteLayer::new())
-        .fallback(|uri: Uri| async move { WireError::NoRoute(uri.path().to_owned()) })
         .with_state(state)
-        // Failures are logged once, by the error mapping, with their cause.
-        // The server span continues the caller's trace (k6, or any client
-        // that sends `traceparent`).
-        .layer(
-            tower_http::trace::TraceLayer::new_for_http()
-                .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
-                .on_response(telemetry::spans::OnHttpResponse::default())
-                .on_failure(()),
-        )
 }
 
 fn parse_id(id: &str) -> Result<Uuid, RestError> {
