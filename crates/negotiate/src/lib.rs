@@ -108,7 +108,7 @@ impl Format {
     /// A JSON answer, encoded in a span of its own (a 10,000-order body is
     /// real work).
     pub fn json<T: serde::Serialize>(self, status: StatusCode, body: &T) -> Response {
-        let span = tracing::info_span!("encode", format = "json", bytes = tracing::field::Empty);
+        let span = tracing::info_span!(target: telemetry::CODEC, "encode", format = "json", bytes = tracing::field::Empty);
         match span.in_scope(|| serde_json::to_vec(body)) {
             Ok(bytes) => {
                 span.record("bytes", bytes.len());
@@ -135,7 +135,7 @@ impl Format {
 
     /// A protobuf answer.
     pub fn proto<M: prost::Message>(self, status: StatusCode, body: &M) -> Response {
-        let bytes = tracing::info_span!("encode", format = "protobuf", bytes = body.encoded_len())
+        let bytes = tracing::info_span!(target: telemetry::CODEC, "encode", format = "protobuf", bytes = body.encoded_len())
             .in_scope(|| body.encode_to_vec());
         (
             status,

@@ -103,6 +103,15 @@ impl Drop for Guard {
     }
 }
 
+/// The target of the `encode` and `decode` spans around a body's
+/// serialization (REST and Connect; gRPC's codec runs inside tonic, which
+/// has none). They are exported with the trace, to show where a call's time
+/// went, but left out of the log lines unless `RUST_LOG` names this target
+/// (`RUST_LOG=info,codec=info`): a span the log formats costs its fields'
+/// formatting on every call, and only the REST and Connect calls would pay
+/// it, for a reason that is not their transport.
+pub const CODEC: &str = "codec";
+
 /// Crates whose own spans would drown the service's in the export: the
 /// HTTP/2 and gRPC machinery, and the OTLP exporter itself (which would
 /// otherwise trace its own exports).
@@ -133,11 +142,27 @@ pub async fn main(
     result
 }
 
+/// The log's filter: `spec` (`RUST_LOG`; `info` when unset or not a
+/// filter), with the [`CODEC`] spans off unless it names their target.
+fn log_filter(spec: Option<&str>) -> EnvFilter {
+    let filter = spec
+        .and_then(|s| EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    if spec.is_some_and(|s| s.contains(CODEC)) {
+        return filter;
+    }
+    filter.add_directive(
+        format!("{CODEC}=off")
+            .parse()
+            .expect("a target and a level are a directive"),
+    )
+}
+
 /// Installs logging and, when an endpoint is set, trace export. Call once, at
 /// the start of `main`, inside the Tokio runtime (the exporter runs on it).
 pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
     propagation::install();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = log_filter(std::env::var(EnvFilter::DEFAULT_ENV).ok().as_deref());
     let json = match s.log_format.as_str() {
         "json" => true,
         "text" | "pretty" => false,
@@ -209,4 +234,73 @@ pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
         tracing::info!(endpoint = %e, sampler = s.sampling.describe(), "exporting traces over OTLP");
     }
     Ok(Guard { provider })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::*;
+
+    /// Log lines written into memory.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The names of the spans around the one line logged inside an
+    /// `encode` span, with the log filtered as `RUST_LOG=spec` filters it.
+    fn spans_around_a_line(spec: Option<&str>) -> Vec<String> {
+        let lines = Lines::default();
+        let out = lines.clone();
+        let fmt = tracing_subscriber::fmt::layer()
+            .json()
+            .fmt_fields(log_fields::JsonSpanFields)
+            .with_writer(move || out.clone())
+            .with_filter(log_filter(spec));
+        let subscriber = tracing_subscriber::registry().with(fmt);
+        tracing::subscriber::with_default(subscriber, || {
+            let _call = tracing::info_span!("call").entered();
+            let _encode = tracing::info_span!(target: CODEC, "encode", bytes = 5).entered();
+            tracing::info!("inside");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let logged: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect();
+        assert_eq!(logged.len(), 1, "{text}");
+        logged[0]["spans"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no spans: {text}"))
+            .iter()
+            .map(|s| s["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn codec_spans_stay_out_of_the_log_unless_rust_log_names_their_target() {
+        for spec in [None, Some("info"), Some("debug"), Some("not a filter ===")] {
+            assert_eq!(spans_around_a_line(spec), ["call"], "RUST_LOG={spec:?}");
+        }
+        for spec in ["info,codec=info", "codec=debug,info"] {
+            assert_eq!(
+                spans_around_a_line(Some(spec)),
+                ["call", "encode"],
+                "RUST_LOG={spec}"
+            );
+        }
+    }
 }

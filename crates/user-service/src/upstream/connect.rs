@@ -151,7 +151,7 @@ impl ConnectSource {
             .map_err(|e| from_connect(&e))?;
         let page = answer.into_view();
         let _decode =
-            tracing::info_span!("decode", format = "protobuf", bytes = page.bytes().len())
+            tracing::info_span!(target: telemetry::CODEC, "decode", format = "protobuf", bytes = page.bytes().len())
                 .entered();
         let orders = model::connect::page_from_view(page.reborrow())
             .map_err(|e| UpstreamError::Protocol(format!("an order's {e}")));

@@ -653,6 +653,7 @@ fn decode(a: Answer, proto: bool) -> Result<Vec<model::Order>, UpstreamError> {
     }
     // Decoding a 10,000-order body is real work: a span of its own shows it.
     let _decode = tracing::info_span!(
+        target: telemetry::CODEC,
         "decode",
         format = if proto { "protobuf" } else { "json" },
         bytes = a.body.len()
