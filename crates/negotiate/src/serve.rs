@@ -546,7 +546,7 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
 /// The connection's service: counts requests in service in its
 /// [`Activity`], gives each request's body `body_read` to arrive, marks
 /// the requests of a TLS connection with [`tls::OverTls`], and once the
-/// server is `closing`, ends each HTTP/1.1 answer with `Connection: close`,
+/// server is `closing`, ends each HTTP/1.x answer with `Connection: close`,
 /// so that a keep-alive client opens its next request elsewhere rather than
 /// on a connection about to close.
 ///

@@ -103,13 +103,14 @@ impl Drop for Guard {
     }
 }
 
-/// The target of the `encode` and `decode` spans around a body's
-/// serialization (REST and Connect; gRPC's codec runs inside tonic, which
-/// has none). They are exported with the trace, to show where a call's time
-/// went, but left out of the log lines unless `RUST_LOG` names this target
-/// (`RUST_LOG=info,codec=info`): a span the log formats costs its fields'
-/// formatting on every call, and only the REST and Connect calls would pay
-/// it, for a reason that is not their transport.
+/// The target of the `encode` and `decode` spans around a REST body's
+/// serialization, and of the `decode` span around a Connect answer in
+/// user-service (tonic and connect-rust's server encode out of sight, with
+/// no span). They are exported with the trace, to show where a call's time
+/// went, but left out of the log lines unless a directive of `RUST_LOG` has
+/// this target (`RUST_LOG=info,codec=info`): a span the log formats costs
+/// its fields' formatting on every call, and only the REST and Connect calls
+/// would pay it, for a reason that is not their transport.
 pub const CODEC: &str = "codec";
 
 /// Crates whose own spans would drown the service's in the export: the
@@ -143,14 +144,19 @@ pub async fn main(
 }
 
 /// The log's filter: `spec` (`RUST_LOG`; `info` when unset or not a
-/// filter), with the [`CODEC`] spans off unless it names their target.
+/// filter), with the [`CODEC`] spans off unless one of its directives has
+/// their target (`codec=…`, `codec[…]=…`).
 fn log_filter(spec: Option<&str>) -> EnvFilter {
-    let filter = spec
-        .and_then(|s| EnvFilter::try_new(s).ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
-    if spec.is_some_and(|s| s.contains(CODEC)) {
-        return filter;
-    }
+    let parsed = spec.and_then(|s| EnvFilter::try_new(s).ok().map(|f| (s, f)));
+    let names_codec = |s: &str| {
+        s.split(',')
+            .any(|d| d.split(['=', '[']).next().map(str::trim) == Some(CODEC))
+    };
+    let filter = match parsed {
+        Some((s, filter)) if names_codec(s) => return filter,
+        Some((_, filter)) => filter,
+        None => EnvFilter::new("info"),
+    };
     filter.add_directive(
         format!("{CODEC}=off")
             .parse()
@@ -292,7 +298,14 @@ mod tests {
 
     #[test]
     fn codec_spans_stay_out_of_the_log_unless_rust_log_names_their_target() {
-        for spec in [None, Some("info"), Some("debug"), Some("not a filter ===")] {
+        for spec in [
+            None,
+            Some("info"),
+            Some("debug"),
+            Some("info,tonic::codec=debug"),
+            Some("not a filter ==="),
+            Some("codec=info,not a filter ==="),
+        ] {
             assert_eq!(spans_around_a_line(spec), ["call"], "RUST_LOG={spec:?}");
         }
         for spec in ["info,codec=info", "codec=debug,info"] {

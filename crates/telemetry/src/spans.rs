@@ -221,8 +221,8 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        // Called inside the server span: tower-http enters it around the
-        // router, which calls a route's layers once it has matched.
+        // Called inside the server span: tower-http's trace layer, just
+        // outside this one in the route's stack, enters it around the call.
         let span = tracing::Span::current();
         let ours = span.metadata().is_some_and(|m| m.name() == HTTP_SERVER);
         if let (true, Some(route)) = (ours, req.extensions().get::<axum::extract::MatchedPath>()) {

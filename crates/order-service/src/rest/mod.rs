@@ -97,7 +97,8 @@ pub fn router(state: RestState) -> Router {
     let record = telemetry::metrics::RecordLayer::new(state.metrics.clone());
     let served = router
         .merge(api)
-        // Before the metrics layer, so that a 405 is counted like any answer.
+        // Before the metrics layer, so that a 405 is counted like any answer
+        // (and, on an overloaded instance, shed like any request).
         .method_not_allowed_fallback(negotiate::method_not_allowed)
         .route_layer((
             trace.clone(),

@@ -91,7 +91,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/users/{id}", get(get_user))
         .route("/v1/users/{id}/orders", get(get_user_orders))
         .route("/v1/orders", get(orders_of_users))
-        // Before the metrics layer, so that a 405 is counted like any answer.
+        // Before the metrics layer, so that a 405 is counted like any answer
+        // (and, on an overloaded instance, shed like any request).
         .method_not_allowed_fallback(negotiate::method_not_allowed)
         .route_layer((
             trace.clone(),
