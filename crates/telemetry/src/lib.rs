@@ -244,27 +244,11 @@ pub fn init(s: &TelemetrySettings) -> anyhow::Result<Guard> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
 
     use super::*;
-
-    /// Log lines written into memory.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::log_fields::tests::Lines;
 
     /// The names of the spans around the one line logged inside an
     /// `encode` span, with the log filtered as `RUST_LOG=spec` filters it.
@@ -282,15 +266,11 @@ mod tests {
             let _encode = tracing::info_span!(target: CODEC, "encode", bytes = 5).entered();
             tracing::info!("inside");
         });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-        let logged: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect();
-        assert_eq!(logged.len(), 1, "{text}");
+        let logged = lines.json();
+        assert_eq!(logged.len(), 1, "{logged:?}");
         logged[0]["spans"]
             .as_array()
-            .unwrap_or_else(|| panic!("no spans: {text}"))
+            .unwrap_or_else(|| panic!("no spans: {}", logged[0]))
             .iter()
             .map(|s| s["name"].as_str().unwrap_or_default().to_owned())
             .collect()

@@ -143,7 +143,7 @@ impl Visit for Members<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::io::Write;
     use std::sync::{Arc, Mutex};
 
@@ -151,9 +151,19 @@ mod tests {
 
     use super::*;
 
-    /// Log lines written into memory.
+    /// Log lines written into memory (the crate's tests share it).
     #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Lines {
+        /// Each line written so far, parsed as the JSON it must be.
+        pub(crate) fn json(&self) -> Vec<serde_json::Value> {
+            let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect()
+        }
+    }
 
     impl Write for Lines {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -175,12 +185,10 @@ mod tests {
             .with_writer(move || out.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, f);
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .map(|l| {
-                let line: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
-                line["span"].clone()
-            })
+        lines
+            .json()
+            .into_iter()
+            .map(|line| line["span"].clone())
             .collect()
     }
 
