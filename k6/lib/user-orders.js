@@ -9,7 +9,8 @@
 //   VIA           transport user-service uses to reach order-service   default grpc
 //                 h1-json h1-json-close h2c-json h1-proto h2c-proto
 //                 h2c-proto-tuned connect-h1-proto connect-h2c-proto grpc
-//                 grpc-tuned grpc-stream grpc-bidi tcp-proto grpc-v1
+//                 grpc-tuned grpc-stream grpc-stream-tuned grpc-bidi
+//                 grpc-bidi-tuned tcp-proto grpc-v1
 //   ORDERS        orders per user (the limit)            default 100; 1 with USERS
 //   USER_ID       whose orders; default: the fixed user owning exactly ORDERS
 //                 orders when ORDERS is 0/1/10/100/1000/10000, else the

@@ -975,19 +975,26 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
         report.meta.push(("parts".into(), parts));
     }
     let vias = info.knobs.transports();
-    if [transports::GRPC_TUNED, transports::H2C_PROTO_TUNED]
-        .iter()
-        .any(|t| vias.iter().any(|v| v == t))
+    if [
+        transports::GRPC_TUNED,
+        transports::GRPC_STREAM_TUNED,
+        transports::GRPC_BIDI_TUNED,
+        transports::H2C_PROTO_TUNED,
+    ]
+    .iter()
+    .any(|t| vias.iter().any(|v| v == t))
     {
         // What differs between a tuned twin and its stock transport, stated
         // wherever both may sit side by side.
         report.intro.push(
-            "`grpc-tuned` and `h2c-proto-tuned` make the same calls as `grpc` and `h2c-proto`, \
-             to the same servers, on connections of the `h2` crate the caller uses directly: no \
-             tonic `Channel` (no `Buffer` task) and no hyper client task per call. `grpc-tuned` \
-             also sends its request as one DATA frame, decodes the answer from one `Bytes` rather \
-             than tonic's `BytesMut`, and sends no `user-agent` header. Windows are hyper's \
-             defaults in both. The stock transports are what tonic and hyper give by default."
+            "`grpc-tuned`, `grpc-stream-tuned` and `h2c-proto-tuned` make the same calls as \
+             `grpc`, `grpc-stream` and `h2c-proto`, to the same servers, on connections of the \
+             `h2` crate the caller uses directly: no tonic `Channel` (no `Buffer` task) and no \
+             hyper client task per call. The two gRPC ones also send their request as one DATA \
+             frame, decode each answer from one `Bytes` rather than tonic's `BytesMut`, and send \
+             no `user-agent` header. `grpc-bidi-tuned` is `grpc-bidi` with only that decoding \
+             changed: it keeps tonic's `Channel`. Windows are hyper's defaults in all of them. \
+             The stock transports are what tonic and hyper give by default."
                 .to_owned(),
         );
     }
@@ -1284,6 +1291,8 @@ mod tests {
         stock.knobs.transports = Some(vec!["grpc".into(), "h2c-proto".into()]);
         assert!(!said(&stock));
         stock.knobs.transports = Some(vec!["grpc".into(), "grpc-tuned".into()]);
+        assert!(said(&stock));
+        stock.knobs.transports = Some(vec!["grpc-bidi-tuned".into()]);
         assert!(said(&stock));
     }
 

@@ -49,10 +49,19 @@ pub const GRPC_TUNED: &str = "grpc-tuned";
 /// gRPC server streaming `StreamOrders`, one order per message, protobuf;
 /// connections as [`GRPC`].
 pub const GRPC_STREAM: &str = "grpc-stream";
+/// [`GRPC_STREAM`]'s call, made as [`GRPC_TUNED`] makes its own: on `h2`
+/// crate connections opened by the caller, each message decoded from one
+/// `Bytes`. Stock [`GRPC_STREAM`] beside it shows what the defaults cost.
+pub const GRPC_STREAM_TUNED: &str = "grpc-stream-tuned";
 /// gRPC bidirectional `LookupOrders`: one long-lived stream per connection
 /// carries many lookups, matched by request id; protobuf; connections as
 /// [`GRPC`].
 pub const GRPC_BIDI: &str = "grpc-bidi";
+/// [`GRPC_BIDI`] with one departure from tonic's generated client: each
+/// answer decoded from one `Bytes` rather than tonic's receive buffer. It
+/// keeps tonic's `Channel`, whose tasks a long-lived stream pays once, not
+/// per lookup.
+pub const GRPC_BIDI_TUNED: &str = "grpc-bidi-tuned";
 /// Raw TCP, length-prefixed protobuf frames, no HTTP: N persistent
 /// connections, many lookups in flight on each. The floor of the hop.
 pub const TCP_PROTO: &str = "tcp-proto";
@@ -62,7 +71,7 @@ pub const TCP_PROTO: &str = "tcp-proto";
 pub const GRPC_V1: &str = "grpc-v1";
 
 /// Every transport, in the order of the design's matrix.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 16] = [
     H1_JSON,
     H1_JSON_CLOSE,
     H2C_JSON,
@@ -74,7 +83,9 @@ pub const ALL: [&str; 14] = [
     GRPC,
     GRPC_TUNED,
     GRPC_STREAM,
+    GRPC_STREAM_TUNED,
     GRPC_BIDI,
+    GRPC_BIDI_TUNED,
     TCP_PROTO,
     GRPC_V1,
 ];
@@ -144,7 +155,9 @@ mod tests {
                 "grpc",
                 "grpc-tuned",
                 "grpc-stream",
+                "grpc-stream-tuned",
                 "grpc-bidi",
+                "grpc-bidi-tuned",
                 "tcp-proto",
                 "grpc-v1",
             ]
@@ -186,7 +199,7 @@ mod tests {
     fn joined_lists_every_name_in_order() {
         assert_eq!(
             joined(", "),
-            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, h2c-proto-tuned, connect-h1-proto, connect-h2c-proto, grpc, grpc-tuned, grpc-stream, grpc-bidi, tcp-proto, grpc-v1"
+            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, h2c-proto-tuned, connect-h1-proto, connect-h2c-proto, grpc, grpc-tuned, grpc-stream, grpc-stream-tuned, grpc-bidi, grpc-bidi-tuned, tcp-proto, grpc-v1"
         );
         assert_eq!(joined("|").split('|').collect::<Vec<_>>(), ALL);
     }

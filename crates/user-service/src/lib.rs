@@ -20,8 +20,9 @@
 //! - [`grpc`]: `user.v1.UserService`, the gRPC error mapping.
 //! - [`upstream`]: the outbound port and its adapters:
 //!   [`upstream::http`] (h1-json, h1-json-close, h2c-json, h1-proto,
-//!   h2c-proto), [`upstream::grpc`] (grpc, grpc-stream, grpc-v1, grpc-bidi),
-//!   [`upstream::tuned`] (grpc-tuned, and h2c-proto-tuned's connections),
+//!   h2c-proto), [`upstream::grpc`] (grpc, grpc-stream, grpc-v1, grpc-bidi,
+//!   grpc-bidi-tuned), [`upstream::tuned`] (grpc-tuned, grpc-stream-tuned,
+//!   h2c-proto-tuned's connections, and the codec of the gRPC twins),
 //!   [`upstream::connect`] (connect-h1-proto, connect-h2c-proto, on the
 //!   REST adapters' connection pools),
 //!   [`upstream::tcp`] (tcp-proto), [`upstream::mux`] (request-id

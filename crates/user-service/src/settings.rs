@@ -104,7 +104,8 @@ pub struct Settings {
     )]
     pub order_rest_url: http::Uri,
 
-    /// order-service's gRPC port (grpc, grpc-tuned, grpc-stream, grpc-bidi, grpc-v1).
+    /// order-service's gRPC port (grpc, grpc-tuned, grpc-stream,
+    /// grpc-stream-tuned, grpc-bidi, grpc-bidi-tuned, grpc-v1).
     #[arg(
         long,
         env = "USER_ORDER_GRPC_URL",

@@ -542,14 +542,16 @@ struct Target {
     limit: f64,
 }
 
-const TYPED_PROTOBUF: [&str; 7] = [
+const TYPED_PROTOBUF: [&str; 9] = [
     transports::H1_PROTO,
     transports::H2C_PROTO,
     transports::H2C_PROTO_TUNED,
     transports::GRPC,
     transports::GRPC_TUNED,
     transports::GRPC_STREAM,
+    transports::GRPC_STREAM_TUNED,
     transports::GRPC_BIDI,
+    transports::GRPC_BIDI_TUNED,
 ];
 
 /// The targets the hop is held to, 1 caller, as ratios to the floor: the
@@ -562,7 +564,9 @@ fn target_list() -> Vec<Target> {
         transports::GRPC,
         transports::GRPC_TUNED,
         transports::GRPC_STREAM,
+        transports::GRPC_STREAM_TUNED,
         transports::GRPC_BIDI,
+        transports::GRPC_BIDI_TUNED,
     ];
     let mut t = vec![
         Target {
@@ -817,8 +821,8 @@ mod tests {
         );
         // In the run but without blocks: the reason says so.
         assert!(matches!(&row("h1-proto at 1,000")[1], Value::Missing { reason } if reason == "no blocks for it"));
-        assert!(t.reading.starts_with("2 of 10 "), "{}", t.reading);
-        assert!(t.reading.contains("6 not measured"), "{}", t.reading);
+        assert!(t.reading.starts_with("2 of 12 "), "{}", t.reading);
+        assert!(t.reading.contains("8 not measured"), "{}", t.reading);
         // The paired table reads the same blocks: grpc at 1,000 spans
         // 1.1–1.2 over the rounds.
         let pt = paired(&p, &run);

@@ -21,7 +21,7 @@ use proto::order::v1::order_service_client::OrderServiceClient as V1Client;
 use proto::order::v2::order_service_client::OrderServiceClient;
 use proto::order::v2::{
     BatchListOrdersRequest, BatchStreamOrdersRequest, ListOrdersRequest, LookupOrdersRequest,
-    StreamOrdersRequest,
+    StreamOrdersRequest, StreamOrdersResponse,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -247,21 +247,7 @@ impl GrpcSource {
             .await
             .map_err(failed)?
             .into_inner();
-        let mut orders = Vec::with_capacity(q.limit.min(10_000) as usize);
-        while let Some(msg) = stream.message().await.map_err(failed)? {
-            let o = msg.order.ok_or_else(|| {
-                UpstreamError::Protocol("a StreamOrdersResponse carried no order".to_owned())
-            })?;
-            orders.push(o);
-        }
-        // The stream ended without an error: its status was OK.
-        super::semconv::record_grpc_code(tonic::Code::Ok);
-        if super::parts::recording()
-            && let Some(trailers) = stream.trailers().await.map_err(failed)?
-        {
-            super::parts::server_timing(trailers.as_ref());
-        }
-        super::parts::decoding(|| to_domain(orders))
+        read_stream(q, &mut stream).await
     }
 
     /// Every query in one `BatchListOrders` call.
@@ -377,6 +363,30 @@ fn page_size(q: &OrderQuery) -> i32 {
     i32::try_from(q.limit).unwrap_or(i32::MAX)
 }
 
+/// The orders of a `StreamOrders` answer to `q`, one per message, to the
+/// end of the stream; its trailers read for order-service's account when it
+/// is recorded.
+pub(super) async fn read_stream(
+    q: &OrderQuery,
+    stream: &mut tonic::Streaming<StreamOrdersResponse>,
+) -> Result<Vec<model::Order>, UpstreamError> {
+    let mut orders = Vec::with_capacity(q.limit.min(10_000) as usize);
+    while let Some(msg) = stream.message().await.map_err(failed)? {
+        let o = msg.order.ok_or_else(|| {
+            UpstreamError::Protocol("a StreamOrdersResponse carried no order".to_owned())
+        })?;
+        orders.push(o);
+    }
+    // The stream ended without an error: its status was OK.
+    super::semconv::record_grpc_code(tonic::Code::Ok);
+    if super::parts::recording()
+        && let Some(trailers) = stream.trailers().await.map_err(failed)?
+    {
+        super::parts::server_timing(trailers.as_ref());
+    }
+    super::parts::decoding(|| to_domain(orders))
+}
+
 impl OrderSource for GrpcSource {
     fn transport(&self) -> Transport {
         self.transport
@@ -412,9 +422,11 @@ impl OrderSource for GrpcSource {
 }
 
 /// `grpc-bidi`: per channel, one long-lived `LookupOrders` stream carrying
-/// every lookup sent on that connection.
+/// every lookup sent on that connection. `grpc-bidi-tuned` is the same
+/// with each answer decoded from one `Bytes` ([`super::tuned`]'s codec).
 #[derive(Debug)]
 pub struct BidiSource {
+    transport: Transport,
     channels: Vec<Channel>,
     slots: Vec<Slot>,
     next: AtomicUsize,
@@ -427,10 +439,16 @@ pub struct BidiSource {
 }
 
 impl BidiSource {
-    /// The adapter with its own `pool_size` channels; streams open on first use.
-    pub fn new(ep: &Endpoints, metrics: Arc<TransportMetrics>) -> anyhow::Result<Self> {
+    /// The adapter of `t` (`grpc-bidi` or `grpc-bidi-tuned`) with its own
+    /// `pool_size` channels; streams open on first use.
+    pub fn new(
+        t: Transport,
+        ep: &Endpoints,
+        metrics: Arc<TransportMetrics>,
+    ) -> anyhow::Result<Self> {
         let channels = channels(ep, &metrics)?;
         Ok(BidiSource {
+            transport: t,
             slots: channels.iter().map(|_| Slot::default()).collect(),
             channels,
             next: AtomicUsize::new(0),
@@ -446,15 +464,21 @@ impl BidiSource {
     /// stream cannot be opened, fails with the reason like any other pending
     /// lookup. (Waiting here would deadlock against a server that answers
     /// headers only after the first message.)
-    fn open(channel: Channel, breakdown: bool) -> Link {
+    fn open(channel: Channel, tuned: bool, breakdown: bool) -> Link {
         let pending = Arc::new(Pending::default());
         let (tx, rx) = mpsc::channel::<LookupOrdersRequest>(1024);
         let reader = pending.clone();
         tokio::spawn(async move {
-            let mut client = OrderServiceClient::new(channel)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            let mut inbound = match client.lookup_orders(ReceiverStream::new(rx)).await {
+            let opened = if tuned {
+                super::tuned::lookup_orders(channel, ReceiverStream::new(rx)).await
+            } else {
+                OrderServiceClient::new(channel)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES)
+                    .lookup_orders(ReceiverStream::new(rx))
+                    .await
+            };
+            let mut inbound = match opened {
                 Ok(r) => r.into_inner(),
                 Err(s) => {
                     // The status's message with its cause (a TLS alert, a reset).
@@ -486,7 +510,7 @@ impl BidiSource {
 
 impl OrderSource for BidiSource {
     fn transport(&self) -> Transport {
-        Transport::GrpcBidi
+        self.transport
     }
 
     fn list_orders<'a>(
@@ -497,9 +521,9 @@ impl OrderSource for BidiSource {
             self.peer.record();
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
             let channel = self.channels[i].clone();
-            let breakdown = self.breakdown;
+            let (tuned, breakdown) = (self.transport == Transport::GrpcBidiTuned, self.breakdown);
             let link = self.slots[i]
-                .get(|| async move { Ok(Self::open(channel, breakdown)) })
+                .get(|| async move { Ok(Self::open(channel, tuned, breakdown)) })
                 .await?;
             let req = LookupOrdersRequest {
                 request_id: self.ids.next(),

@@ -71,9 +71,15 @@ pub enum Transport {
     GrpcTuned,
     /// gRPC server streaming `StreamOrders`, one order per message.
     GrpcStream,
+    /// `StreamOrders` as [`Transport::GrpcTuned`] makes its call (see
+    /// [`tuned`]).
+    GrpcStreamTuned,
     /// gRPC bidirectional `LookupOrders`: one long-lived stream per
     /// connection carries many lookups.
     GrpcBidi,
+    /// `GrpcBidi` with each answer decoded from one `Bytes` (see
+    /// [`tuned`]); tonic's `Channel` kept.
+    GrpcBidiTuned,
     /// Raw TCP, length-prefixed protobuf frames: the floor.
     TcpProto,
     /// gRPC unary on the legacy all-strings `order.v1` API.
@@ -83,7 +89,7 @@ pub enum Transport {
 impl Transport {
     /// Every transport, in the order of the design's matrix: the order of
     /// [`transports::ALL`], which a test holds this list to.
-    pub const ALL: [Transport; 14] = [
+    pub const ALL: [Transport; 16] = [
         Transport::H1Json,
         Transport::H1JsonClose,
         Transport::H2cJson,
@@ -95,7 +101,9 @@ impl Transport {
         Transport::Grpc,
         Transport::GrpcTuned,
         Transport::GrpcStream,
+        Transport::GrpcStreamTuned,
         Transport::GrpcBidi,
+        Transport::GrpcBidiTuned,
         Transport::TcpProto,
         Transport::GrpcV1,
     ];
@@ -115,7 +123,9 @@ impl Transport {
             Transport::Grpc => transports::GRPC,
             Transport::GrpcTuned => transports::GRPC_TUNED,
             Transport::GrpcStream => transports::GRPC_STREAM,
+            Transport::GrpcStreamTuned => transports::GRPC_STREAM_TUNED,
             Transport::GrpcBidi => transports::GRPC_BIDI,
+            Transport::GrpcBidiTuned => transports::GRPC_BIDI_TUNED,
             Transport::TcpProto => transports::TCP_PROTO,
             Transport::GrpcV1 => transports::GRPC_V1,
         }
@@ -407,8 +417,12 @@ fn adapter(
         Transport::Grpc | Transport::GrpcStream | Transport::GrpcV1 => {
             Arc::new(grpc::GrpcSource::new(t, ep, m)?)
         }
-        Transport::GrpcTuned => Arc::new(tuned::TunedSource::new(ep, m)?),
-        Transport::GrpcBidi => Arc::new(grpc::BidiSource::new(ep, m)?),
+        Transport::GrpcTuned | Transport::GrpcStreamTuned => {
+            Arc::new(tuned::TunedSource::new(t, ep, m)?)
+        }
+        Transport::GrpcBidi | Transport::GrpcBidiTuned => {
+            Arc::new(grpc::BidiSource::new(t, ep, m)?)
+        }
         Transport::TcpProto => Arc::new(tcp::TcpSource::new(ep, m)),
     })
 }

@@ -63,8 +63,8 @@ impl Call {
                 method: "ListOrders",
             },
             Transport::Grpc | Transport::GrpcTuned => Call::grpc(V2, "ListOrders"),
-            Transport::GrpcStream => Call::grpc(V2, "StreamOrders"),
-            Transport::GrpcBidi => Call::grpc(V2, "LookupOrders"),
+            Transport::GrpcStream | Transport::GrpcStreamTuned => Call::grpc(V2, "StreamOrders"),
+            Transport::GrpcBidi | Transport::GrpcBidiTuned => Call::grpc(V2, "LookupOrders"),
             Transport::TcpProto => Call::Rpc {
                 system: "order_tcp",
                 service: "order.tcp",

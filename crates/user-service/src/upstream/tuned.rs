@@ -1,9 +1,10 @@
-//! The tuned twins: `grpc-tuned` and `h2c-proto-tuned`, the same calls as
-//! `grpc` and `h2c-proto` to the same servers, made over connections of the
-//! `h2` crate that the caller uses directly, rather than through hyper's
-//! HTTP/2 client (and, for gRPC, tonic's `Channel`). Each difference is a
-//! departure a user would have to choose, which is why the stock transports
-//! stay beside them:
+//! The tuned twins: `grpc-tuned`, `grpc-stream-tuned` and `h2c-proto-tuned`,
+//! the same calls as `grpc`, `grpc-stream` and `h2c-proto` to the same
+//! servers, made over connections of the `h2` crate that the caller uses
+//! directly, rather than through hyper's HTTP/2 client (and, for gRPC,
+//! tonic's `Channel`); and `grpc-bidi-tuned`, `grpc-bidi` with this module's
+//! codec only. Each difference is a departure a user would have to choose,
+//! which is why the stock transports stay beside them:
 //!
 //! - **No task between the caller and the connection.** tonic's `Channel`
 //!   puts a `Buffer` (a task fed by a queue) in front of hyper's client, and
@@ -11,15 +12,19 @@
 //!   per call for the answer. Here the caller opens its stream on the
 //!   connection itself and reads the answer off it; the only other task is
 //!   the connection's own, which reads and writes the socket.
-//! - **The request in one piece.** gRPC's one request message is collected
-//!   and sent as one DATA frame that ends the stream, rather than piped from
-//!   a streaming body.
+//! - **The request in one piece.** gRPC's one request message (unary and
+//!   server streaming) is collected and sent as one DATA frame that ends the
+//!   stream, rather than piped from a streaming body.
 //! - **Decoded from one `Bytes`** (gRPC). tonic's prost codec decodes from its
 //!   receive buffer (`BytesMut`), where each of prost's reads pays
 //!   `BytesMut::advance`; here the message is split off that buffer as one
-//!   frozen `Bytes` (no copy) and decoded from it. `grpc-tuned` still uses
+//!   frozen `Bytes` (no copy) and decoded from it. The gRPC twins still use
 //!   tonic's client (`tonic::client::Grpc`) for its framing, deadline header
 //!   and status handling.
+//!
+//! `grpc-bidi-tuned` keeps tonic's `Channel`: its one long-lived stream per
+//! connection pays the channel's tasks when it opens, not per lookup, and
+//! its requests are a stream, which [`Conns`] does not send.
 //!
 //! Flow-control windows are hyper's defaults (2 MiB per stream, 5 MiB per
 //! connection), which the stock clients also have, so flow control is not
@@ -37,7 +42,11 @@ use bytes::{Buf as _, Bytes};
 use futures::future::BoxFuture;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame};
-use proto::order::v2::{ListOrdersRequest, ListOrdersResponse};
+use model::v2::field_mask;
+use proto::order::v2::{
+    ListOrdersRequest, ListOrdersResponse, LookupOrdersRequest, LookupOrdersResponse,
+    StreamOrdersRequest, StreamOrdersResponse,
+};
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 
 use super::grpc::list_request;
@@ -352,8 +361,33 @@ where
     }
 }
 
-/// The `grpc-tuned` adapter.
+/// `grpc-bidi-tuned`'s stream on `channel`: what the generated client's
+/// `lookup_orders` does, with [`FrozenCodec`] for its codec.
+pub(crate) async fn lookup_orders(
+    channel: tonic::transport::Channel,
+    requests: impl tonic::IntoStreamingRequest<Message = LookupOrdersRequest>,
+) -> Result<tonic::Response<tonic::Streaming<LookupOrdersResponse>>, tonic::Status> {
+    let mut client = tonic::client::Grpc::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+    let mut req = requests.into_streaming_request();
+    req.extensions_mut().insert(tonic::GrpcMethod::new(
+        "order.v2.OrderService",
+        "LookupOrders",
+    ));
+    let path = http::uri::PathAndQuery::from_static("/order.v2.OrderService/LookupOrders");
+    client
+        .streaming(req, path, FrozenCodec::<LookupOrdersRequest, _>::default())
+        .await
+}
+
+/// The `grpc-tuned` and `grpc-stream-tuned` adapter.
 pub struct TunedSource {
+    transport: Transport,
     client: tonic::client::Grpc<Service>,
     timeout: std::time::Duration,
     metrics: Arc<TransportMetrics>,
@@ -370,8 +404,13 @@ impl std::fmt::Debug for TunedSource {
 }
 
 impl TunedSource {
-    /// `pool_size` lazily opened connections to the gRPC port.
-    pub fn new(ep: &Endpoints, metrics: Arc<TransportMetrics>) -> anyhow::Result<Self> {
+    /// The adapter of `t` (`grpc-tuned` or `grpc-stream-tuned`): `pool_size`
+    /// lazily opened connections to the gRPC port.
+    pub fn new(
+        t: Transport,
+        ep: &Endpoints,
+        metrics: Arc<TransportMetrics>,
+    ) -> anyhow::Result<Self> {
         let dial = ep.dialer(wire::authority(&ep.grpc_url)?, tls::ALPN_H2, &metrics);
         // The origin becomes `:scheme` and `:authority`; the dialer does TLS.
         let mut origin = ep.grpc_url.clone().into_parts();
@@ -383,6 +422,7 @@ impl TunedSource {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(TunedSource {
+            transport: t,
             client,
             timeout: ep.timeout,
             metrics,
@@ -390,21 +430,30 @@ impl TunedSource {
         })
     }
 
-    async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
-        self.peer.record();
+    /// A request for `method` of order.v2's service with the deadline and
+    /// the trace context, as the stock adapters send it, and the client
+    /// ready to send it.
+    async fn request<T>(
+        &self,
+        method: &'static str,
+        message: T,
+    ) -> Result<(tonic::client::Grpc<Service>, tonic::Request<T>), UpstreamError> {
         let mut client = self.client.clone();
-        let mut req = tonic::Request::new(list_request(q));
+        let mut req = tonic::Request::new(message);
         req.set_timeout(self.timeout);
         telemetry::propagation::inject_metadata(req.metadata_mut());
-        req.extensions_mut().insert(tonic::GrpcMethod::new(
-            "order.v2.OrderService",
-            "ListOrders",
-        ));
-        let _on_wire = self.metrics.in_flight();
+        req.extensions_mut()
+            .insert(tonic::GrpcMethod::new("order.v2.OrderService", method));
         client
             .ready()
             .await
             .map_err(|e| UpstreamError::Unavailable(e.to_string()))?;
+        Ok((client, req))
+    }
+
+    async fn unary(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
+        let _on_wire = self.metrics.in_flight();
+        let (mut client, req) = self.request("ListOrders", list_request(q)).await?;
         let path = http::uri::PathAndQuery::from_static("/order.v2.OrderService/ListOrders");
         let answer: tonic::Response<ListOrdersResponse> = client
             .unary(req, path, FrozenCodec::<ListOrdersRequest, _>::default())
@@ -414,17 +463,47 @@ impl TunedSource {
         super::parts::server_timing(answer.metadata().as_ref());
         super::parts::decoding(|| to_domain(answer.into_inner().orders))
     }
+
+    /// `StreamOrders`, one order per message, as `grpc-stream` reads it.
+    async fn stream(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
+        let _on_wire = self.metrics.in_flight();
+        let message = StreamOrdersRequest {
+            user_id: q.user_id.to_string(),
+            page_size: i32::try_from(q.limit).unwrap_or(i32::MAX),
+            page_token: String::new(),
+            read_mask: field_mask(q.fields),
+        };
+        let (mut client, req) = self.request("StreamOrders", message).await?;
+        let path = http::uri::PathAndQuery::from_static("/order.v2.OrderService/StreamOrders");
+        let mut stream = client
+            .server_streaming(
+                req,
+                path,
+                FrozenCodec::<StreamOrdersRequest, StreamOrdersResponse>::default(),
+            )
+            .await
+            .map_err(super::grpc::failed)?
+            .into_inner();
+        super::grpc::read_stream(q, &mut stream).await
+    }
 }
 
 impl OrderSource for TunedSource {
     fn transport(&self) -> Transport {
-        Transport::GrpcTuned
+        self.transport
     }
 
     fn list_orders<'a>(
         &'a self,
         q: &'a OrderQuery,
     ) -> BoxFuture<'a, Result<Vec<model::Order>, UpstreamError>> {
-        Box::pin(self.unary(q))
+        Box::pin(async move {
+            self.peer.record();
+            if self.transport == Transport::GrpcStreamTuned {
+                self.stream(q).await
+            } else {
+                self.unary(q).await
+            }
+        })
     }
 }

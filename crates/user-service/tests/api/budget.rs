@@ -27,8 +27,11 @@ async fn with_a_pool_of_one_multiplexed_transports_use_exactly_one_connection() 
         Transport::H2cProto,
         Transport::ConnectH2cProto,
         Transport::Grpc,
+        Transport::GrpcTuned,
         Transport::GrpcStream,
+        Transport::GrpcStreamTuned,
         Transport::GrpcBidi,
+        Transport::GrpcBidiTuned,
         Transport::TcpProto,
         Transport::GrpcV1,
     ] {

@@ -207,6 +207,7 @@ async fn the_upstream_timeout_travels_as_the_grpc_deadline() {
         Transport::Grpc,
         Transport::GrpcTuned,
         Transport::GrpcStream,
+        Transport::GrpcStreamTuned,
         Transport::GrpcV1,
     ];
     for via in deadlined {

@@ -181,11 +181,11 @@ fn expected(
             "order.v2.OrderService/ListOrders",
             Some(("grpc", V2, "ListOrders")),
         ),
-        Transport::GrpcStream => (
+        Transport::GrpcStream | Transport::GrpcStreamTuned => (
             "order.v2.OrderService/StreamOrders",
             Some(("grpc", V2, "StreamOrders")),
         ),
-        Transport::GrpcBidi => (
+        Transport::GrpcBidi | Transport::GrpcBidiTuned => (
             "order.v2.OrderService/LookupOrders",
             Some(("grpc", V2, "LookupOrders")),
         ),
