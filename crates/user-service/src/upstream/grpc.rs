@@ -235,12 +235,7 @@ impl GrpcSource {
 
     async fn stream(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
         let mut client = self.v2();
-        let req = self.request(StreamOrdersRequest {
-            user_id: q.user_id.to_string(),
-            page_size: page_size(q),
-            page_token: String::new(),
-            read_mask: field_mask(q.fields),
-        });
+        let req = self.request(stream_request(q));
         let _on_wire = self.metrics.in_flight();
         let mut stream = client
             .stream_orders(req)
@@ -347,6 +342,16 @@ fn select(orders: Vec<model::Order>, fields: model::FieldSet) -> Vec<model::Orde
         .into_iter()
         .map(|o| o.into_projected(fields))
         .collect()
+}
+
+/// `StreamOrders`' request for `q`.
+pub(crate) fn stream_request(q: &OrderQuery) -> StreamOrdersRequest {
+    StreamOrdersRequest {
+        user_id: q.user_id.to_string(),
+        page_size: page_size(q),
+        page_token: String::new(),
+        read_mask: field_mask(q.fields),
+    }
 }
 
 /// The `ListOrders` query of `q`: its first page.

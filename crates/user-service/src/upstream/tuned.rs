@@ -42,14 +42,13 @@ use bytes::{Buf as _, Bytes};
 use futures::future::BoxFuture;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame};
-use model::v2::field_mask;
 use proto::order::v2::{
     ListOrdersRequest, ListOrdersResponse, LookupOrdersRequest, LookupOrdersResponse,
     StreamOrdersRequest, StreamOrdersResponse,
 };
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 
-use super::grpc::list_request;
+use super::grpc::{list_request, stream_request};
 use super::http::H2Slots;
 use super::{
     Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError, to_domain,
@@ -467,13 +466,7 @@ impl TunedSource {
     /// `StreamOrders`, one order per message, as `grpc-stream` reads it.
     async fn stream(&self, q: &OrderQuery) -> Result<Vec<model::Order>, UpstreamError> {
         let _on_wire = self.metrics.in_flight();
-        let message = StreamOrdersRequest {
-            user_id: q.user_id.to_string(),
-            page_size: i32::try_from(q.limit).unwrap_or(i32::MAX),
-            page_token: String::new(),
-            read_mask: field_mask(q.fields),
-        };
-        let (mut client, req) = self.request("StreamOrders", message).await?;
+        let (mut client, req) = self.request("StreamOrders", stream_request(q)).await?;
         let path = http::uri::PathAndQuery::from_static("/order.v2.OrderService/StreamOrders");
         let mut stream = client
             .server_streaming(
