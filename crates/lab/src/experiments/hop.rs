@@ -112,6 +112,18 @@ impl HopRun {
         Spread::of(&medians)
     }
 
+    /// The floor's µs per call at `orders` in its paired blocks: the median
+    /// over every block of every transport and round.
+    fn floor_us(&self, orders: u32) -> Option<f64> {
+        let blocks: Vec<f64> = self
+            .pairs
+            .iter()
+            .filter(|p| p.orders == orders)
+            .flat_map(|p| p.floor_us.iter().copied())
+            .collect();
+        Some(Spread::of(&blocks)?.median)
+    }
+
     /// Blocks and calls per block of `via` at `orders`, over the rounds.
     fn pair_shape(&self, via: &str, orders: u32) -> Option<(usize, u32)> {
         let mine: Vec<&PairRecord> = self
@@ -663,8 +675,15 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
             verdict.into(),
         ]);
     }
+    // A ratio is only as fixed as the floor it divides by, which moves
+    // from machine to machine: say what it was.
+    let floor: Vec<String> = p
+        .sizes
+        .iter()
+        .filter_map(|&n| Some(format!("{} µs at {}", f::num(run.floor_us(n)?), f::orders(n))))
+        .collect();
     t.reading = format!(
-        "{met} of {} targets met by the median{}{}.",
+        "{met} of {} targets met by the median{}{}.{}",
         met + missed + unknown,
         if missed > 0 {
             format!(", {missed} missed")
@@ -675,6 +694,15 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
             format!(", {unknown} not measured in this run")
         } else {
             String::new()
+        },
+        if floor.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " The floor's own call in these blocks took {} (median): a ratio to it moves \
+                 with it from one machine to another.",
+                floor.join(" and ")
+            )
         }
     );
     t
@@ -830,5 +858,11 @@ mod tests {
         assert_eq!(grpc[2].ratios(), vec![(1.1, 1.1, 1.2)]);
         assert!(matches!(&grpc[3], Value::Text { text } if text == "15 × 10"));
         assert!(t.reading.contains("2 missed"), "{}", t.reading);
+        // The floor's µs, from its blocks: 40 µs in every block above.
+        assert!(
+            t.reading.contains("took 40.0 µs at 1 order and 40.0 µs at 1,000 orders"),
+            "{}",
+            t.reading
+        );
     }
 }
