@@ -975,14 +975,9 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
         report.meta.push(("parts".into(), parts));
     }
     let vias = info.knobs.transports();
-    if [
-        transports::GRPC_TUNED,
-        transports::GRPC_STREAM_TUNED,
-        transports::GRPC_BIDI_TUNED,
-        transports::H2C_PROTO_TUNED,
-    ]
-    .iter()
-    .any(|t| vias.iter().any(|v| v == t))
+    if transports::TWINS
+        .iter()
+        .any(|(_, t)| vias.iter().any(|v| v == t))
     {
         // What differs between a tuned twin and its stock transport, stated
         // wherever both may sit side by side.

@@ -90,6 +90,21 @@ pub const ALL: [&str; 16] = [
     GRPC_V1,
 ];
 
+/// Each stock transport and its tuned twin: the same call to the same server,
+/// with the client built or decoding differently from what tonic and hyper
+/// give by default (see each twin's own comment).
+pub const TWINS: [(&str, &str); 4] = [
+    (H2C_PROTO, H2C_PROTO_TUNED),
+    (GRPC, GRPC_TUNED),
+    (GRPC_STREAM, GRPC_STREAM_TUNED),
+    (GRPC_BIDI, GRPC_BIDI_TUNED),
+];
+
+/// The tuned twin of stock transport `name`, if it has one.
+pub fn twin_of(name: &str) -> Option<&'static str> {
+    TWINS.iter().find(|(stock, _)| *stock == name).map(|t| t.1)
+}
+
 /// Whether `name` is one of [`ALL`] (exactly: names are case-sensitive).
 pub fn is_known(name: &str) -> bool {
     position(name).is_some()
@@ -162,6 +177,20 @@ mod tests {
                 "grpc-v1",
             ]
         );
+    }
+
+    #[test]
+    fn every_twin_is_its_stock_name_and_tuned_and_both_are_known() {
+        for (stock, twin) in TWINS {
+            assert!(is_known(stock) && is_known(twin), "{stock} / {twin}");
+            assert_eq!(twin, format!("{stock}-tuned"));
+            assert_eq!(twin_of(stock), Some(twin));
+            assert_eq!(twin_of(twin), None, "a twin has no twin");
+        }
+        // Every `-tuned` name is someone's twin.
+        let tuned = ALL.iter().filter(|n| n.ends_with("-tuned")).count();
+        assert_eq!(tuned, TWINS.len());
+        assert_eq!(twin_of(H1_PROTO), None);
     }
 
     #[test]

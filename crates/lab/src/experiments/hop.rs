@@ -619,6 +619,8 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
         ..Table::default()
     };
     let (mut met, mut missed, mut unknown) = (0, 0, 0);
+    // Stock transports that missed a target their tuned twin met.
+    let mut twin_met = Vec::new();
     for target in target_list() {
         if !p.sizes.contains(&target.orders) {
             continue;
@@ -659,6 +661,19 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
             "yes by the median; a round reaches past it"
         } else {
             missed += 1;
+            if let [stock] = target.vias
+                && let Some(twin) = transports::twin_of(stock)
+                && p.vias.iter().any(|w| w == twin)
+                && let Some(tr) = run.paired(twin, target.orders)
+                && tr.median <= target.limit
+            {
+                twin_met.push(format!(
+                    "{stock} ×{} against {twin} ×{} at {}",
+                    f::num(r.median),
+                    f::num(tr.median),
+                    f::orders(target.orders)
+                ));
+            }
             "no"
         };
         // To three decimals, so that a miss by less than the table's
@@ -683,7 +698,7 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
         .filter_map(|&n| Some(format!("{} µs at {}", f::num(run.floor_us(n)?), f::orders(n))))
         .collect();
     t.reading = format!(
-        "{met} of {} targets met by the median{}{}.{}",
+        "{met} of {} targets met by the median{}{}.{}{}",
         met + missed + unknown,
         if missed > 0 {
             format!(", {missed} missed")
@@ -694,6 +709,16 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
             format!(", {unknown} not measured in this run")
         } else {
             String::new()
+        },
+        if twin_met.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Missed by a stock transport and met by its tuned twin ({}): the same call \
+                 to the same server, so the difference lies in how tonic or hyper builds the \
+                 client or decodes by default, not in the protocol.",
+                twin_met.join("; ")
+            )
         },
         if floor.is_empty() {
             String::new()
@@ -864,5 +889,54 @@ mod tests {
             "{}",
             t.reading
         );
+        // grpc-bidi missed at 1,000, but no twin of it ran: nothing said of one.
+        assert!(!t.reading.contains("twin"), "{}", t.reading);
+    }
+
+    #[test]
+    fn a_stock_miss_is_set_beside_its_twin_when_the_twin_met_it() {
+        let vias = [
+            transports::GRPC,
+            transports::GRPC_TUNED,
+            transports::GRPC_STREAM,
+            transports::GRPC_STREAM_TUNED,
+            FLOOR,
+        ];
+        let p = HopPlan {
+            vias: vias.iter().map(|v| (*v).to_owned()).collect(),
+            sizes: vec![1_000],
+            callers: vec![1],
+            quick: true,
+        };
+        let mut run = HopRun {
+            pairs_command: Some("cargo bench".into()),
+            ..HopRun::default()
+        };
+        let pair = |via: &str, r: f64, round: u32| PairRecord {
+            via: via.into(),
+            orders: 1_000,
+            calls: 10,
+            ratios: vec![r; 3],
+            floor_us: vec![2_000.0; 3],
+            via_us: vec![2_000.0 * r; 3],
+            round,
+        };
+        for round in 1..=2 {
+            // grpc misses and its twin meets; both stream transports miss.
+            run.pairs.push(pair("grpc", 1.2, round));
+            run.pairs.push(pair("grpc-tuned", 1.05, round));
+            run.pairs.push(pair("grpc-stream", 1.3, round));
+            run.pairs.push(pair("grpc-stream-tuned", 1.16, round));
+        }
+        let t = targets(&p, &run);
+        // The other typed-protobuf transports' targets were not in this run.
+        assert!(t.reading.starts_with("1 of 9 targets met by the median, 3 missed"), "{}", t.reading);
+        assert!(
+            t.reading
+                .contains("met by its tuned twin (grpc ×1.20 against grpc-tuned ×1.05 at 1,000 orders)"),
+            "{}",
+            t.reading
+        );
+        assert!(!t.reading.contains("grpc-stream ×"), "{}", t.reading);
     }
 }
