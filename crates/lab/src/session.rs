@@ -985,11 +985,14 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
             "`grpc-tuned`, `grpc-stream-tuned` and `h2c-proto-tuned` make the same calls as \
              `grpc`, `grpc-stream` and `h2c-proto`, to the same servers, on connections of the \
              `h2` crate the caller uses directly: no tonic `Channel` (no `Buffer` task) and no \
-             hyper client task per call. The two gRPC ones also send their request as one DATA \
-             frame, decode each answer from one `Bytes` rather than tonic's `BytesMut`, and send \
-             no `user-agent` header. `grpc-bidi-tuned` is `grpc-bidi` with only that decoding \
-             changed: it keeps tonic's `Channel`. Windows are hyper's defaults in all of them. \
-             The stock transports are what tonic and hyper give by default."
+             hyper client task per call, and they advertise HTTP/2's largest frame size \
+             (2^24 − 1 bytes, where the stock clients keep 16 KiB), so a large answer comes in \
+             fewer DATA frames. The two gRPC ones also send their request as one DATA frame, \
+             decode each answer from one `Bytes` rather than tonic's `BytesMut`, and send no \
+             `user-agent` header. `grpc-bidi-tuned` is `grpc-bidi` with only that decoding \
+             changed: it keeps tonic's `Channel` and its frame size. Windows are hyper's \
+             defaults in all of them. The stock transports are what tonic and hyper give by \
+             default."
                 .to_owned(),
         );
     }

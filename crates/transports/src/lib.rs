@@ -28,8 +28,9 @@ pub const H1_PROTO: &str = "h1-proto";
 /// HTTP/2 cleartext, protobuf body, multiplexed as [`H2C_JSON`].
 pub const H2C_PROTO: &str = "h2c-proto";
 /// [`H2C_PROTO`]'s GET, on connections of the `h2` crate opened and used
-/// by the caller (no hyper, no task per call): the twin that shows what
-/// hyper's HTTP/2 client costs.
+/// by the caller (no hyper, no task per call) that advertise HTTP/2's
+/// largest frame size: the twin that shows what hyper's HTTP/2 client and
+/// its defaults cost.
 pub const H2C_PROTO_TUNED: &str = "h2c-proto-tuned";
 /// Connect unary `ListOrders` (connect-rust's client, buffa messages, a
 /// protobuf body POSTed to order-service's REST port), on HTTP/1.1
@@ -42,16 +43,17 @@ pub const CONNECT_H2C_PROTO: &str = "connect-h2c-proto";
 pub const GRPC: &str = "grpc";
 /// gRPC unary `ListOrders` as [`GRPC`], to the same server, with tonic's
 /// client built differently from tonic's default `Channel`: streams opened
-/// on `h2` crate connections by the caller (no `Buffer` task, no hyper), the
-/// request sent in one piece, the answer decoded from one `Bytes`. Stock
+/// on `h2` crate connections by the caller (no `Buffer` task, no hyper) that
+/// advertise HTTP/2's largest frame size, the request sent in one piece, the
+/// answer decoded from one `Bytes`. Stock
 /// [`GRPC`] beside it shows what the defaults cost.
 pub const GRPC_TUNED: &str = "grpc-tuned";
 /// gRPC server streaming `StreamOrders`, one order per message, protobuf;
 /// connections as [`GRPC`].
 pub const GRPC_STREAM: &str = "grpc-stream";
 /// [`GRPC_STREAM`]'s call, made as [`GRPC_TUNED`] makes its own: on `h2`
-/// crate connections opened by the caller, each message decoded from one
-/// `Bytes`. Stock [`GRPC_STREAM`] beside it shows what the defaults cost.
+/// crate connections opened by the caller, the largest frames, each message
+/// decoded from one `Bytes`. Stock [`GRPC_STREAM`] beside it shows what the defaults cost.
 pub const GRPC_STREAM_TUNED: &str = "grpc-stream-tuned";
 /// gRPC bidirectional `LookupOrders`: one long-lived stream per connection
 /// carries many lookups, matched by request id; protobuf; connections as

@@ -26,9 +26,17 @@
 //! connection pays the channel's tasks when it opens, not per lookup, and
 //! its requests are a stream, which [`Conns`] does not send.
 //!
+//! - **The largest DATA frames HTTP/2 allows** (`h2c-proto-tuned`,
+//!   `grpc-tuned`, `grpc-stream-tuned`). The connection advertises
+//!   `SETTINGS_MAX_FRAME_SIZE` = 2^24 − 1 where hyper and tonic keep the
+//!   protocol's 16 KiB, so order-service sends a 217 KB answer as one DATA
+//!   frame rather than 14: one `writev` on its side and a few reads on this
+//!   one, against about 15 and 28 (see [`MAX_FRAME`]).
+//!
 //! Flow-control windows are hyper's defaults (2 MiB per stream, 5 MiB per
 //! connection), which the stock clients also have, so flow control is not
-//! one of the differences. Connections: `pool_size` of them, round-robin,
+//! one of the differences, and a frame is never larger than the stream's
+//! window: what one stream holds unread is bounded as before. Connections: `pool_size` of them, round-robin,
 //! each opened on first use and again when it broke ([`H2Slots`]), counted
 //! and over TLS (ALPN h2) like every other transport's.
 
@@ -59,6 +67,13 @@ use crate::metrics::TransportMetrics;
 /// hyper's HTTP/2 client defaults, which tonic's `Channel` keeps.
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+/// The largest DATA frame this side accepts: HTTP/2's largest (RFC 9113,
+/// 6.5.2). The `h2` crate writes each DATA frame with its own `writev` and
+/// reads at most a frame's remainder at a time, so at 1,000 orders 16 KiB
+/// frames cost about 43 system calls per call where HTTP/1.1 makes 4. The
+/// price, on a connection shared by several callers, is that one caller's
+/// large frame is sent whole before another's next frame.
+const MAX_FRAME: u32 = (1 << 24) - 1;
 
 /// One `h2` connection's handle for opening streams, and whether its
 /// connection task has ended.
@@ -117,6 +132,7 @@ impl Conns {
         let (send, conn) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME)
             .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| {
@@ -498,5 +514,59 @@ impl OrderSource for TunedSource {
                 self.unary(q).await
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body larger than three 16 KiB frames and smaller than HTTP/2's
+    /// initial connection window, so that flow control cannot split it.
+    const BODY: usize = 60_000;
+
+    /// The answer's DATA frames as the tuned connection receives them, from
+    /// an `h2` server that sends `BODY` bytes in one `send_data`: the server
+    /// cuts them into frames no larger than what the client advertised.
+    #[tokio::test]
+    async fn the_answer_comes_in_the_largest_frames_the_client_advertises() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(socket).await.unwrap();
+            let (_req, mut respond) = conn.accept().await.unwrap().unwrap();
+            let mut stream = respond
+                .send_response(http::Response::new(()), false)
+                .unwrap();
+            stream
+                .send_data(Bytes::from(vec![7u8; BODY]), true)
+                .unwrap();
+            // Drive the connection until the client goes away.
+            while conn.accept().await.is_some() {}
+        });
+        let conns = Conns::new(
+            wire::Dialer::plain(addr.to_string()),
+            1,
+            Arc::new(TransportMetrics::new()),
+        );
+        let head = Head {
+            method: http::Method::GET,
+            uri: format!("http://{addr}/").parse().unwrap(),
+            headers: http::HeaderMap::new(),
+        };
+        let resp = conns.request(&head, Bytes::new()).await.unwrap().unwrap();
+        let mut body = resp.into_body();
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                frames.push(data.len());
+            }
+        }
+        assert_eq!(frames.iter().sum::<usize>(), BODY, "{frames:?}");
+        // 16 KiB frames would have made four.
+        assert_eq!(frames, [BODY], "one DATA frame");
+        drop(conns);
+        server.abort();
     }
 }
