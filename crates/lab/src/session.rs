@@ -1279,10 +1279,22 @@ mod tests {
     #[test]
     fn the_report_states_how_the_tuned_twins_differ_only_when_the_run_has_them() {
         let (info, results) = crate::synthetic::run(&["payload"], true, 2);
+        // Each of the differences: the client's tasks, the frame size, the
+        // decoding, the header.
         let said = |info: &RunInfo| {
-            build_report(info, &results)
-                .markdown()
-                .contains("no `user-agent` header")
+            let md = build_report(info, &results).markdown();
+            let every = [
+                "no tonic `Channel` (no `Buffer` task)",
+                "HTTP/2's largest frame size",
+                "rather than tonic's `BytesMut`",
+                "no `user-agent` header",
+            ];
+            let n = every.iter().filter(|d| md.contains(**d)).count();
+            assert!(
+                n == 0 || n == every.len(),
+                "only {n} of the differences stated"
+            );
+            n > 0
         };
         assert!(said(&info), "every transport, the twins among them");
         let mut stock = info.clone();

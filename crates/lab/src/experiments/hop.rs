@@ -715,8 +715,8 @@ fn targets(p: &HopPlan, run: &HopRun) -> Table {
         } else {
             format!(
                 " Missed by a stock transport and met by its tuned twin ({}): the same call \
-                 to the same server, so the difference lies in how tonic or hyper builds the \
-                 client or decodes by default, not in the protocol.",
+                 to the same server, so the difference lies in how tonic or hyper builds and \
+                 sets up the client or decodes by default, not in the protocol.",
                 twin_met.join("; ")
             )
         },
