@@ -990,7 +990,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
              fewer DATA frames. The two gRPC ones also send their request as one DATA frame, \
              decode each answer from one `Bytes` rather than tonic's `BytesMut`, and send no \
              `user-agent` header. `grpc-bidi-tuned` is `grpc-bidi` with only that decoding \
-             changed: it keeps tonic's `Channel` and its frame size. Windows are hyper's \
+             and the frame size changed: it keeps tonic's `Channel`. Windows are hyper's \
              defaults in all of them. The stock transports are what tonic and hyper give by \
              default."
                 .to_owned(),

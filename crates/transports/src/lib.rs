@@ -59,10 +59,10 @@ pub const GRPC_STREAM_TUNED: &str = "grpc-stream-tuned";
 /// carries many lookups, matched by request id; protobuf; connections as
 /// [`GRPC`].
 pub const GRPC_BIDI: &str = "grpc-bidi";
-/// [`GRPC_BIDI`] with one departure from tonic's generated client: each
-/// answer decoded from one `Bytes` rather than tonic's receive buffer. It
-/// keeps tonic's `Channel`, whose tasks a long-lived stream pays once, not
-/// per lookup.
+/// [`GRPC_BIDI`] with two departures from tonic's defaults: each answer
+/// decoded from one `Bytes` rather than tonic's receive buffer, and
+/// channels that advertise HTTP/2's largest frame size. It keeps tonic's
+/// `Channel`, whose tasks a long-lived stream pays once, not per lookup.
 pub const GRPC_BIDI_TUNED: &str = "grpc-bidi-tuned";
 /// Raw TCP, length-prefixed protobuf frames, no HTTP: N persistent
 /// connections, many lookups in flight on each. The floor of the hop.

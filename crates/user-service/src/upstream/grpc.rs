@@ -36,14 +36,21 @@ use super::{
 use crate::metrics::TransportMetrics;
 
 /// `pool_size` lazily connected channels whose sockets are counted; over
-/// TLS (ALPN h2) when it is on.
-fn channels(ep: &Endpoints, metrics: &Arc<TransportMetrics>) -> anyhow::Result<Vec<Channel>> {
+/// TLS (ALPN h2) when it is on. `max_frame`: the largest DATA frame the
+/// channels accept, when not HTTP/2's default 16 KiB (a twin's setting).
+fn channels(
+    ep: &Endpoints,
+    metrics: &Arc<TransportMetrics>,
+    max_frame: Option<u32>,
+) -> anyhow::Result<Vec<Channel>> {
     let dial = ep.dialer(wire::authority(&ep.grpc_url)?, tls::ALPN_H2, metrics);
     // The scheme only becomes `:scheme`: the connector below does the TLS.
     let mut url = ep.grpc_url.clone().into_parts();
     url.scheme = Some(dial.scheme());
     let url = http::Uri::from_parts(url)?;
-    let endpoint = Endpoint::from(url).connect_timeout(ep.timeout);
+    let endpoint = Endpoint::from(url)
+        .connect_timeout(ep.timeout)
+        .max_frame_size(max_frame);
     Ok((0..ep.pool_size)
         .map(|_| {
             let dial = dial.clone();
@@ -181,7 +188,7 @@ impl GrpcSource {
             transport,
             gzip: ep.gzip,
             zstd: ep.zstd,
-            channels: channels(ep, &metrics)?,
+            channels: channels(ep, &metrics, None)?,
             next: AtomicUsize::new(0),
             timeout: ep.timeout,
             metrics,
@@ -428,7 +435,8 @@ impl OrderSource for GrpcSource {
 
 /// `grpc-bidi`: per channel, one long-lived `LookupOrders` stream carrying
 /// every lookup sent on that connection. `grpc-bidi-tuned` is the same
-/// with each answer decoded from one `Bytes` ([`super::tuned`]'s codec).
+/// with each answer decoded from one `Bytes` ([`super::tuned`]'s codec) and
+/// channels that advertise HTTP/2's largest frame size.
 #[derive(Debug)]
 pub struct BidiSource {
     transport: Transport,
@@ -451,7 +459,9 @@ impl BidiSource {
         ep: &Endpoints,
         metrics: Arc<TransportMetrics>,
     ) -> anyhow::Result<Self> {
-        let channels = channels(ep, &metrics)?;
+        // The twin advertises the largest frames, as the other twins do.
+        let max_frame = (t == Transport::GrpcBidiTuned).then_some(super::tuned::MAX_FRAME);
+        let channels = channels(ep, &metrics, max_frame)?;
         Ok(BidiSource {
             transport: t,
             slots: channels.iter().map(|_| Slot::default()).collect(),
@@ -548,7 +558,73 @@ impl OrderSource for BidiSource {
 
 #[cfg(test)]
 mod tests {
+    use http_body_util::BodyExt as _;
+
     use super::*;
+
+    /// The sizes of the DATA frames in which a bidi adapter's channel
+    /// receives an answer of `len` bytes, from an `h2` server that sends
+    /// them in one `send_data`.
+    async fn frames_received(t: Transport, len: usize) -> Vec<usize> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(socket).await.unwrap();
+            let (_req, mut respond) = conn.accept().await.unwrap().unwrap();
+            let mut stream = respond
+                .send_response(http::Response::new(()), false)
+                .unwrap();
+            stream
+                .send_data(bytes::Bytes::from(vec![7u8; len]), true)
+                .unwrap();
+            while conn.accept().await.is_some() {}
+        });
+        let ep = Endpoints {
+            rest_url: format!("http://{addr}").parse().unwrap(),
+            grpc_url: format!("http://{addr}").parse().unwrap(),
+            tcp_addr: addr.to_string(),
+            pool_size: 1,
+            timeout: Duration::from_secs(5),
+            tls: None,
+            gzip: false,
+            zstd: false,
+            breakdown: false,
+        };
+        let source = BidiSource::new(t, &ep, Arc::new(TransportMetrics::new())).unwrap();
+        let req = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(format!("http://{addr}/order.v2.OrderService/LookupOrders"))
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        let resp = tower::ServiceExt::oneshot(source.channels[0].clone(), req)
+            .await
+            .unwrap();
+        let mut body = resp.into_body();
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                frames.push(data.len());
+            }
+        }
+        server.abort();
+        frames
+    }
+
+    #[tokio::test]
+    async fn the_bidi_twin_receives_the_largest_frames_and_stock_bidi_the_default() {
+        // Larger than three 16 KiB frames, within HTTP/2's initial windows.
+        const LEN: usize = 60_000;
+        let tuned = frames_received(Transport::GrpcBidiTuned, LEN).await;
+        assert_eq!(tuned, [LEN], "one DATA frame");
+        let stock = frames_received(Transport::GrpcBidi, LEN).await;
+        assert_eq!(stock.iter().sum::<usize>(), LEN, "{stock:?}");
+        assert!(
+            stock.iter().all(|&n| n <= 16_384),
+            "tonic's default frames: {stock:?}"
+        );
+        assert_eq!(stock.len(), LEN.div_ceil(16_384), "{stock:?}");
+    }
 
     #[test]
     fn v1_orders_with_every_field_selected_are_moved_not_copied() {

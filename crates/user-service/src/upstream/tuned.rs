@@ -3,8 +3,8 @@
 //! servers, made over connections of the `h2` crate that the caller uses
 //! directly, rather than through hyper's HTTP/2 client (and, for gRPC,
 //! tonic's `Channel`); and `grpc-bidi-tuned`, `grpc-bidi` with this module's
-//! codec only. Each difference is a departure a user would have to choose,
-//! which is why the stock transports stay beside them:
+//! codec and frame size only. Each difference is a departure a user would
+//! have to choose, which is why the stock transports stay beside them:
 //!
 //! - **No task between the caller and the connection.** tonic's `Channel`
 //!   puts a `Buffer` (a task fed by a queue) in front of hyper's client, and
@@ -21,24 +21,24 @@
 //!   frozen `Bytes` (no copy) and decoded from it. The gRPC twins still use
 //!   tonic's client (`tonic::client::Grpc`) for its framing, deadline header
 //!   and status handling.
+//! - **The largest DATA frames HTTP/2 allows** (every twin;
+//!   `grpc-bidi-tuned` through tonic's `Endpoint`). The connection
+//!   advertises `SETTINGS_MAX_FRAME_SIZE` = 2^24 − 1 where hyper and tonic
+//!   keep the protocol's 16 KiB, so order-service sends a 217 KB answer as
+//!   one DATA frame rather than 14: one `writev` on its side and a few reads
+//!   on this one, against about 15 and 28 (see [`MAX_FRAME`]).
 //!
 //! `grpc-bidi-tuned` keeps tonic's `Channel`: its one long-lived stream per
 //! connection pays the channel's tasks when it opens, not per lookup, and
 //! its requests are a stream, which [`Conns`] does not send.
 //!
-//! - **The largest DATA frames HTTP/2 allows** (`h2c-proto-tuned`,
-//!   `grpc-tuned`, `grpc-stream-tuned`). The connection advertises
-//!   `SETTINGS_MAX_FRAME_SIZE` = 2^24 − 1 where hyper and tonic keep the
-//!   protocol's 16 KiB, so order-service sends a 217 KB answer as one DATA
-//!   frame rather than 14: one `writev` on its side and a few reads on this
-//!   one, against about 15 and 28 (see [`MAX_FRAME`]).
-//!
 //! Flow-control windows are hyper's defaults (2 MiB per stream, 5 MiB per
 //! connection), which the stock clients also have, so flow control is not
 //! one of the differences, and a frame is never larger than the stream's
-//! window: what one stream holds unread is bounded as before. Connections: `pool_size` of them, round-robin,
-//! each opened on first use and again when it broke ([`H2Slots`]), counted
-//! and over TLS (ALPN h2) like every other transport's.
+//! window: what one stream holds unread is bounded as before. Connections:
+//! `pool_size` of them, round-robin, each opened on first use and again
+//! when it broke ([`H2Slots`]), counted and over TLS (ALPN h2) like every
+//! other transport's.
 
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -73,7 +73,7 @@ const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 /// frames cost about 43 system calls per call where HTTP/1.1 makes 4. The
 /// price, on a connection shared by several callers, is that one caller's
 /// large frame is sent whole before another's next frame.
-const MAX_FRAME: u32 = (1 << 24) - 1;
+pub(crate) const MAX_FRAME: u32 = (1 << 24) - 1;
 
 /// One `h2` connection's handle for opening streams, and whether its
 /// connection task has ended.
