@@ -558,28 +558,13 @@ impl OrderSource for BidiSource {
 
 #[cfg(test)]
 mod tests {
-    use http_body_util::BodyExt as _;
-
+    use super::super::tuned::tests::{BODY, data_frame_sizes, serve_body_in_one_piece};
     use super::*;
 
     /// The sizes of the DATA frames in which a bidi adapter's channel
-    /// receives an answer of `len` bytes, from an `h2` server that sends
-    /// them in one `send_data`.
-    async fn frames_received(t: Transport, len: usize) -> Vec<usize> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (socket, _) = listener.accept().await.unwrap();
-            let mut conn = h2::server::handshake(socket).await.unwrap();
-            let (_req, mut respond) = conn.accept().await.unwrap().unwrap();
-            let mut stream = respond
-                .send_response(http::Response::new(()), false)
-                .unwrap();
-            stream
-                .send_data(bytes::Bytes::from(vec![7u8; len]), true)
-                .unwrap();
-            while conn.accept().await.is_some() {}
-        });
+    /// receives an answer of [`BODY`] bytes sent in one piece.
+    async fn frames_received(t: Transport) -> Vec<usize> {
+        let (addr, server) = serve_body_in_one_piece().await;
         let ep = Endpoints {
             rest_url: format!("http://{addr}").parse().unwrap(),
             grpc_url: format!("http://{addr}").parse().unwrap(),
@@ -600,30 +585,22 @@ mod tests {
         let resp = tower::ServiceExt::oneshot(source.channels[0].clone(), req)
             .await
             .unwrap();
-        let mut body = resp.into_body();
-        let mut frames = Vec::new();
-        while let Some(frame) = body.frame().await {
-            if let Ok(data) = frame.unwrap().into_data() {
-                frames.push(data.len());
-            }
-        }
+        let frames = data_frame_sizes(resp.into_body()).await;
         server.abort();
         frames
     }
 
     #[tokio::test]
     async fn the_bidi_twin_receives_the_largest_frames_and_stock_bidi_the_default() {
-        // Larger than three 16 KiB frames, within HTTP/2's initial windows.
-        const LEN: usize = 60_000;
-        let tuned = frames_received(Transport::GrpcBidiTuned, LEN).await;
-        assert_eq!(tuned, [LEN], "one DATA frame");
-        let stock = frames_received(Transport::GrpcBidi, LEN).await;
-        assert_eq!(stock.iter().sum::<usize>(), LEN, "{stock:?}");
+        let tuned = frames_received(Transport::GrpcBidiTuned).await;
+        assert_eq!(tuned, [BODY], "one DATA frame");
+        let stock = frames_received(Transport::GrpcBidi).await;
+        assert_eq!(stock.iter().sum::<usize>(), BODY, "{stock:?}");
         assert!(
             stock.iter().all(|&n| n <= 16_384),
             "tonic's default frames: {stock:?}"
         );
-        assert_eq!(stock.len(), LEN.div_ceil(16_384), "{stock:?}");
+        assert_eq!(stock.len(), BODY.div_ceil(16_384), "{stock:?}");
     }
 
     #[test]

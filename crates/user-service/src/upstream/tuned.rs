@@ -518,18 +518,20 @@ impl OrderSource for TunedSource {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use http_body_util::BodyExt as _;
+
     use super::*;
 
     /// A body larger than three 16 KiB frames and smaller than HTTP/2's
     /// initial connection window, so that flow control cannot split it.
-    const BODY: usize = 60_000;
+    pub(crate) const BODY: usize = 60_000;
 
-    /// The answer's DATA frames as the tuned connection receives them, from
-    /// an `h2` server that sends `BODY` bytes in one `send_data`: the server
-    /// cuts them into frames no larger than what the client advertised.
-    #[tokio::test]
-    async fn the_answer_comes_in_the_largest_frames_the_client_advertises() {
+    /// An `h2` server on a free port that answers its one request with
+    /// `BODY` bytes in one `send_data`: it cuts them into frames no larger
+    /// than the client advertised. Its address, and its task to abort.
+    pub(crate) async fn serve_body_in_one_piece()
+    -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
@@ -545,6 +547,27 @@ mod tests {
             // Drive the connection until the client goes away.
             while conn.accept().await.is_some() {}
         });
+        (addr, server)
+    }
+
+    /// The sizes of `body`'s DATA frames, as the client received them.
+    pub(crate) async fn data_frame_sizes<B>(mut body: B) -> Vec<usize>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Debug,
+    {
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                frames.push(data.len());
+            }
+        }
+        frames
+    }
+
+    #[tokio::test]
+    async fn the_answer_comes_in_the_largest_frames_the_client_advertises() {
+        let (addr, server) = serve_body_in_one_piece().await;
         let conns = Conns::new(
             wire::Dialer::plain(addr.to_string()),
             1,
@@ -556,13 +579,7 @@ mod tests {
             headers: http::HeaderMap::new(),
         };
         let resp = conns.request(&head, Bytes::new()).await.unwrap().unwrap();
-        let mut body = resp.into_body();
-        let mut frames = Vec::new();
-        while let Some(frame) = body.frame().await {
-            if let Ok(data) = frame.unwrap().into_data() {
-                frames.push(data.len());
-            }
-        }
+        let frames = data_frame_sizes(resp.into_body()).await;
         assert_eq!(frames.iter().sum::<usize>(), BODY, "{frames:?}");
         // 16 KiB frames would have made four.
         assert_eq!(frames, [BODY], "one DATA frame");
