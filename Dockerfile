@@ -24,7 +24,7 @@ WORKDIR /src
 
 # Only what the build reads: the workspace manifests and lock file, every
 # crate (cargo resolves the whole workspace, even for `-p`), proto/ (compiled
-# by crates/proto/build.rs with a vendored protoc: no system protoc) and
+# by crates/libs/proto/build.rs with a vendored protoc: no system protoc) and
 # migrations/ (embedded in the binaries by sqlx::migrate!). .dockerignore keeps
 # target/, .git and the rest out of the context.
 COPY Cargo.toml Cargo.lock ./

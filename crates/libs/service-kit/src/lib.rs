@@ -1,0 +1,38 @@
+//! The server skeleton both services run the same way: content
+//! negotiation, the wire-level errors and their problem bodies, one limit of
+//! work in service, serving with time bounds, connection caps and a bounded
+//! drain, gRPC health, the shutdown signal, listener supervision, Postgres
+//! pools, and renamed settings.
+//!
+//! # Layout
+//! - [`negotiate`]: [`negotiate::Format`] (JSON or protobuf, by `Accept`
+//!   and `Content-Type`), [`negotiate::read_body`] (the bounded body read)
+//!   and [`negotiate::WireError`] (what is wrong with a request on the
+//!   wire); [`deadline`]: the body read's time bound;
+//! - [`problem`]: the `application/problem+json` body of every error, the
+//!   problem types both services share, and the pages that describe them;
+//! - [`shed`]: load shedding, the one limit of work in service;
+//! - [`serve`]: serving a router with time bounds per connection and a
+//!   shutdown that loses no request and ends in time; [`cap`]: the cap on
+//!   a listener's open connections;
+//! - [`preface`]: the same bounds for tonic listeners, and their bounded
+//!   drain; [`health`]: gRPC health that follows readiness;
+//! - [`signal`], [`supervise`]: the shutdown signal, and the listeners run
+//!   together;
+//! - [`db`]: the Postgres pool opened and bounded, errors classified, rows
+//!   stamped and URLs redacted alike;
+//! - [`settings`]: renamed settings kept working for a release, and the
+//!   defaults without the environment.
+
+pub mod cap;
+pub mod db;
+pub mod deadline;
+pub mod health;
+pub mod negotiate;
+pub mod preface;
+pub mod problem;
+pub mod serve;
+pub mod settings;
+pub mod shed;
+pub mod signal;
+pub mod supervise;

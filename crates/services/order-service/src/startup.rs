@@ -1,0 +1,228 @@
+//! Building the application from its settings and running it.
+//!
+//! [`Application::build`] binds every listener first (port 0 works: the real
+//! port is read back), so a test knows where to send before anything runs.
+//! [`Application::run_until_stopped`] serves until the shutdown future
+//! completes, then lets requests and streams in flight finish (REST through
+//! `service_kit::serve`, which loses no request on a keep-alive connection).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use telemetry::metrics::RequestMetrics;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::grpc::GrpcLimits;
+use crate::rest::RestState;
+use crate::service::{Limits, Orders};
+use crate::settings::Settings;
+use crate::store::memory::MemoryStore;
+use crate::store::postgres::PgStore;
+use crate::store::{OrderStore as _, Store};
+use crate::tcp::TcpLimits;
+
+/// A built, not yet running, order-service.
+#[derive(Debug)]
+pub struct Application {
+    settings: Settings,
+    orders: Orders,
+    rest: TcpListener,
+    grpc: TcpListener,
+    tcp: TcpListener,
+    /// TLS for every listener, when the settings name a certificate.
+    tls: Option<tls::ServerTls>,
+}
+
+/// Connects to Postgres (and migrates) or builds the in-memory store.
+pub async fn open_store(s: &Settings) -> anyhow::Result<Store> {
+    Ok(match s.pool() {
+        Some(pool) => Store::Postgres(PgStore::connect(&pool).await?),
+        None => Store::Memory(Arc::new(MemoryStore::with_dataset())),
+    })
+}
+
+async fn bind(what: &str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the {what} listener to {addr}"))
+}
+
+impl Application {
+    /// Opens the store and binds the listeners.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let store = open_store(&settings).await?;
+        if let (Store::Postgres(pg), true) = (&store, settings.seed) {
+            let n = pg.seed().await.context("seeding Postgres")?;
+            tracing::info!(new_orders = n, "data set loaded into Postgres");
+        }
+        let orders = Orders {
+            store,
+            limits: Limits {
+                max_page_size: settings.max_page_size,
+            },
+            server_timing: settings.server_timing,
+        };
+        let tls = match settings.tls_files() {
+            Some(files) => Some(tls::ServerTls::load(&files).context("setting up TLS")?),
+            None => None,
+        };
+        let app = Application {
+            tls,
+            rest: bind("REST", settings.rest_addr).await?,
+            grpc: bind("gRPC", settings.grpc_addr).await?,
+            tcp: bind("raw-TCP", settings.tcp_addr).await?,
+            orders,
+            settings,
+        };
+        tracing::info!(
+            store = app.orders.store.kind(),
+            rest = %app.rest_addr(),
+            grpc = %app.grpc_addr(),
+            tcp = %app.tcp_addr(),
+            tls = app.tls_mode(),
+            "order-service ready to serve"
+        );
+        Ok(app)
+    }
+
+    /// The REST listener's address.
+    pub fn rest_addr(&self) -> SocketAddr {
+        self.rest.local_addr().unwrap_or(self.settings.rest_addr)
+    }
+
+    /// The gRPC listener's address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc.local_addr().unwrap_or(self.settings.grpc_addr)
+    }
+
+    /// The raw-TCP listener's address.
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.tcp.local_addr().unwrap_or(self.settings.tcp_addr)
+    }
+
+    /// "off", "on" or "mutual" (client certificates required).
+    pub fn tls_mode(&self) -> &'static str {
+        match &self.tls {
+            None => "off",
+            Some(t) if t.requires_client_cert() => "mutual",
+            Some(_) => "on",
+        }
+    }
+
+    /// "memory" or "postgres".
+    pub fn store_kind(&self) -> &'static str {
+        self.orders.store.kind()
+    }
+
+    /// Serves until `shutdown` completes, then drains: no new connections or
+    /// requests, and the ones in flight (streams included) finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let token = CancellationToken::new();
+        let s = &self.settings;
+        let metrics = Arc::new(RequestMetrics::new("order"));
+        metrics.add_collector(crate::metrics::StoreCollector(self.orders.store.clone()));
+        // TLS on every listener when it is on: REST offers h2 and HTTP/1.1
+        // by ALPN, gRPC too (HTTP/1.1 for gRPC-web), raw TCP no ALPN.
+        let ([rest_tls, grpc_tls, tcp_tls], tls_handshakes) = tls::listener_acceptors(
+            self.tls.as_ref(),
+            [
+                ("rest", tls::ALPN_H2_HTTP1),
+                ("grpc", tls::ALPN_H2_HTTP1),
+                ("tcp", &[]),
+            ],
+            "order",
+        );
+        if let Some(handshakes) = tls_handshakes {
+            metrics.add_collector(handshakes);
+        }
+        // One limit of work in service for every surface.
+        let limiter = service_kit::shed::Limiter::new(s.max_concurrent_requests);
+        metrics.add_collector(limiter.collector("order"));
+        let rest_router = crate::rest::router(RestState {
+            orders: self.orders.clone(),
+            max_body_bytes: s.max_request_bytes as usize,
+            metrics: metrics.clone(),
+            limiter: limiter.clone(),
+            gzip: s.rest_gzip,
+            zstd: s.rest_zstd,
+        });
+        let limits = s.conn_limits();
+        let ([rest_cap, grpc_cap, tcp_cap], caps) = service_kit::cap::listener_caps(
+            "order",
+            [
+                ("rest", s.max_connections as usize),
+                ("grpc", s.max_connections as usize),
+                ("tcp", s.max_tcp_connections as usize),
+            ],
+        );
+        metrics.add_collector(caps);
+        let rest = {
+            let t = token.clone();
+            let listener = self.rest;
+            async move {
+                service_kit::serve::serve_with_tls(
+                    listener,
+                    rest_router,
+                    t.cancelled_owned(),
+                    limits,
+                    rest_cap,
+                    rest_tls,
+                )
+                .await
+                .map_err(anyhow::Error::from)
+            }
+        };
+        let grpc = crate::grpc::serve(
+            self.grpc,
+            self.orders.clone(),
+            GrpcLimits {
+                max_request_bytes: s.max_request_bytes as usize,
+                max_response_bytes: s.max_response_bytes,
+                max_lookups_in_flight: s.max_lookups_in_flight,
+                limiter: limiter.clone(),
+                max_concurrent_streams: s.max_concurrent_streams,
+                send_gzip: s.grpc_gzip,
+                send_zstd: s.grpc_zstd,
+                conn: limits,
+            },
+            metrics.clone(),
+            token.clone(),
+            grpc_tls,
+            grpc_cap,
+        );
+        let tcp = crate::tcp::serve(
+            self.tcp,
+            self.orders.clone(),
+            TcpLimits {
+                max_frame_bytes: s.max_request_bytes as usize,
+                max_in_flight: s.max_lookups_in_flight,
+                max_connections: s.max_tcp_connections as usize,
+                conn: limits,
+                limiter,
+            },
+            metrics,
+            token.clone(),
+            tcp_tls,
+            tcp_cap,
+        );
+        // The signal stops every listener; so does the first to fail.
+        service_kit::supervise::supervise(
+            shutdown,
+            token,
+            vec![
+                ("REST", Box::pin(rest)),
+                ("gRPC", Box::pin(grpc)),
+                ("raw TCP", Box::pin(tcp)),
+            ],
+        )
+        .await
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM: the one both services share.
+pub use service_kit::signal::shutdown_signal;

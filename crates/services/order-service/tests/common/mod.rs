@@ -1,0 +1,184 @@
+//! Test harness: the real order-service on port 0, on a Postgres database of
+//! its own (cloned from a seeded template) or on the in-memory store, and
+//! clients for every transport.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+
+use order_service::{Application, Settings};
+use proto::order::{v1 as pb1, v2 as pb2};
+
+/// Which store a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Postgres,
+}
+
+/// A running order-service.
+pub struct TestApp {
+    pub rest: SocketAddr,
+    pub grpc: SocketAddr,
+    pub tcp: SocketAddr,
+    pub db: Option<testkit::postgres::TestDb>,
+    pub serving: InProcess,
+}
+
+pub use testkit::process::{InProcess, Proc, init_test_log};
+
+mod orders_db;
+pub use orders_db::orders_database;
+
+/// Starts order-service on `backend` with settings changed by `tweak`.
+pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    init_test_log();
+    let db = match backend {
+        Backend::Memory => None,
+        Backend::Postgres => Some(orders_database().await),
+    };
+    let mut settings = Settings::for_tests(db.as_ref().map(|d| d.url.clone()));
+    tweak(&mut settings);
+    let app = Application::build(settings)
+        .await
+        .expect("order-service builds");
+    TestApp {
+        rest: app.rest_addr(),
+        grpc: app.grpc_addr(),
+        tcp: app.tcp_addr(),
+        db,
+        serving: InProcess::spawn(|stop| app.run_until_stopped(stop)),
+    }
+}
+
+/// Starts order-service on `backend` with the default settings.
+pub async fn spawn(backend: Backend) -> TestApp {
+    spawn_with(backend, |_| {}).await
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.rest, path)
+    }
+
+    /// An HTTP/1.1-only client.
+    pub fn h1(&self) -> reqwest::Client {
+        reqwest::Client::builder().http1_only().build().unwrap()
+    }
+
+    /// An h2c client (HTTP/2 with prior knowledge, no TLS).
+    pub fn h2c(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap()
+    }
+
+    pub async fn grpc_v2(
+        &self,
+    ) -> pb2::order_service_client::OrderServiceClient<tonic::transport::Channel> {
+        pb2::order_service_client::OrderServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+            .max_decoding_message_size(64 << 20)
+    }
+
+    pub async fn grpc_v1(
+        &self,
+    ) -> pb1::order_service_client::OrderServiceClient<tonic::transport::Channel> {
+        pb1::order_service_client::OrderServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+            .max_decoding_message_size(64 << 20)
+    }
+
+    /// The text of its /metrics.
+    pub async fn metrics_text(&self) -> String {
+        testkit::http::get_text(&self.h1(), &self.url("/metrics")).await
+    }
+
+    /// Stops the service, waits for it to drain, and drops its database.
+    pub async fn stop(self) {
+        self.serving.stop().await;
+        if let Some(db) = self.db {
+            db.drop_database().await.unwrap();
+        }
+    }
+}
+
+/// The first page of `n` orders of `user` with `fields`, as a protobuf
+/// `ListOrdersRequest` (gRPC, and Connect's binary body).
+pub fn list_request(user: &str, n: i32, fields: model::FieldSet) -> pb2::ListOrdersRequest {
+    pb2::ListOrdersRequest {
+        user_id: user.into(),
+        page_size: n,
+        page_token: String::new(),
+        read_mask: model::v2::field_mask(fields),
+    }
+}
+
+/// A `POST /v2/orders` body for `user`, with `note` if given.
+pub fn new_order_json(user: uuid::Uuid, note: Option<&str>) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "user_id": user,
+        "product_id": "6d1b4a60-2f7e-4d8e-9a5e-3c2f1b0a9d8c",
+        "product_name": "Oak Tray",
+        "quantity": 3,
+        "unit_price_minor": 1250,
+        "discount_minor": 250,
+        "currency": "EUR",
+        "shipping_address": {"line1": "1 Mill Street", "city": "Lyon", "postal_code": "69001", "country_code": "FR"}
+    });
+    if let Some(n) = note {
+        v["note"] = n.into();
+    }
+    v
+}
+
+/// The data set's user with `count` orders, and its orders by id.
+pub fn expected_orders(count: u32) -> Vec<model::Order> {
+    let id = dataset::fixed_user_id(count);
+    let u = dataset::users().into_iter().find(|u| u.id == id).unwrap();
+    dataset::orders_of(&u)
+}
+
+/// The real order-service binary, listening on port 0 with `env` set (and
+/// no database unless `env` names one), ready to serve: its addresses are
+/// `rest`, `grpc` and `tcp`.
+pub async fn start_binary(env: &[(&str, &str)]) -> Proc {
+    let mut all: Vec<(&str, String)> = ["ORDER_REST_ADDR", "ORDER_GRPC_ADDR", "ORDER_TCP_ADDR"]
+        .into_iter()
+        .map(|k| (k, "127.0.0.1:0".to_owned()))
+        .collect();
+    all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    testkit::process::start_binary(
+        std::path::Path::new(env!("CARGO_BIN_EXE_order-service")),
+        &all,
+        "order-service ready to serve",
+    )
+    .await
+}
+
+/// Sends one raw-TCP lookup (`page_size` orders of `user`) on `c` and reads
+/// the next answer frame.
+pub async fn tcp_lookup(
+    c: &mut tokio::net::TcpStream,
+    request_id: u64,
+    user: &str,
+    page_size: i32,
+) -> pb2::LookupOrdersResponse {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let req = pb2::LookupOrdersRequest {
+        request_id,
+        user_id: user.to_owned(),
+        page_size,
+        ..Default::default()
+    };
+    c.write_all(&order_service::tcp::encode_frame(&req))
+        .await
+        .unwrap();
+    let len = c.read_u32().await.unwrap() as usize;
+    let mut buf = vec![0; len];
+    c.read_exact(&mut buf).await.unwrap();
+    <pb2::LookupOrdersResponse as prost::Message>::decode(&buf[..]).unwrap()
+}

@@ -1,0 +1,83 @@
+//! A thousand bad connections of each kind against every listener, one kind
+//! at a time: idle, trickling a request, and (raw TCP) announcing a 1 MiB
+//! frame. While each flood is on, the process grows by under 64 MiB and a
+//! well-behaved client is answered on the flooded listener. Bounded in
+//! count (1,000 a kind) and time (about a second of trickle a kind).
+
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Backend, TestApp, spawn};
+use proto::order::v2 as pb2;
+use testkit::flood::{self, Kind};
+
+const N: usize = 1_000;
+const USER: &str = "00000000-0000-0000-0000-000000000010";
+
+/// A good request on `listener` is answered with the 10 orders asked for.
+async fn good_client_is_answered(app: &TestApp, listener: &str) {
+    match listener {
+        "rest" => {
+            let res = app
+                .h1()
+                .get(app.url(&format!("/v2/orders?user_id={USER}&limit=10")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+        }
+        "grpc" => {
+            let page = app
+                .grpc_v2()
+                .await
+                .list_orders(pb2::ListOrdersRequest {
+                    user_id: USER.into(),
+                    page_size: 10,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(page.orders.len(), 10);
+        }
+        _ => {
+            let mut c = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
+            let a = common::tcp_lookup(&mut c, 1, USER, 10).await;
+            assert_eq!(a.orders.len(), 10, "{a:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() {
+    let app = spawn(Backend::Memory).await;
+    for listener in ["rest", "grpc", "tcp"] {
+        good_client_is_answered(&app, listener).await;
+    }
+    let trickle_head: &[u8] = b"GET /v2/orders HTTP/1.1\r\nx-slow: ";
+    let trickle_preface: &[u8] = b"PRI * HTTP/2.0\r\n";
+    let floods = [
+        ("rest", app.rest, Kind::Idle),
+        (
+            "rest",
+            app.rest,
+            Kind::Trickle {
+                first: trickle_head,
+            },
+        ),
+        ("grpc", app.grpc, Kind::Idle),
+        (
+            "grpc",
+            app.grpc,
+            Kind::Trickle {
+                first: trickle_preface,
+            },
+        ),
+        ("tcp", app.tcp, Kind::Idle),
+        ("tcp", app.tcp, Kind::LargeFrame { bytes: 1 << 20 }),
+    ];
+    flood::each_kind(&floods, N, |l| good_client_is_answered(&app, l)).await;
+    app.stop().await;
+}

@@ -1,0 +1,249 @@
+//! Building and running the application: the store, the adapters, both
+//! listeners, one shutdown signal. REST drains through `service_kit::serve`,
+//! which loses no request on an HTTP/1.1 keep-alive connection.
+//!
+//! [`Application::build`] binds its listeners at once (port 0 picks a free
+//! port; the real one is read back), so tests know where to call before the
+//! application runs.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::grpc::UserApi;
+use crate::metrics::Metrics;
+use crate::rest::{self, AppState};
+use crate::service::Service;
+use crate::settings::Settings;
+use crate::store::memory::MemoryStore;
+use crate::store::postgres::PgStore;
+use crate::store::{Store, UserStore};
+use crate::upstream::Upstreams;
+
+/// A built, not yet running, user-service.
+#[derive(Debug)]
+pub struct Application {
+    rest: TcpListener,
+    grpc: TcpListener,
+    rest_addr: SocketAddr,
+    grpc_addr: SocketAddr,
+    state: AppState,
+    /// TLS on both listeners, when the settings name a certificate.
+    tls: Option<tls::ServerTls>,
+    /// Every connection's time bounds, the drain's, and the HTTP/2 stream
+    /// cap (REST and gRPC).
+    conn: service_kit::serve::ConnLimits,
+    /// Connections open at once on each listener.
+    max_connections: usize,
+    /// Dropped when serving ends (or the application is dropped unserved):
+    /// stops following order-service's replicas.
+    _following: tokio_util::sync::DropGuard,
+}
+
+/// The store the settings ask for: Postgres (migrated, optionally seeded) or
+/// the in-memory data set.
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
+    Ok(match settings.pool() {
+        Some(pool) => {
+            let store = PgStore::connect(&pool).await?;
+            if settings.seed {
+                let n = store.seed().await?;
+                tracing::info!(inserted = n, "seeded the data set's users");
+            }
+            tracing::info!(store = "postgres", database = %pool.url.redacted(), "users are in Postgres");
+            Store::Postgres(store)
+        }
+        None => {
+            let store = MemoryStore::seeded();
+            tracing::info!(
+                store = "memory",
+                users = store.len(),
+                "users are in memory, from the data set"
+            );
+            Store::Memory(Arc::new(store))
+        }
+    })
+}
+
+impl Application {
+    /// Opens the store, prepares the adapters (they connect on first use) and
+    /// binds both listeners.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        Self::build_with_resolver(settings, Arc::new(crate::upstream::balance::Dns)).await
+    }
+
+    /// The same, with order-service's replica names (if any) resolved by
+    /// `resolver` rather than by DNS: a test changes its answers over time.
+    pub async fn build_with_resolver(
+        settings: Settings,
+        resolver: Arc<dyn crate::upstream::balance::Resolve>,
+    ) -> anyhow::Result<Self> {
+        let store = open_store(&settings).await?;
+        let metrics = Arc::new(Metrics::new(store.kind(), usize::from(settings.pool_size)));
+        let upstreams = Upstreams::new(&settings, metrics.clone())
+            .context("configuring the order-service clients")?;
+        tracing::info!(
+            default_via = settings.default_via.name(),
+            pool_size = settings.pool_size,
+            timeout_ms = settings.upstream_timeout_ms,
+            order_rest = %settings.order_rest_url,
+            order_grpc = %settings.order_grpc_url,
+            order_tcp = %settings.order_tcp_addr,
+            replicas = ?settings.order_replicas,
+            pick = %settings.order_pick,
+            "order-service transports ready"
+        );
+        let following = CancellationToken::new();
+        upstreams.follow_replicas(resolver, following.clone()).await;
+        let tls = match settings.tls_files() {
+            Some(files) => Some(tls::ServerTls::load(&files).context("setting up TLS")?),
+            None => None,
+        };
+        let rest = TcpListener::bind(settings.rest_addr)
+            .await
+            .with_context(|| format!("binding REST to {}", settings.rest_addr))?;
+        let grpc = TcpListener::bind(settings.grpc_addr)
+            .await
+            .with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
+        Ok(Application {
+            rest_addr: rest.local_addr()?,
+            grpc_addr: grpc.local_addr()?,
+            rest,
+            grpc,
+            tls,
+            conn: settings.conn_limits(),
+            max_connections: settings.max_connections as usize,
+            _following: following.drop_guard(),
+            state: AppState {
+                service: Service::new(store, upstreams),
+                metrics,
+                // One limit of work in service for REST and gRPC alike.
+                limiter: service_kit::shed::Limiter::new(settings.max_concurrent_requests),
+                max_request_bytes: settings.max_request_bytes as usize,
+            },
+        })
+    }
+
+    /// Where REST listens.
+    pub fn rest_addr(&self) -> SocketAddr {
+        self.rest_addr
+    }
+
+    /// Where gRPC listens.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// This instance's counters (what `/metrics` serves).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.state.metrics.clone()
+    }
+
+    /// Serves REST and gRPC until `shutdown` completes, then lets in-flight
+    /// requests finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let stop = CancellationToken::new();
+        tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, tls = self.tls.is_some(), "user-service listening");
+        let metrics = &self.state.metrics.requests;
+        metrics.add_collector(self.state.limiter.collector("user"));
+        // TLS on both listeners when it is on: REST offers h2 and HTTP/1.1
+        // by ALPN, gRPC h2 only.
+        let ([rest_tls, grpc_tls], tls_handshakes) = tls::listener_acceptors(
+            self.tls.as_ref(),
+            [("rest", tls::ALPN_H2_HTTP1), ("grpc", tls::ALPN_H2)],
+            "user",
+        );
+        if let Some(handshakes) = tls_handshakes {
+            metrics.add_collector(handshakes);
+        }
+
+        // axum::serve speaks HTTP/1.1 and, with axum's `http2` feature, h2c
+        // by prior knowledge on the same listener.
+        let ([rest_cap, grpc_cap], caps) = service_kit::cap::listener_caps(
+            "user",
+            [
+                ("rest", self.max_connections),
+                ("grpc", self.max_connections),
+            ],
+        );
+        metrics.add_collector(caps);
+        let rest = service_kit::serve::serve_with_tls(
+            self.rest,
+            rest::router(self.state.clone()),
+            stop.clone().cancelled_owned(),
+            self.conn,
+            rest_cap,
+            rest_tls,
+        );
+
+        // Known before the first call can ask, then followed like /readyz.
+        const HEALTH_NAMES: &[&str] = &["", "user.v1.UserService"];
+        let (health_service, readiness) = service_kit::health::following(
+            HEALTH_NAMES,
+            self.state.service.store().clone(),
+            |store: Store| async move { store.ping().await.is_ok() },
+            stop.clone(),
+        )
+        .await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .context("building the reflection service")?;
+        let conn = self.conn;
+        let grpc = tonic::transport::Server::builder()
+            .max_concurrent_streams(conn.max_streams)
+            .timeout(conn.body_read)
+            .http2_keepalive_interval(Some(conn.idle))
+            .http2_keepalive_timeout(Some(service_kit::preface::KEEPALIVE_TIMEOUT))
+            .trace_fn(telemetry::spans::grpc_server::<()>)
+            .layer(telemetry::metrics::RecordLayer::new(
+                self.state.metrics.requests.clone(),
+            ))
+            .layer(telemetry::spans::GrpcStatusLayer::new(Some(conn.body_read)))
+            .layer(tower::util::MapResponseLayer::new(
+                service_kit::preface::oversize_is_resource_exhausted::<tonic::body::Body>,
+            ))
+            .layer(
+                service_kit::shed::ShedLayer::shared(&self.state.limiter, crate::grpc::overloaded)
+                    .exempt(&["/grpc.health.", "/grpc.reflection."]),
+            )
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(UserApi::server(
+                self.state.service.clone(),
+                self.state.max_request_bytes,
+            ));
+        let grpc = service_kit::preface::serve_tonic(
+            grpc,
+            self.grpc,
+            grpc_tls,
+            conn,
+            grpc_cap,
+            stop.clone(),
+        );
+
+        // The signal stops both listeners; so does the first to fail.
+        let served = service_kit::supervise::supervise(
+            shutdown,
+            stop,
+            vec![
+                ("REST", Box::pin(async move { Ok(rest.await?) })),
+                ("gRPC", Box::pin(async move { Ok(grpc.await?) })),
+            ],
+        )
+        .await;
+        readiness.abort();
+        served
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM: the one both services share.
+pub use service_kit::signal::shutdown_signal;
