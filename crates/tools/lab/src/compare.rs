@@ -9,7 +9,7 @@
 //! median lies inside A's stated range, whether A's lies inside B's, and
 //! whether the two ranges overlap. The summary is the honest answer to "is
 //! this reproducible?"; the list of the pairs that disagree most says where
-//! it is not. The intervals are 95% ones ([`crate::analysis::stats::rerun_interval`]):
+//! it is not. The intervals are 95% ones ([`crate::stats::rerun_interval`]):
 //! a calibrated report has about 95% of B's medians inside A's intervals,
 //! and the misses spread over sections rather than piling up in one.
 
@@ -254,7 +254,7 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
         "the two spreads overlap:            {overlap} ({:.0}%)",
         pct(overlap)
     );
-    if let Some(r) = crate::analysis::stats::Spread::of(&reach) {
+    if let Some(r) = crate::stats::Spread::of(&reach) {
         // For a normal error and a calibrated 95% interval, the median
         // distance is 0.674σ against an edge at 1.96σ.
         let _ = writeln!(
@@ -264,7 +264,7 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
             r.median, r.n
         );
     }
-    if let Some(w) = crate::analysis::stats::Spread::of(&widths) {
+    if let Some(w) = crate::stats::Spread::of(&widths) {
         let _ = writeln!(
             out,
             "A's intervals are ±{:.0}% wide in the median ratio (a quarter of them ±{:.0}% or less, \

@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::data::Data;
+use crate::analysis::Data;
 use crate::measure::Timing;
 use crate::measure::cell::{Cell, Metric};
 use crate::measure::results::Results;

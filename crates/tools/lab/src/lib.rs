@@ -21,8 +21,10 @@
 //! - [`measure`]: services, the delay proxy and TLS of a cell's
 //!   environment, k6, `/proc`, `/metrics`, the machine, the raw records and
 //!   schedules: the measurement layer, which knows no experiment.
-//! - [`analysis`]: medians, spreads, rerun intervals, and a run's rounds by
-//!   cell.
+//! - [`analysis`]: a run's rounds by cell, with spreads, ratios and their
+//!   rerun intervals; it reads the measurement layer, never the reverse.
+//! - [`stats`]: medians, spreads, pooled noise and rerun intervals over
+//!   plain numbers, below every other layer.
 //! - [`report`]: the report model with typed cell values, rendered as JSON,
 //!   Markdown and HTML, and SVG charts.
 //! - [`compare`]: two runs' `report.json` compared, number against interval.
@@ -37,4 +39,5 @@ pub mod measure;
 pub mod merge;
 pub mod report;
 pub mod session;
+pub mod stats;
 pub mod synthetic;

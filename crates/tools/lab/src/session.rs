@@ -29,7 +29,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::data::Data;
+use crate::analysis::Data;
 use crate::experiment::{Context, Entry, Knobs};
 use crate::experiments;
 use crate::experiments::tables::everything;
@@ -1023,7 +1023,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
              machine's load cannot be told from theirs"
                 .into(),
         ));
-    } else if let Some(o) = crate::analysis::stats::Spread::of(&others) {
+    } else if let Some(o) = crate::stats::Spread::of(&others) {
         report.meta.push((
             "other load".into(),
             format!(

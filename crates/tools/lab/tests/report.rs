@@ -229,7 +229,7 @@ fn the_tls_section_has_every_transport_in_cleartext_and_over_tls() {
 
 #[test]
 fn every_ratio_pools_its_noise_over_enough_cells() {
-    use lab::analysis::data::{Data, MIN_POOLED_DF};
+    use lab::analysis::{Data, MIN_POOLED_DF};
     use lab::measure::cell::Metric;
     let (_, results) = common::synthetic(&["all"], true, 2);
     let data = Data::new(&results);

@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::stats::{Noise, Spread, paired_ratios, rerun_interval};
+use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::measure::is_interrupted;
 use crate::measure::schedule::{Bench, Schedule};
@@ -183,7 +183,7 @@ impl CodecRun {
     /// A round trip over JSON's, round by round, with its 95% rerun
     /// interval: the noise of round trips is pooled over every format and
     /// size of the run, as the end-to-end ratios pool theirs over an
-    /// experiment's cells ([`crate::analysis::stats::rerun_interval`]).
+    /// experiment's cells ([`crate::stats::rerun_interval`]).
     fn round_trip_ratio(&self, format: &str, base: &str, orders: u32) -> Option<Spread> {
         let sizes: BTreeSet<u32> = self.records.iter().map(|r| r.orders).collect();
         let rows: Vec<Vec<Option<f64>>> = sizes

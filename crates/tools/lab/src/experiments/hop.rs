@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::stats::{Noise, Spread, paired_ratios, rerun_interval};
+use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::measure::schedule::{Bench, Schedule};
 use crate::measure::{human_duration, is_interrupted};

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::data::Data;
+use crate::analysis::Data;
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::method;
 use crate::measure::cell::{Cell, Env, Load, Metric};

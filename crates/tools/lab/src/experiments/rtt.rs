@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::stats::Spread;
+use crate::stats::Spread;
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::{method, scaled};
 use crate::measure::cell::{Cell, Env, Metric};

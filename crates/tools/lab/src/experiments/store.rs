@@ -527,7 +527,7 @@ mod tests {
             .find(|t| t.caption.starts_with("The database's share"))
             .expect("the share table");
         // The oracle: the upstream medians of the synthetic rounds.
-        let data = crate::analysis::data::Data::new(&results);
+        let data = crate::analysis::Data::new(&results);
         for (row, via) in share.rows.iter().zip(&p.transports) {
             for (k, &n) in p.sizes.iter().enumerate() {
                 let m = data

@@ -1,7 +1,6 @@
 //! What several sections build their tables with: the method line, the
 //! baseline, a one-line ranking, latency bars and the everything-table.
 
-use crate::analysis::stats::Spread;
 use crate::experiment::Context;
 use crate::measure::Timing;
 use crate::measure::cell::{Cell, K6_SATURATED_CORES, Metric, Store};
@@ -9,6 +8,7 @@ use crate::report::format::{self as f, MISSING};
 use crate::report::svg::{self, BarChart};
 use crate::report::value::Value;
 use crate::report::{Chart, Table};
+use crate::stats::Spread;
 
 /// The REST baseline every "×" of the payload tables is relative to.
 pub const BASELINE: &str = transports::H1_JSON;

@@ -22,7 +22,7 @@ use anyhow::{Context as _, bail};
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::stats::{Spread, paired_ratios, rerun_interval};
+use crate::stats::{Spread, paired_ratios, rerun_interval};
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::BASELINE;
 use crate::measure::Interrupted;

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use crate::analysis::stats::Spread;
 use crate::measure::cell::{
     BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, MACHINE_SATURATED,
     Measures, ProxyRecord, ReplicaRecord, RoundRecord, Rss,
@@ -35,6 +34,7 @@ use crate::measure::results::{BenchRecord, Failure, ProbeRecord, Results};
 use crate::measure::schedule::{Bench, BenchContext, Ladder, Probe};
 use crate::measure::services::{self, ChildGuard, Running, ServiceConfig};
 use crate::measure::{Interrupted, Timing, human_duration, is_interrupted, write_json};
+use crate::stats::Spread;
 
 /// The lab in the middle of a run.
 #[derive(Debug)]

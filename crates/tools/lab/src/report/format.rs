@@ -1,7 +1,7 @@
 //! How figures are written in tables: three significant figures, thousands
 //! separated, and always with the spread they came with.
 
-use crate::analysis::stats::Spread;
+use crate::stats::Spread;
 
 /// What an empty cell says. The smoke test fails on it: a cell with no
 /// data means a round failed or a metric was not measured.

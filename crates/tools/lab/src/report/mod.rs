@@ -447,10 +447,7 @@ mod tests {
             headers: vec!["transport".into(), "1 order".into()],
             rows: vec![vec![
                 "grpc".into(),
-                Value::range(
-                    crate::analysis::stats::Spread::of(&[1200.0, 1234.0, 1250.0]),
-                    "req/s",
-                ),
+                Value::range(crate::stats::Spread::of(&[1200.0, 1234.0, 1250.0]), "req/s"),
             ]],
             reading: "grpc | fastest".into(),
         });

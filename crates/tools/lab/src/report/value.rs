@@ -7,8 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::stats::Spread;
 use crate::report::format as f;
+use crate::stats::Spread;
 
 /// Why a figure is missing when nothing more precise is known.
 pub const NO_ROUND: &str = "no round of this cell has this figure";

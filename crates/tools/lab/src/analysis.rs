@@ -1,12 +1,16 @@
-//! The rounds of a run indexed by cell: a metric's values round by round,
-//! its spread, ratios between cells with their rerun intervals, and the
-//! round-to-round noise those intervals are made from.
+//! The analysis of a run: its rounds indexed by cell, a metric's values
+//! round by round, its spread, ratios between cells with their rerun
+//! intervals, and the round-to-round noise those intervals are made from.
+//!
+//! It reads what the measurement layer recorded ([`crate::measure`]) with
+//! the arithmetic of [`crate::stats`], and knows no experiment by name.
+//! Nothing in the measurement layer reads it: the layers go one way.
 
 use std::collections::BTreeMap;
 
-use crate::analysis::stats::{Noise, Spread, paired_ratios, rerun_interval};
 use crate::measure::cell::{Cell, Measures, Metric};
 use crate::measure::results::Results;
+use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 
 /// Fewer degrees of freedom than this and an experiment's pooled noise is
 /// too unsure of itself (Student's t above 2.3): the whole run's is used.
