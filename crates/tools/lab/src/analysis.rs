@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::measure::cell::{Cell, Measures, Metric};
+use crate::measure::cell::Cell;
+use crate::measure::figures::{Measures, Metric};
 use crate::measure::results::Results;
 use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 

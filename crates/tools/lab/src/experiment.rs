@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::Data;
 use crate::measure::Timing;
-use crate::measure::cell::{Cell, Metric};
+use crate::measure::cell::Cell;
+use crate::measure::figures::Metric;
 use crate::measure::results::Results;
 use crate::measure::schedule::Schedule;
 use crate::report::Section;

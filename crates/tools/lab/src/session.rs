@@ -33,10 +33,9 @@ use crate::analysis::Data;
 use crate::experiment::{Context, Entry, Knobs};
 use crate::experiments;
 use crate::experiments::tables::everything;
-use crate::measure::cell::{
-    BUSY_NEIGHBOUR_CORES, Cell, FAILED_BAD_SHARE_PCT, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load,
-    Measures, Metric,
-};
+use crate::measure::cell::{Cell, K6_GRPC_DIRECT, Load};
+use crate::measure::figures::{Measures, Metric};
+use crate::measure::judge::{BUSY_NEIGHBOUR_CORES, FAILED_BAD_SHARE_PCT, K6_SATURATED_CORES};
 use crate::measure::k6;
 use crate::measure::machine::{self, Machine};
 use crate::measure::results::Results;

@@ -8,13 +8,12 @@ use std::collections::BTreeSet;
 
 use crate::experiment::Knobs;
 use crate::measure::Timing;
-use crate::measure::cell::{
-    Balance, Cell, Cpu, Load, ProxyRecord, ReplicaRecord, RoundRecord, Rss,
-};
+use crate::measure::cell::{Balance, Cell, Load};
 use crate::measure::k6::{Percentiles, Summary};
 use crate::measure::machine::Machine;
 use crate::measure::procfs::TcpStates;
 use crate::measure::prom::Upstream;
+use crate::measure::record::{Cpu, ProxyRecord, ReplicaRecord, RoundRecord, Rss};
 use crate::measure::results::Results;
 use crate::session::{self, RunInfo};
 

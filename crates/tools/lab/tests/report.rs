@@ -230,7 +230,7 @@ fn the_tls_section_has_every_transport_in_cleartext_and_over_tls() {
 #[test]
 fn every_ratio_pools_its_noise_over_enough_cells() {
     use lab::analysis::{Data, MIN_POOLED_DF};
-    use lab::measure::cell::Metric;
+    use lab::measure::figures::Metric;
     let (_, results) = common::synthetic(&["all"], true, 2);
     let data = Data::new(&results);
     // Some experiments own too few cells to pool alone (with 2 rounds, C
@@ -293,7 +293,7 @@ fn a_round_with_too_many_bad_answers_is_left_out_and_said_so() {
     let row = t.rows.iter().find(|r| r[0].label() == "h2c-json").unwrap();
     let (_, round1) = (
         (),
-        lab::measure::cell::Measures::of(
+        lab::measure::figures::Measures::of(
             results
                 .records
                 .iter()

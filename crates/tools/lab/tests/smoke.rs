@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use lab::experiments::wire_size::WireRecord;
-use lab::measure::cell::Measures;
+use lab::measure::figures::Measures;
 use lab::session::{self, RunOptions, build_report, load};
 
 fn tiny(experiment: &str, out: &std::path::Path, bins: &std::path::Path) -> RunOptions {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use lab::experiment::NOT_SEEN;
-use lab::measure::cell::{Measures, Metric};
+use lab::measure::figures::{Measures, Metric};
 use lab::measure::services::{Binaries, ServiceConfig, Target};
 use lab::session::{self, RunOptions, build_report, load};
 

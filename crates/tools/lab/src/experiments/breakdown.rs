@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::method;
-use crate::measure::cell::{Cell, Env, Metric, Part};
+use crate::measure::cell::{Cell, Env};
+use crate::measure::figures::{Metric, Part};
 use crate::measure::schedule::Schedule;
 use crate::report::format::{self as f, MISSING};
 use crate::report::svg::{self, BarChart};

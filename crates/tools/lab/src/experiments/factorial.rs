@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::method;
-use crate::measure::cell::Metric;
+use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format as f;
 use crate::report::value::Value;

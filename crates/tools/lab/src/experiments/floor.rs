@@ -5,7 +5,7 @@
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::payload::{self, PayloadPlan};
 use crate::experiments::tables::{capitalise, method};
-use crate::measure::cell::Metric;
+use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format as f;
 use crate::report::value::Value;

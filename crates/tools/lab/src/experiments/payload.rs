@@ -8,7 +8,8 @@ use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::{
     baseline, capitalise, everything, latency_chart, method, rank_reading,
 };
-use crate::measure::cell::{Cell, Metric};
+use crate::measure::cell::Cell;
+use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format as f;
 use crate::report::svg::{self, LineChart, Series};

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::{method, scaled};
-use crate::measure::cell::{K6_GRPC_DIRECT, Metric};
+use crate::measure::cell::K6_GRPC_DIRECT;
+use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format as f;
 use crate::report::value::Value;

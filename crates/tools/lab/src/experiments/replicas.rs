@@ -14,9 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::method;
-use crate::measure::cell::{
-    Balance, Cell, Env, Metric, ROTATION_AGE_MS, Replicas as Setup, SLOW_RTT_MS,
-};
+use crate::measure::cell::{Balance, Cell, Env, ROTATION_AGE_MS, Replicas as Setup, SLOW_RTT_MS};
+use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format::{self as f, MISSING};
 use crate::report::svg::{self, BarChart};

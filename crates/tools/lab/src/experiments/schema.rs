@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::method;
-use crate::measure::cell::{Cell, Metric, SIX_FIELDS};
+use crate::measure::cell::{Cell, SIX_FIELDS};
+use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format::{self as f, MISSING};
 use crate::report::value::Value;

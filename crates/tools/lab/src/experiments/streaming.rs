@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::{method, rank_reading};
-use crate::measure::cell::{Cell, Metric};
+use crate::measure::cell::Cell;
+use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::svg::{self, BarChart};
 use crate::report::value::Value;

@@ -3,7 +3,9 @@
 
 use crate::experiment::Context;
 use crate::measure::Timing;
-use crate::measure::cell::{Cell, K6_SATURATED_CORES, Metric, Store};
+use crate::measure::cell::{Cell, Store};
+use crate::measure::figures::Metric;
+use crate::measure::judge::K6_SATURATED_CORES;
 use crate::report::format::{self as f, MISSING};
 use crate::report::svg::{self, BarChart};
 use crate::report::value::Value;

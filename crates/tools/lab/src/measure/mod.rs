@@ -4,9 +4,13 @@
 //! schedules; it knows no experiment by name.
 //!
 //! # Layout
-//! - [`cell`]: a cell and its [`cell::Env`], the raw [`cell::RoundRecord`]
-//!   of one round, the [`cell::Measures`] derived from it and the
-//!   [`cell::Metric`]s tables read.
+//! - [`cell`]: a cell (transport, payload, load, pool) and its
+//!   [`cell::Env`] (delay proxy, TLS, replicas, compression, store).
+//! - [`record`]: the raw [`record::RoundRecord`] of one round, as its
+//!   round file keeps it.
+//! - [`figures`]: the [`figures::Measures`] derived from a record and the
+//!   [`figures::Metric`]s tables read from them.
+//! - [`judge`]: the thresholds a round is flagged or failed by.
 //! - [`services`]: building, starting (with a cell's environment: delay
 //!   proxy, TLS), readiness and stopping of the services.
 //! - [`schedule`]: what an experiment asks to run: a grid, a ladder, a probe
@@ -18,11 +22,14 @@
 
 pub mod cell;
 pub mod criterion;
+pub mod figures;
 pub mod http;
+pub mod judge;
 pub mod k6;
 pub mod machine;
 pub mod procfs;
 pub mod prom;
+pub mod record;
 pub mod results;
 pub mod runner;
 pub mod schedule;

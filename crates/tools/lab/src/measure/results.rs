@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use crate::measure::cell::RoundRecord;
+use crate::measure::record::RoundRecord;
 
 /// A round that did not produce numbers, and why.
 #[derive(Debug, Clone, Serialize, Deserialize)]

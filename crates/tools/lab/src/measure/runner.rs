@@ -23,13 +23,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use crate::measure::cell::{
-    BUSY_NEIGHBOUR_CORES, Cell, Cpu, K6_GRPC_DIRECT, K6_SATURATED_CORES, Load, MACHINE_SATURATED,
-    Measures, ProxyRecord, ReplicaRecord, RoundRecord, Rss,
-};
+use crate::measure::cell::{Cell, K6_GRPC_DIRECT, Load};
+use crate::measure::figures::Measures;
+use crate::measure::judge::flags_of;
 use crate::measure::k6;
 use crate::measure::procfs;
 use crate::measure::prom;
+use crate::measure::record::{Cpu, ProxyRecord, ReplicaRecord, RoundRecord, Rss};
 use crate::measure::results::{BenchRecord, Failure, ProbeRecord, Results};
 use crate::measure::schedule::{Bench, BenchContext, Ladder, Probe};
 use crate::measure::services::{self, ChildGuard, Running, ServiceConfig};
@@ -917,54 +917,6 @@ fn scrape_replica(rest: std::net::SocketAddr, path: &str) -> anyhow::Result<prom
     )?))
 }
 
-/// Why a round should be read with care.
-pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
-    let m = Measures::of(rec);
-    let mut flags = Vec::new();
-    if m.k6_cores >= K6_SATURATED_CORES {
-        flags.push(format!(
-            "k6 used {:.2} cores: the load generator may be the bottleneck",
-            m.k6_cores
-        ));
-    }
-    if !rec.no_proc && m.other_cores >= BUSY_NEIGHBOUR_CORES {
-        flags.push(format!(
-            "other processes used {:.2} cores during the run: a busy machine",
-            m.other_cores
-        ));
-    }
-    if m.bad_answers > 0.0 {
-        flags.push(format!(
-            "{:.0} bad answers ({:.2}% of those not shed)",
-            m.bad_answers,
-            m.bad_share_pct()
-        ));
-    }
-    if m.shed > 0.0 {
-        flags.push(format!(
-            "{:.0} answers shed by user-service at its concurrency limit (503)",
-            m.shed
-        ));
-    }
-    if m.upstream_errors > 0.0 {
-        flags.push(format!("{:.0} upstream errors", m.upstream_errors));
-    }
-    if m.requests == 0.0 {
-        flags.push("no request completed".to_owned());
-    }
-    // Several replicas, user-service, k6 (and HAProxy) share the cores: a
-    // saturated machine can skew the replicas' shares by itself.
-    let cores = f64::from(rec.cores.max(1));
-    let busy = m.machine_busy + (m.other_cores + m.balancer_cores.unwrap_or(0.0)) / cores;
-    if m.replicas.is_some() && busy >= MACHINE_SATURATED {
-        flags.push(format!(
-            "the machine was {:.0}% busy: CPU contention may skew the replicas' shares",
-            100.0 * busy
-        ));
-    }
-    flags
-}
-
 /// A duration as k6 reads it, in milliseconds.
 pub fn secs_arg(s: f64) -> String {
     format!("{}ms", (s * 1000.0).round() as u64)
@@ -976,7 +928,7 @@ mod tests {
 
     #[test]
     fn a_ladder_line_stops_at_the_first_rung_whose_median_meets_the_rule() {
-        use crate::measure::cell::Metric;
+        use crate::measure::figures::Metric;
         use crate::measure::schedule::StopRule;
         let open = |via: &str, rate: u32| Cell {
             load: Load::Open { rate, max_vus: 100 },

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::measure::cell::{Balance, Cell, Env, Metric, Store};
+use crate::measure::cell::{Balance, Cell, Env, Store};
+use crate::measure::figures::Metric;
 use crate::measure::services::Running;
 
 /// One experiment's schedule.

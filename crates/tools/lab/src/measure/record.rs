@@ -1,0 +1,117 @@
+//! The raw record of one round of one cell, as the results directory keeps
+//! it (`rounds/*.json`): k6's summary, user-service's counters, every
+//! process's CPU and memory, sockets, the delay proxy's and the replicas'
+//! figures. Everything the report says of a round is derived from it
+//! ([`crate::measure::figures`]), so a newer lab can read an older run.
+
+use serde::{Deserialize, Serialize};
+
+use crate::measure::cell::Cell;
+use crate::measure::k6;
+use crate::measure::procfs::TcpStates;
+use crate::measure::prom::Upstream;
+
+/// CPU time of each process over the measured part of a round, in µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cpu {
+    pub order_us: f64,
+    pub user_us: f64,
+    pub k6_us: f64,
+}
+
+/// Peak resident set of each process, in kB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rss {
+    pub order_kb: f64,
+    pub user_kb: f64,
+    pub k6_kb: f64,
+}
+
+/// Everything recorded about one round of one cell: the raw JSON of the
+/// results directory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RoundRecord {
+    pub experiment: String,
+    pub cell: Cell,
+    /// 1-based.
+    pub round: u32,
+    pub started_at: String,
+    /// The measured duration asked of k6, in seconds.
+    pub duration_s: f64,
+    pub k6: k6::Summary,
+    /// user-service's counters for `cell.via` before and after.
+    pub upstream_before: Upstream,
+    pub upstream_after: Upstream,
+    pub cpu: Cpu,
+    pub rss: Rss,
+    /// Sockets on order-service's REST port before and after the measured run.
+    pub tcp_before: TcpStates,
+    pub tcp_after: TcpStates,
+    /// Cores of the machine, to express CPU as a share of it.
+    pub cores: u32,
+    /// CPU the rest of the machine used during the measured run (other
+    /// programs, the lab itself), in µs: a busy neighbour slows every cell.
+    #[serde(default)]
+    pub other_cpu_us: f64,
+    /// Whether each process was pinned, and where (`--pin`).
+    pub pinning: Option<String>,
+    /// Why this round's numbers should be read with care.
+    pub flags: Vec<String>,
+    /// The delay proxy's figures over the measured run (cells with an RTT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyRecord>,
+    /// The wall time the CPU figures were counted over, s (`None` in rounds
+    /// recorded before it was kept: the measured duration stands in).
+    #[serde(default)]
+    pub window_s: Option<f64>,
+    /// The local Postgres server's CPU over the window, µs, with
+    /// `--database-url` on this machine.
+    #[serde(default)]
+    pub postgres_us: Option<f64>,
+    /// The environment each service was started with (everything else is
+    /// cleared): `order-service NAME` and `user-service NAME` to its value.
+    #[serde(default)]
+    pub service_env: std::collections::BTreeMap<String, String>,
+    /// k6's full summary data, as its handleSummary wrote it.
+    pub k6_summary: serde_json::Value,
+    /// With several replicas: what each did over the measured run, in
+    /// replica order (the slow one last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<ReplicaRecord>>,
+    /// HAProxy's CPU over the window, µs, when it balanced the cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balancer_cpu_us: Option<f64>,
+    /// The services were a target the lab did not start: their processes,
+    /// CPU, memory and sockets are not this machine's to read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_proc: bool,
+}
+
+/// One replica over a measured run, from its own `/metrics` and /proc.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaRecord {
+    /// The address its clients reach it at.
+    pub addr: String,
+    /// Calls for orders it answered well, every transport's route.
+    pub calls: f64,
+    /// Its CPU over the window, µs.
+    pub cpu_us: f64,
+    /// Connections open on its listeners at the end of the run.
+    pub connections: f64,
+}
+
+/// What the delay proxy between the services did during a measured run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProxyRecord {
+    /// The one-way delay asked of each direction, µs.
+    pub one_way_us: f64,
+    /// Chunks written (both directions) and connections accepted.
+    pub chunks: f64,
+    pub connections: f64,
+    /// How much later than asked chunks were written, µs: the mean over the
+    /// measured run, the maximum over the whole round (warm-up included).
+    pub late_mean_us: f64,
+    pub late_max_us: f64,
+    /// CPU of the lab's process, where the proxy's threads run, µs.
+    pub cpu_us: f64,
+}
