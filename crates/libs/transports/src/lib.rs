@@ -1,13 +1,16 @@
-//! The names of the transports from user-service to order-service, as
+//! The transports from user-service to order-service: their names, as
 //! `?via=`, the `x-via` header, the gRPC `via` field and `USER_DEFAULT_VIA`
-//! spell them, in the order of the design's matrix.
+//! spell them, in the order of the design's matrix, and the [`Transport`]
+//! type those names parse into.
 //!
-//! This crate exists so that there is one list of names. user-service has an
-//! adapter for each (its `Transport` enum is tested to match [`ALL`] position
-//! by position, and builds its help texts and error messages from it); the
-//! lab runs its experiments over the same list and takes its baselines
+//! This crate exists so that there is one list. [`Transport`] has a variant
+//! per name, and [`ALL`] is made from [`Transport::ALL`], so the two cannot
+//! disagree. user-service has an adapter for each (its matches over
+//! [`Transport`] are exhaustive, so a new variant does not compile until it
+//! has one) and builds its help texts and error messages from here; the lab
+//! runs its experiments over the same list and takes its baselines
 //! ([`H1_JSON`], [`TCP_PROTO`]) from here. A new transport is added here
-//! first: user-service's tests then fail until it has an adapter of that name.
+//! first.
 //!
 //! The names are kebab-case: the protocol and wire first (`h1`, `h2c`,
 //! `connect-h1`, `connect-h2c`, `grpc`, `tcp`), then what tells it apart
@@ -72,25 +75,189 @@ pub const TCP_PROTO: &str = "tcp-proto";
 /// the caller.
 pub const GRPC_V1: &str = "grpc-v1";
 
-/// Every transport, in the order of the design's matrix.
-pub const ALL: [&str; 16] = [
-    H1_JSON,
-    H1_JSON_CLOSE,
-    H2C_JSON,
-    H1_PROTO,
-    H2C_PROTO,
-    H2C_PROTO_TUNED,
-    CONNECT_H1_PROTO,
-    CONNECT_H2C_PROTO,
-    GRPC,
-    GRPC_TUNED,
-    GRPC_STREAM,
-    GRPC_STREAM_TUNED,
-    GRPC_BIDI,
-    GRPC_BIDI_TUNED,
-    TCP_PROTO,
-    GRPC_V1,
-];
+/// Every transport's name, in the order of the design's matrix: the names of
+/// [`Transport::ALL`], position by position.
+pub const ALL: [&str; 16] = {
+    let mut names = [""; 16];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = Transport::ALL[i].name();
+        i += 1;
+    }
+    names
+};
+
+/// A transport to order-service, as the `via` parameter names it.
+///
+/// One variant per name of [`ALL`], in the same order; each variant's name
+/// is the constant of the same name (`GrpcBidiTuned` is [`GRPC_BIDI_TUNED`]),
+/// which says what the transport is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// HTTP/1.1, JSON, pooled keep-alive connections.
+    H1Json,
+    /// HTTP/1.1, JSON, a new connection for every call.
+    H1JsonClose,
+    /// HTTP/2 cleartext (prior knowledge), JSON, multiplexed.
+    H2cJson,
+    /// HTTP/1.1, protobuf body, pooled.
+    H1Proto,
+    /// HTTP/2 cleartext, protobuf body, multiplexed.
+    H2cProto,
+    /// `H2cProto`'s GET over `h2` connections of its own rather than
+    /// hyper's client.
+    H2cProtoTuned,
+    /// Connect unary `ListOrders` (connect-rust, buffa) over HTTP/1.1,
+    /// pooled as [`Transport::H1Proto`].
+    ConnectH1Proto,
+    /// Connect unary `ListOrders` over h2c, multiplexed as
+    /// [`Transport::H2cProto`].
+    ConnectH2cProto,
+    /// gRPC unary `ListOrders`.
+    Grpc,
+    /// gRPC unary `ListOrders`, tonic's client over `h2` connections of its
+    /// own rather than tonic's `Channel`.
+    GrpcTuned,
+    /// gRPC server streaming `StreamOrders`, one order per message.
+    GrpcStream,
+    /// `StreamOrders` as [`Transport::GrpcTuned`] makes its call.
+    GrpcStreamTuned,
+    /// gRPC bidirectional `LookupOrders`: one long-lived stream per
+    /// connection carries many lookups.
+    GrpcBidi,
+    /// `GrpcBidi` with each answer decoded from one `Bytes`; tonic's
+    /// `Channel` kept.
+    GrpcBidiTuned,
+    /// Raw TCP, length-prefixed protobuf frames: the floor.
+    TcpProto,
+    /// gRPC unary on the legacy all-strings `order.v1` API.
+    GrpcV1,
+}
+
+// Each transport sits at its own index of `Transport::ALL`, which is how
+// `Transport::index` finds it.
+const _: () = {
+    let mut i = 0;
+    while i < Transport::ALL.len() {
+        assert!(Transport::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
+impl Transport {
+    /// Every transport, in the order of the design's matrix (the order of
+    /// the variants).
+    pub const ALL: [Transport; 16] = [
+        Transport::H1Json,
+        Transport::H1JsonClose,
+        Transport::H2cJson,
+        Transport::H1Proto,
+        Transport::H2cProto,
+        Transport::H2cProtoTuned,
+        Transport::ConnectH1Proto,
+        Transport::ConnectH2cProto,
+        Transport::Grpc,
+        Transport::GrpcTuned,
+        Transport::GrpcStream,
+        Transport::GrpcStreamTuned,
+        Transport::GrpcBidi,
+        Transport::GrpcBidiTuned,
+        Transport::TcpProto,
+        Transport::GrpcV1,
+    ];
+
+    /// The name `via` uses: this transport's entry in [`ALL`].
+    pub const fn name(self) -> &'static str {
+        match self {
+            Transport::H1Json => H1_JSON,
+            Transport::H1JsonClose => H1_JSON_CLOSE,
+            Transport::H2cJson => H2C_JSON,
+            Transport::H1Proto => H1_PROTO,
+            Transport::H2cProto => H2C_PROTO,
+            Transport::H2cProtoTuned => H2C_PROTO_TUNED,
+            Transport::ConnectH1Proto => CONNECT_H1_PROTO,
+            Transport::ConnectH2cProto => CONNECT_H2C_PROTO,
+            Transport::Grpc => GRPC,
+            Transport::GrpcTuned => GRPC_TUNED,
+            Transport::GrpcStream => GRPC_STREAM,
+            Transport::GrpcStreamTuned => GRPC_STREAM_TUNED,
+            Transport::GrpcBidi => GRPC_BIDI,
+            Transport::GrpcBidiTuned => GRPC_BIDI_TUNED,
+            Transport::TcpProto => TCP_PROTO,
+            Transport::GrpcV1 => GRPC_V1,
+        }
+    }
+
+    /// The order-service call that answers many queries at once over this
+    /// transport, if it has one.
+    pub fn batch_call(self) -> Option<&'static str> {
+        match self {
+            Transport::Grpc => Some("BatchListOrders"),
+            Transport::GrpcStream => Some("BatchStreamOrders"),
+            _ => None,
+        }
+    }
+
+    /// Every name, comma-separated, for error messages and `--help`.
+    pub fn names() -> String {
+        joined(", ")
+    }
+
+    /// The position in [`Transport::ALL`] (and of its name in [`ALL`]).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A `via` that names no transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownTransport {
+    /// What the caller sent.
+    pub name: String,
+}
+
+impl std::fmt::Display for UnknownTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown transport {}; valid transports are: {}",
+            quoted(&self.name),
+            Transport::names()
+        )
+    }
+}
+
+impl std::error::Error for UnknownTransport {}
+
+impl std::str::FromStr for Transport {
+    type Err = UnknownTransport;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Transport::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| UnknownTransport { name: s.to_owned() })
+    }
+}
+
+/// The most characters of an unknown name an error quotes back.
+const QUOTED_CHARS: usize = 64;
+
+/// A bad name as an error quotes it, as `model::quoted` quotes every bad
+/// value: whole (debug-quoted) when short, else its first [`QUOTED_CHARS`]
+/// characters and its length (this crate has no dependencies, so it is
+/// repeated here; user-service's tests hold the two to each other).
+fn quoted(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{s:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &s[..end], s.len()),
+    }
+}
 
 /// Each stock transport and its tuned twin: the same call to the same server,
 /// with the client built or decoding differently from what tonic and hyper
@@ -224,6 +391,42 @@ mod tests {
             assert!(!is_known(name), "{name:?}");
             assert_eq!(position(name), None, "{name:?}");
         }
+    }
+
+    #[test]
+    fn every_transport_parses_back_from_its_name() {
+        for t in Transport::ALL {
+            assert_eq!(t.name().parse::<Transport>(), Ok(t));
+            assert_eq!(Transport::ALL[t.index()], t);
+            assert_eq!(ALL[t.index()], t.name());
+            assert_eq!(t.to_string(), t.name());
+        }
+    }
+
+    #[test]
+    fn an_unknown_transport_lists_the_valid_ones() {
+        let e = "carrier-pigeon".parse::<Transport>().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("\"carrier-pigeon\""), "{msg}");
+        for t in Transport::ALL {
+            assert!(msg.contains(t.name()), "{msg} lacks {t}");
+        }
+        assert_eq!(
+            msg,
+            format!(
+                "unknown transport \"carrier-pigeon\"; valid transports are: {}",
+                joined(", ")
+            )
+        );
+        let long = "x".repeat(100);
+        let msg = long.parse::<Transport>().unwrap_err().to_string();
+        assert!(
+            msg.starts_with(&format!(
+                "unknown transport {:?}… (100 bytes);",
+                "x".repeat(64)
+            )),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -9,13 +9,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use telemetry::metrics::{
     Collector, DescriptorEncoder, EncodeMetric as _, Histogram, Kind, Unit, encode_family,
 };
 
-use crate::upstream::Transport;
+use transports::Transport;
 
 /// The counters of one transport.
 #[derive(Debug)]
@@ -101,7 +101,7 @@ impl TransportMetrics {
 
     /// Counts a call on the wire until the guard is dropped.
     pub fn in_flight(self: &Arc<Self>) -> InFlightGuard {
-        crate::upstream::record_pool_wait();
+        record_pool_wait();
         let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.in_flight_max.fetch_max(now, Ordering::Relaxed);
         InFlightGuard(self.clone())
@@ -120,6 +120,27 @@ impl TransportMetrics {
             in_flight_max: self.in_flight_max.load(Ordering::Relaxed),
             tls: self.tls.snapshot(),
         }
+    }
+}
+
+tokio::task_local! {
+    /// When the current upstream call began, so that the moment it goes on
+    /// the wire can be recorded as its wait for a connection slot.
+    static CALL_START: Instant;
+}
+
+/// Runs `call`, an upstream call that began at `start`, so that its wait
+/// for a connection slot is recorded when it goes on the wire.
+pub(crate) async fn call_started<F: std::future::Future>(start: Instant, call: F) -> F::Output {
+    CALL_START.scope(start, call).await
+}
+
+/// Records on the current `upstream.call` span how long the call waited for a
+/// connection slot. Adapters call it (through [`TransportMetrics::in_flight`])
+/// at the moment the request goes on the wire.
+fn record_pool_wait() {
+    if let Ok(start) = CALL_START.try_with(|s| *s) {
+        tracing::Span::current().record("pool_wait_us", start.elapsed().as_micros() as u64);
     }
 }
 

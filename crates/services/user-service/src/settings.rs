@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 pub use service_kit::db::DatabaseUrl;
 use service_kit::settings::Renamed;
 
-use crate::upstream::Transport;
+use transports::{Transport, UnknownTransport};
 
 /// Settings renamed to match order-service's, which still work for one
 /// release, with a warning in the log.
@@ -291,8 +291,7 @@ impl Settings {
 }
 
 fn parse_transport(s: &str) -> Result<Transport, String> {
-    s.parse()
-        .map_err(|e: crate::upstream::UnknownTransport| e.to_string())
+    s.parse().map_err(|e: UnknownTransport| e.to_string())
 }
 
 impl Settings {

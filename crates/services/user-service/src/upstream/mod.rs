@@ -34,151 +34,11 @@ use uuid::Uuid;
 
 use crate::metrics::Metrics;
 use crate::settings::Settings;
+pub use transports::{Transport, UnknownTransport};
 
 /// The largest message any client here accepts or sends: 10,000 orders are
 /// about 2-3 MB, well past tonic's 4 MiB default margin for comfort.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
-
-/// A transport to order-service, as the `via` parameter names it.
-///
-/// One variant per name in [`transports::ALL`], in the same order: a name
-/// added there without an adapter here (or the reverse) fails a test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    /// HTTP/1.1, JSON, pooled keep-alive connections.
-    H1Json,
-    /// HTTP/1.1, JSON, a new connection for every call.
-    H1JsonClose,
-    /// HTTP/2 cleartext (prior knowledge), JSON, multiplexed.
-    H2cJson,
-    /// HTTP/1.1, protobuf body, pooled.
-    H1Proto,
-    /// HTTP/2 cleartext, protobuf body, multiplexed.
-    H2cProto,
-    /// `H2cProto`'s GET over `h2` connections of its own rather than
-    /// hyper's client (see [`tuned`]).
-    H2cProtoTuned,
-    /// Connect unary `ListOrders` (connect-rust, buffa) over HTTP/1.1,
-    /// pooled as [`Transport::H1Proto`].
-    ConnectH1Proto,
-    /// Connect unary `ListOrders` over h2c, multiplexed as
-    /// [`Transport::H2cProto`].
-    ConnectH2cProto,
-    /// gRPC unary `ListOrders`.
-    Grpc,
-    /// gRPC unary `ListOrders`, tonic's client over `h2` connections of its
-    /// own rather than tonic's `Channel` (see [`tuned`]).
-    GrpcTuned,
-    /// gRPC server streaming `StreamOrders`, one order per message.
-    GrpcStream,
-    /// `StreamOrders` as [`Transport::GrpcTuned`] makes its call (see
-    /// [`tuned`]).
-    GrpcStreamTuned,
-    /// gRPC bidirectional `LookupOrders`: one long-lived stream per
-    /// connection carries many lookups.
-    GrpcBidi,
-    /// `GrpcBidi` with each answer decoded from one `Bytes` (see
-    /// [`tuned`]); tonic's `Channel` kept.
-    GrpcBidiTuned,
-    /// Raw TCP, length-prefixed protobuf frames: the floor.
-    TcpProto,
-    /// gRPC unary on the legacy all-strings `order.v1` API.
-    GrpcV1,
-}
-
-impl Transport {
-    /// Every transport, in the order of the design's matrix: the order of
-    /// [`transports::ALL`], which a test holds this list to.
-    pub const ALL: [Transport; 16] = [
-        Transport::H1Json,
-        Transport::H1JsonClose,
-        Transport::H2cJson,
-        Transport::H1Proto,
-        Transport::H2cProto,
-        Transport::H2cProtoTuned,
-        Transport::ConnectH1Proto,
-        Transport::ConnectH2cProto,
-        Transport::Grpc,
-        Transport::GrpcTuned,
-        Transport::GrpcStream,
-        Transport::GrpcStreamTuned,
-        Transport::GrpcBidi,
-        Transport::GrpcBidiTuned,
-        Transport::TcpProto,
-        Transport::GrpcV1,
-    ];
-
-    /// The name `via` uses: this transport's entry in [`transports::ALL`],
-    /// at the same position as in [`Transport::ALL`].
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::H1Json => transports::H1_JSON,
-            Transport::H1JsonClose => transports::H1_JSON_CLOSE,
-            Transport::H2cJson => transports::H2C_JSON,
-            Transport::H1Proto => transports::H1_PROTO,
-            Transport::H2cProto => transports::H2C_PROTO,
-            Transport::H2cProtoTuned => transports::H2C_PROTO_TUNED,
-            Transport::ConnectH1Proto => transports::CONNECT_H1_PROTO,
-            Transport::ConnectH2cProto => transports::CONNECT_H2C_PROTO,
-            Transport::Grpc => transports::GRPC,
-            Transport::GrpcTuned => transports::GRPC_TUNED,
-            Transport::GrpcStream => transports::GRPC_STREAM,
-            Transport::GrpcStreamTuned => transports::GRPC_STREAM_TUNED,
-            Transport::GrpcBidi => transports::GRPC_BIDI,
-            Transport::GrpcBidiTuned => transports::GRPC_BIDI_TUNED,
-            Transport::TcpProto => transports::TCP_PROTO,
-            Transport::GrpcV1 => transports::GRPC_V1,
-        }
-    }
-
-    /// The order-service call that answers many queries at once over this
-    /// transport, if it has one.
-    pub fn batch_call(self) -> Option<&'static str> {
-        match self {
-            Transport::Grpc => Some("BatchListOrders"),
-            Transport::GrpcStream => Some("BatchStreamOrders"),
-            _ => None,
-        }
-    }
-
-    /// Every name, comma-separated, for error messages and `--help`.
-    pub fn names() -> String {
-        transports::joined(", ")
-    }
-
-    /// The position in [`Transport::ALL`].
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A `via` that names no transport.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown transport {}; valid transports are: {}",
-    model::quoted(name),
-    Transport::names()
-)]
-pub struct UnknownTransport {
-    /// What the caller sent.
-    pub name: String,
-}
-
-impl std::str::FromStr for Transport {
-    type Err = UnknownTransport;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Transport::ALL
-            .into_iter()
-            .find(|t| t.name() == s)
-            .ok_or_else(|| UnknownTransport { name: s.to_owned() })
-    }
-}
 
 /// What user-service asks order-service for: the first `limit` orders of a
 /// user (ordered by order id), with the selected fields.
@@ -644,7 +504,7 @@ impl Upstreams {
         let m = self.metrics.transport(via);
         let before = m.snapshot();
         let start = Instant::now();
-        let call = CALL_START.scope(start, async {
+        let call = crate::metrics::call_started(start, async {
             let bounded = async {
                 match tokio::time::timeout(self.timeout, call).await {
                     Ok(r) => r,
@@ -691,21 +551,6 @@ impl Upstreams {
     }
 }
 
-tokio::task_local! {
-    /// When the current upstream call began, so that the moment it goes on
-    /// the wire can be recorded as its wait for a connection slot.
-    static CALL_START: Instant;
-}
-
-/// Records on the current `upstream.call` span how long the call waited for a
-/// connection slot. Adapters call it (through `TransportMetrics::in_flight`)
-/// at the moment the request goes on the wire.
-pub(crate) fn record_pool_wait() {
-    if let Ok(start) = CALL_START.try_with(|s| *s) {
-        tracing::Span::current().record("pool_wait_us", start.elapsed().as_micros() as u64);
-    }
-}
-
 /// Converts every order of an answer, naming the bad field of the first that
 /// does not parse.
 pub(crate) fn to_domain<T>(items: Vec<T>) -> Result<Vec<Order>, UpstreamError>
@@ -732,25 +577,6 @@ mod tests {
         assert_eq!(host_of("[::1]:50062"), "::1");
     }
 
-    #[test]
-    fn every_transport_parses_back_from_its_name() {
-        for t in Transport::ALL {
-            assert_eq!(t.name().parse::<Transport>(), Ok(t));
-            assert_eq!(Transport::ALL[t.index()], t);
-        }
-    }
-
-    #[test]
-    fn every_transport_is_named_as_in_the_transports_crate_in_its_order() {
-        // Slices, so that a name added on one side only is a failing test
-        // rather than arrays of two lengths that do not compare.
-        assert_eq!(
-            Transport::ALL.map(Transport::name).as_slice(),
-            transports::ALL.as_slice()
-        );
-        assert_eq!(Transport::names(), transports::ALL.join(", "));
-    }
-
     #[tokio::test]
     async fn the_transports_with_a_batch_call_are_those_whose_adapter_makes_one() {
         let settings = Settings::default();
@@ -768,12 +594,15 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_transport_lists_the_valid_ones() {
-        let e = "carrier-pigeon".parse::<Transport>().unwrap_err();
-        let msg = e.to_string();
-        assert!(msg.contains("\"carrier-pigeon\""), "{msg}");
-        for t in Transport::ALL {
-            assert!(msg.contains(t.name()), "{msg} lacks {t}");
+    fn an_unknown_transport_is_quoted_as_every_bad_value_is() {
+        // The transports crate has no dependencies, so it repeats
+        // `model::quoted`: the two must quote alike.
+        for name in ["carrier-pigeon", "", "\"", &"é".repeat(100)] {
+            let msg = name.parse::<Transport>().unwrap_err().to_string();
+            assert!(
+                msg.starts_with(&format!("unknown transport {};", model::quoted(name))),
+                "{msg}"
+            );
         }
     }
 }
