@@ -1,0 +1,252 @@
+//! `lab run`, step by step: the options checked, the plan made (or taken
+//! from the first part of a resumed run), everything a round needs prepared
+//! ([`super::preflight`]), `run.json` written, the [`Work`] measured by the
+//! runner, and the run's outcome, `run.json` again and the report written,
+//! whether it completed or was interrupted.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::Context as _;
+
+use super::info::{Outcome, RunInfo, RunOptions, RunPart};
+use super::plan::{self, Planned, Work};
+use super::preflight;
+use super::report::build_report;
+use super::resume;
+use crate::experiments;
+use crate::measure::k6;
+use crate::measure::machine;
+use crate::measure::results::Results;
+use crate::measure::runner::Lab;
+use crate::measure::schedule::Needs;
+use crate::measure::services::{self, Databases, ServiceConfig};
+use crate::measure::{human_duration, is_interrupted, write_json};
+
+/// Runs an experiment end to end and writes its report.
+pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<Outcome> {
+    crate::measure::procfs::require_procfs()?;
+    preflight::validate(&opts)?;
+    let earlier = resume::earlier(&opts)?;
+    let before = earlier.as_ref().map(|e| &e.info);
+    let experiment = match before {
+        Some(info) => info.experiment.clone(),
+        None => opts
+            .experiment
+            .clone()
+            .unwrap_or_else(|| experiments::ALL.to_owned()),
+    };
+    let entries = experiments::expand(&experiment)?;
+    let knobs = plan::knobs(&opts, before);
+    let Planned { plans, schedules } = plan::plan(&entries, &knobs)?;
+    let timing = plan::timing(&opts, &knobs, before);
+    if let Some(t) = &opts.target {
+        preflight::check_target(t, &entries)?;
+    }
+    preflight::check_root(root)?;
+    let started_at = chrono::Utc::now();
+    let dir = match &earlier {
+        Some(e) => e.dir.clone(),
+        None => opts
+            .out
+            .clone()
+            .unwrap_or_else(|| root.join("results"))
+            .join(format!(
+                "{}-{experiment}",
+                started_at.format("%Y%m%dT%H%M%SZ"),
+            )),
+    };
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir.join("rounds"))?;
+    match &earlier {
+        Some(_) => println!("results: {} (resumed)", dir.display()),
+        None => println!("results: {}", dir.display()),
+    }
+
+    let k6_bin = k6::find_or_install(root)?;
+    let k6_version = k6::version(&k6_bin)?;
+    println!("k6: {} ({k6_version})", k6_bin.display());
+    let bins = preflight::binaries(&opts, root)?;
+    let binaries = resume::binary_hashes(&bins, opts.target.is_some())?;
+    let needs = schedules
+        .iter()
+        .fold(Needs::default(), |n, (_, s)| n.and(s.needs()));
+    let (svc, postgres_missing) = services_of(&opts, bins, needs, &dir)?;
+    let haproxy_missing = preflight::haproxy_missing(needs);
+    preflight::check_taskset(svc.pin)?;
+    let mut info = RunInfo {
+        experiment: experiment.clone(),
+        experiments: entries.iter().map(|e| e.name().to_owned()).collect(),
+        command: opts.command.clone(),
+        knobs,
+        plans,
+        timing,
+        store: match &opts.target {
+            Some(_) => "the target's own (the lab does not know it)".to_owned(),
+            None => preflight::store_label(opts.database_url.as_deref()),
+        },
+        pinning: svc.pinning(),
+        machine: machine::describe(root, &k6_version),
+        started_at: started_at.to_rfc3339(),
+        elapsed_s: None,
+        outcome: "running".to_owned(),
+        service_env: BTreeMap::new(),
+        target: opts.target.clone(),
+        skipped: Vec::new(),
+        binaries,
+        parts: Vec::new(),
+    };
+    // What the first part measured, kept; what differs since, refused
+    // unless forced.
+    let (forced, kept) = match earlier {
+        Some(e) => {
+            let (forced, kept) = resume::take_over(&mut info, e, opts.force)?;
+            (forced, Some(kept))
+        }
+        None => (Vec::new(), None),
+    };
+    write_json(&dir.join("run.json"), &info)?;
+    services::seed(&svc)?;
+
+    let mut work = Work::of(schedules);
+    if haproxy_missing {
+        let (keep, skipped) = preflight::without_haproxy(work.cells);
+        work.cells = keep;
+        info.skipped = skipped;
+        write_json(&dir.join("run.json"), &info)?;
+    }
+    if let Some(why) = &postgres_missing {
+        let (keep, skipped) = preflight::without_postgres(work.cells, why);
+        work.cells = keep;
+        info.skipped.extend(skipped);
+        write_json(&dir.join("run.json"), &info)?;
+    }
+    let planned = work.announce(&timing);
+    let t0 = Instant::now();
+    let mut lab = Lab::new(root.to_path_buf(), k6_bin, svc, timing, dir.clone(), stop);
+    if let Some(results) = kept {
+        let n = lab.keep(results);
+        println!("resume: {n} measurements kept from earlier parts; the missing ones follow");
+    }
+    let kept_before = held(&lab.results);
+    lab.plan_more(planned);
+    let interrupted = match measure(&mut lab, work) {
+        Ok(()) => false,
+        Err(e) if is_interrupted(&e) => true,
+        Err(e) => return Err(e),
+    };
+    let _ = std::fs::remove_dir_all(dir.join("tmp"));
+    let part = RunPart {
+        started_at: started_at.to_rfc3339(),
+        elapsed_s: t0.elapsed().as_secs_f64(),
+        measured: held(&lab.results) - kept_before,
+        outcome: String::new(),
+        forced,
+    };
+    finish(&mut info, part, &lab, interrupted, &dir)?;
+    println!(
+        "{} in {}: {}",
+        if interrupted { "stopped" } else { "done" },
+        human_duration(t0.elapsed().as_secs_f64()),
+        dir.join("report.md").display()
+    );
+    println!("          {}", dir.join("report.html").display());
+    println!("          {}", dir.join("report.json").display());
+    Ok(Outcome {
+        dir,
+        interrupted,
+        failures: lab.results.failures.len(),
+    })
+}
+
+/// Measurements held: rounds and probe rounds with their numbers.
+fn held(results: &Results) -> u32 {
+    (results.records.len() + results.probes.len()) as u32
+}
+
+/// How the run starts its services: the binaries, the run's store and the
+/// one of cells on Postgres, pinning, logs, and the run's throwaway TLS
+/// certificates when a cell needs them; and why the cells on Postgres
+/// cannot be measured, when they cannot.
+fn services_of(
+    opts: &RunOptions,
+    bins: services::Binaries,
+    needs: Needs,
+    dir: &Path,
+) -> anyhow::Result<(ServiceConfig, Option<String>)> {
+    let databases = opts
+        .database_url
+        .as_deref()
+        .map(Databases::from_server_url)
+        .transpose()?;
+    let (store_databases, postgres_missing) = preflight::store_databases(opts, &bins, needs);
+    let certs = if needs.certs {
+        let certs = tls::generate::write_lab_certs(&dir.join("certs"))
+            .context("making the run's throwaway TLS certificates")?;
+        println!(
+            "tls: a throwaway CA and certificates in {}",
+            dir.join("certs").display()
+        );
+        Some(certs)
+    } else {
+        None
+    };
+    let config = ServiceConfig {
+        bins,
+        databases,
+        store_databases,
+        target: opts.target.clone(),
+        pin: opts.pin,
+        log_dir: dir.join("logs"),
+        certs,
+    };
+    Ok((config, postgres_missing))
+}
+
+/// Measures the work in its order: every grid's cells, the ladders, the
+/// probes, the benchmarks. An interruption stops it with its error.
+fn measure(lab: &mut Lab, work: Work) -> anyhow::Result<()> {
+    lab.run_cells(&work.cells)?;
+    for (name, ladder) in &work.ladders {
+        lab.run_ladder(name, ladder)?;
+    }
+    for (name, probe) in &work.probes {
+        lab.run_probe(name, probe)?;
+    }
+    for (name, bench) in work.benches {
+        lab.run_bench(&name, bench)?;
+    }
+    Ok(())
+}
+
+/// Records how the run ended (the outcome, given to this `part` too; the
+/// services' environment from the first round) and writes `run.json`,
+/// `failures.json` and the report.
+fn finish(
+    info: &mut RunInfo,
+    mut part: RunPart,
+    lab: &Lab,
+    interrupted: bool,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let (done, planned) = lab.progress();
+    if let Some(first) = lab.results.records.first() {
+        info.service_env.clone_from(&first.service_env);
+    }
+    info.outcome = if interrupted {
+        format!("interrupted after {done} of {planned} planned measurements: a partial report")
+    } else {
+        format!("complete: {done} measurements")
+    };
+    part.outcome = info.outcome.clone();
+    info.parts.push(part);
+    info.elapsed_s = Some(info.parts.iter().map(|p| p.elapsed_s).sum());
+    write_json(&dir.join("run.json"), info)?;
+    write_json(&dir.join("failures.json"), &lab.results.failures)?;
+    let report = build_report(info, &lab.results);
+    report.write(dir)
+}

@@ -1,0 +1,151 @@
+//! A run's plan: the knobs and timing it runs with (from the options, or
+//! from its first part when resumed), every experiment's plan and
+//! schedule, and the schedules sorted by shape into the [`Work`] the run
+//! measures, in the order it measures it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::info::{RunInfo, RunOptions};
+use crate::experiment::{Entry, Knobs};
+use crate::measure::cell::Cell;
+use crate::measure::schedule::{Bench, Ladder, Probe, Schedule};
+use crate::measure::{Timing, human_duration};
+
+/// The default timing of a quick or a full run.
+pub fn default_timing(quick: bool) -> Timing {
+    if quick {
+        Timing {
+            rounds: 2,
+            duration_s: 2.0,
+            warmup_s: 1.0,
+            restarted: true,
+        }
+    } else {
+        Timing {
+            rounds: 3,
+            duration_s: 15.0,
+            warmup_s: 5.0,
+            restarted: true,
+        }
+    }
+}
+
+/// The knobs of a run: from the options, or from the first part of a
+/// resumed run (only the store may be given again).
+pub fn knobs(opts: &RunOptions, earlier: Option<&RunInfo>) -> Knobs {
+    match earlier {
+        Some(info) => Knobs {
+            on_postgres: opts.database_url.is_some(),
+            ..info.knobs.clone()
+        },
+        None => Knobs {
+            quick: opts.quick,
+            transports: opts.transports.clone(),
+            sizes: opts.sizes.clone(),
+            on_postgres: opts.database_url.is_some(),
+        },
+    }
+}
+
+/// The timing of a run: the options' over the plan's default, or the
+/// first part's when resumed.
+pub fn timing(opts: &RunOptions, knobs: &Knobs, earlier: Option<&RunInfo>) -> Timing {
+    let d = default_timing(knobs.quick);
+    match earlier {
+        Some(info) => info.timing,
+        None => Timing {
+            rounds: opts.rounds.unwrap_or(d.rounds),
+            duration_s: opts.duration_s.unwrap_or(d.duration_s),
+            warmup_s: opts.warmup_s.unwrap_or(d.warmup_s),
+            restarted: opts.target.is_none(),
+        },
+    }
+}
+
+/// The plans and schedules of some experiments.
+pub struct Planned {
+    pub plans: BTreeMap<String, serde_json::Value>,
+    /// Each experiment's name and schedule, in report order.
+    pub schedules: Vec<(String, Schedule)>,
+}
+
+/// Plans every experiment from the knobs.
+pub fn plan(entries: &[&'static dyn Entry], knobs: &Knobs) -> anyhow::Result<Planned> {
+    let mut plans = BTreeMap::new();
+    let mut schedules = Vec::new();
+    for e in entries {
+        let plan = e.plan(knobs)?;
+        schedules.push((e.name().to_owned(), e.schedule(&plan)?));
+        plans.insert(e.name().to_owned(), plan);
+    }
+    Ok(Planned { plans, schedules })
+}
+
+/// A run's schedules sorted by shape, in the order they are measured:
+/// every grid's cells, each once under the first experiment that asked for
+/// it (rounds interleaved across all of them); then ladders, probes, and
+/// benchmarks last, on a machine the services have left.
+pub struct Work {
+    pub cells: Vec<(String, Cell)>,
+    pub ladders: Vec<(String, Ladder)>,
+    pub probes: Vec<(String, Probe)>,
+    pub benches: Vec<(String, Bench)>,
+}
+
+impl Work {
+    /// Sorts each experiment's schedule by its shape.
+    pub fn of(schedules: Vec<(String, Schedule)>) -> Work {
+        let mut seen = BTreeSet::new();
+        let mut cells: Vec<(String, Cell)> = Vec::new();
+        let (mut ladders, mut probes, mut benches) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, schedule) in schedules {
+            match schedule {
+                Schedule::Grid(grid) => {
+                    for c in grid {
+                        if seen.insert(c.clone()) {
+                            cells.push((name.clone(), c));
+                        }
+                    }
+                }
+                Schedule::Ladder(l) => ladders.push((name, l)),
+                Schedule::Probe(p) => probes.push((name, p)),
+                Schedule::Bench(b) => benches.push((name, b)),
+            }
+        }
+        Work {
+            cells,
+            ladders,
+            probes,
+            benches,
+        }
+    }
+
+    /// Prints what the run will measure and about how long it takes;
+    /// returns the measurements planned (rounds and probe rounds; a ladder
+    /// counts every rung).
+    pub fn announce(&self, timing: &Timing) -> u32 {
+        let r = timing.rounds;
+        let planned = self.cells.len() as u32 * r
+            + self.ladders.iter().map(|(_, l)| l.planned(r)).sum::<u32>()
+            + self.probes.len() as u32 * r;
+        let per = timing.duration_s + timing.warmup_s + 1.5;
+        let count = |n: usize, one: &str| match n {
+            1 => format!("1 {one}"),
+            n => format!("{n} {one}s"),
+        };
+        println!(
+            "plan: {}, {}, {}, {}; {r} rounds each: up to {planned} measurements, about {}{}",
+            count(self.cells.len(), "cell"),
+            count(self.ladders.len(), "ladder"),
+            count(self.probes.len(), "probe"),
+            count(self.benches.len(), "benchmark"),
+            human_duration(f64::from(planned) * per),
+            if self.benches.is_empty() {
+                ""
+            } else {
+                " before the benchmarks"
+            }
+        );
+        planned
+    }
+}

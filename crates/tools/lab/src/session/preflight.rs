@@ -1,0 +1,349 @@
+//! Everything checked and prepared before the first round, so that a run
+//! fails early or not at all: the options ([`validate`]), a target and the
+//! experiments that cannot run against one, the project's root, the
+//! services' binaries, Postgres for the cells that ask for it, HAProxy for
+//! the balanced cells, `taskset` for `--pin`. Cells this machine cannot
+//! measure (no HAProxy, no Postgres) are taken out and listed as skipped.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+
+use super::info::{RunOptions, Skipped};
+use crate::experiment::Entry;
+use crate::experiments;
+use crate::measure::cell::{Balance, Cell, Store};
+use crate::measure::schedule::Needs;
+use crate::measure::services::{self, Binaries, Databases, Target};
+
+/// Refuses options that contradict each other or that no run can use.
+pub fn validate(opts: &RunOptions) -> anyhow::Result<()> {
+    if opts.resume.is_some() {
+        for (given, flag) in [
+            (opts.experiment.is_some(), "an experiment"),
+            (opts.quick, "--quick"),
+            (opts.rounds.is_some(), "--rounds"),
+            (opts.duration_s.is_some(), "--duration"),
+            (opts.warmup_s.is_some(), "--warmup"),
+            (opts.transports.is_some(), "--transports"),
+            (opts.sizes.is_some(), "--sizes"),
+            (opts.target.is_some(), "--target"),
+            (opts.out.is_some(), "--out"),
+        ] {
+            if given {
+                bail!("--resume continues a run with its own plan: {flag} cannot be given with it");
+            }
+        }
+    } else if opts.force {
+        bail!("--force only applies to --resume");
+    }
+    if let Some(ts) = &opts.transports {
+        for t in ts {
+            if !transports::is_known(t) {
+                bail!(
+                    "unknown transport {t:?}; valid transports are: {}",
+                    transports::ALL.join(", ")
+                );
+            }
+        }
+        if ts.is_empty() {
+            bail!("--transports needs at least one transport");
+        }
+    }
+    if let Some(sizes) = &opts.sizes
+        && (sizes.is_empty() || sizes.iter().any(|&s| s > 10_000))
+    {
+        bail!("--sizes takes orders per call from 0 to 10000");
+    }
+    if opts.rounds == Some(0) {
+        bail!("--rounds must be at least 1");
+    }
+    // k6 refuses scenarios shorter than a second.
+    if opts.duration_s.is_some_and(|d| d < 1.0) {
+        bail!("--duration must be at least 1 s (k6's shortest scenario)");
+    }
+    if opts.warmup_s.is_some_and(|w| w != 0.0 && w < 1.0) {
+        bail!("--warmup must be 0 (none) or at least 1 s (k6's shortest scenario)");
+    }
+    if opts.target.is_some() {
+        for (given, flag) in [
+            (opts.database_url.is_some(), "--database-url"),
+            (opts.pin, "--pin"),
+            (opts.bin_dir.is_some(), "--bin-dir"),
+        ] {
+            if given {
+                bail!(
+                    "--target measures a stack the lab does not start: {flag} has nothing to act on"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a target (`--target`) answers, and that every experiment of the
+/// run can be measured against a stack the lab did not start.
+pub fn check_target(t: &Target, entries: &[&'static dyn Entry]) -> anyhow::Result<()> {
+    t.check().context("--target")?;
+    for e in entries {
+        if let Err(why) = e.target() {
+            bail!(
+                "{} cannot run against a stack it did not start (--target): {why}; the experiments that can are {}",
+                e.name(),
+                experiments::all()
+                    .iter()
+                    .filter(|e| e.target().is_ok())
+                    .map(|e| e.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    for e in entries {
+        if e.calls_order_service() && (t.order_rest.is_none() || t.order_grpc.is_none()) {
+            bail!(
+                "{} calls order-service directly: give its addresses with --target-order-rest and --target-order-grpc",
+                e.name()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Checks `root` is the project's root, where the k6 scripts are.
+pub fn check_root(root: &Path) -> anyhow::Result<()> {
+    if !root.join("k6").join("closed-loop.js").is_file() {
+        bail!(
+            "{} is not the project's root (no k6/closed-loop.js); run the lab from the workspace or pass --root",
+            root.display()
+        );
+    }
+    Ok(())
+}
+
+/// The services' binaries: none for a target, those of `--bin-dir`, or a
+/// release build; each must exist.
+pub fn binaries(opts: &RunOptions, root: &Path) -> anyhow::Result<Binaries> {
+    let bins = match (&opts.target, &opts.bin_dir) {
+        // Nothing is started: no binary is needed.
+        (Some(_), _) => Binaries {
+            order: PathBuf::new(),
+            user: PathBuf::new(),
+        },
+        (None, Some(d)) => Binaries {
+            order: d.join("order-service"),
+            user: d.join("user-service"),
+        },
+        (None, None) => services::build(root)?,
+    };
+    if opts.target.is_none() {
+        for b in [&bins.order, &bins.user] {
+            if !b.is_file() {
+                bail!("{} is missing", b.display());
+            }
+        }
+    }
+    Ok(bins)
+}
+
+/// The databases of cells that ask for Postgres whatever the run's store:
+/// on the run's server, or the local default, if it answers (seeded once).
+/// When it does not, `None` and why, and those cells are skipped.
+pub fn store_databases(
+    opts: &RunOptions,
+    bins: &Binaries,
+    needs: Needs,
+) -> (Option<Databases>, Option<String>) {
+    if !needs.postgres || opts.target.is_some() {
+        return (None, None);
+    }
+    let url = opts
+        .database_url
+        .clone()
+        .unwrap_or_else(|| services::DEFAULT_DATABASE_URL.to_owned());
+    let found = services::reachable(&url)
+        .and_then(|()| Databases::from_server_url(&url))
+        .and_then(|db| services::seed_into(bins, &db).map(|()| db));
+    match found {
+        Ok(db) => {
+            println!(
+                "postgres: cells on Postgres use {}",
+                services::authority(&url)
+            );
+            (Some(db), None)
+        }
+        Err(e) => {
+            let why = format!(
+                "Postgres at {} cannot be used ({e:#}); start it, or pass --database-url",
+                services::authority(&url)
+            );
+            println!(
+                "postgres: {why}; the cells on Postgres are skipped, and listed in the report"
+            );
+            (None, Some(why))
+        }
+    }
+}
+
+/// Whether the run needs HAProxy and this machine has none (said, with how
+/// to install it: the balanced cells are then skipped).
+pub fn haproxy_missing(needs: Needs) -> bool {
+    needs.haproxy
+        && match haproxy::binary() {
+            Some(h) => {
+                println!("haproxy: {}", h.display());
+                false
+            }
+            None => {
+                println!(
+                    "haproxy: {}; the cells behind an L4 or L7 balancer are skipped, and listed in the report",
+                    haproxy::INSTALL_HINT
+                );
+                true
+            }
+        }
+}
+
+/// `--pin` needs `taskset`.
+pub fn check_taskset(pin: bool) -> anyhow::Result<()> {
+    if pin
+        && std::process::Command::new("taskset")
+            .arg("-V")
+            .output()
+            .is_err()
+    {
+        bail!("--pin needs taskset (util-linux)");
+    }
+    Ok(())
+}
+
+/// The store as the report names it, with no password.
+pub fn store_label(url: Option<&str>) -> String {
+    match url {
+        None => "in memory (no database: the protocol-overhead upper bound)".to_owned(),
+        Some(u) => format!("Postgres at {}", services::authority(u)),
+    }
+}
+
+/// The cells that need HAProxy taken out of `cells`, each as skipped with
+/// the way to install it.
+pub fn without_haproxy(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let behind = |c: &Cell| {
+        c.env
+            .replicas
+            .is_some_and(|r| matches!(r.balance, Balance::L4 | Balance::L7))
+    };
+    let (skip, keep): (Vec<_>, Vec<_>) = cells.into_iter().partition(|(_, c)| behind(c));
+    let skipped = skip
+        .into_iter()
+        .map(|(experiment, c)| Skipped {
+            experiment,
+            what: c.label(),
+            why: haproxy::INSTALL_HINT.to_owned(),
+        })
+        .collect();
+    (keep, skipped)
+}
+
+/// The cells that ask for Postgres taken out of `cells`, each as skipped
+/// with `why`.
+pub fn without_postgres(
+    cells: Vec<(String, Cell)>,
+    why: &str,
+) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let (skip, keep): (Vec<_>, Vec<_>) = cells
+        .into_iter()
+        .partition(|(_, c)| c.env.store == Some(Store::Postgres));
+    let skipped = skip
+        .into_iter()
+        .map(|(experiment, c)| Skipped {
+            experiment,
+            what: c.label(),
+            why: why.to_owned(),
+        })
+        .collect();
+    (keep, skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::Knobs;
+    use crate::session::info::RunInfo;
+    use crate::session::report::build_report;
+
+    #[test]
+    fn the_store_label_never_shows_a_password() {
+        assert!(store_label(None).starts_with("in memory"));
+        assert_eq!(
+            store_label(Some("postgres://u:secret@db:5432")),
+            "Postgres at db:5432"
+        );
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_anything_runs() {
+        let mut o = RunOptions {
+            transports: Some(vec!["carrier-pigeon".into()]),
+            ..Default::default()
+        };
+        let e = validate(&o).unwrap_err().to_string();
+        assert!(e.contains("grpc-bidi"), "{e}");
+        o.transports = None;
+        o.sizes = Some(vec![20000]);
+        assert!(validate(&o).is_err());
+        o.sizes = None;
+        o.rounds = Some(0);
+        assert!(validate(&o).is_err());
+        o.rounds = None;
+        o.warmup_s = Some(0.5);
+        assert!(validate(&o).is_err());
+        o.warmup_s = Some(0.0);
+        assert!(validate(&o).is_ok());
+        o.duration_s = Some(0.5);
+        assert!(validate(&o).is_err());
+    }
+
+    #[test]
+    fn without_haproxy_only_the_balanced_cells_are_skipped_and_said_why() {
+        use crate::experiment::Experiment as _;
+        let knobs = Knobs {
+            quick: true,
+            ..Knobs::default()
+        };
+        let p = crate::experiments::replicas::Replicas::plan(&knobs);
+        let cells: Vec<(String, Cell)> = crate::experiments::replicas::cells(&p)
+            .into_iter()
+            .map(|c| ("replicas".to_owned(), c))
+            .chain(std::iter::once((
+                "payload".to_owned(),
+                Knobs::closed("grpc", 1),
+            )))
+            .collect();
+        let n = cells.len();
+        let (keep, skipped) = without_haproxy(cells);
+        assert_eq!(keep.len() + skipped.len(), n);
+        assert!(keep.iter().any(|(e, _)| e == "payload"));
+        assert!(
+            keep.iter()
+                .all(|(_, c)| c.env.replicas.is_none_or(|r| r.balance.by_client()))
+        );
+        assert_eq!(
+            skipped.len(),
+            3 * 2 * 2,
+            "l4 and l7, healthy and slow, 3 transports"
+        );
+        assert!(
+            skipped
+                .iter()
+                .all(|k| k.why.contains("apt-get install haproxy"))
+        );
+        let (info, results) = crate::synthetic::run(&["payload"], true, 2);
+        let info = RunInfo { skipped, ..info };
+        let md = build_report(&info, &results).markdown();
+        assert!(
+            md.contains("Planned cells not measured on this machine"),
+            "{md}"
+        );
+    }
+}
