@@ -3,17 +3,13 @@
 //! (`application/problem+json`, `field` naming the field), over gRPC a status
 //! whose `google.rpc.BadRequest` detail names it.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::{Backend, TestApp, spawn, spawn_with};
 use model::json::Problem;
 use proto::order::v2 as pb2;
 use testkit::problem::problem_of;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic_types::StatusExt as _;
+
+use crate::helpers::{Backend, TestApp, spawn, spawn_with};
 
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 

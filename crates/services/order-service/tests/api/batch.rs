@@ -3,14 +3,10 @@
 //! data set, in the order asked; a bad query fails the whole batch and names
 //! its position; a batch never asks for more than the largest single page.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::{Backend, TestApp, spawn, spawn_with};
 use model::{FieldSet, Order};
 use proto::order::v2 as pb2;
+
+use crate::helpers::{Backend, TestApp, spawn, spawn_with};
 
 fn query(user: uuid::Uuid, page_size: i32, fields: FieldSet) -> pb2::ListOrdersRequest {
     pb2::ListOrdersRequest {

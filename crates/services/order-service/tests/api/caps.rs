@@ -4,20 +4,17 @@
 //! (h2c REST or gRPC) is told the limit in SETTINGS and its next stream waits
 //! for a free one instead of failing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::future::Future as _;
 use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Backend, spawn_with};
 use order_service::tcp::{encode_frame, read_frame};
 use proto::order::v2 as pb2;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
+
+use crate::helpers::{Backend, spawn_with};
 
 const TEN: &str = "00000000-0000-0000-0000-000000000010";
 

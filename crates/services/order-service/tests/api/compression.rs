@@ -2,13 +2,10 @@
 //! a client that accepts gzip (k6's does) gets plain answers by default, so
 //! that compression never enters a comparison unannounced.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::{Backend, TestApp, spawn, spawn_with};
 use proto::order::v2 as pb2;
 use tonic::codec::CompressionEncoding;
+
+use crate::helpers::{Backend, TestApp, spawn, spawn_with};
 
 /// The `grpc-encoding` of a 100-order answer to a client that accepts gzip.
 async fn encoding_of_an_answer(app: &TestApp) -> Option<String> {

@@ -6,17 +6,13 @@
 //! encoded with prost. The oracles are the data set, the REST route's own
 //! protobuf body for the same query, and order-service's request counters.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use base64::Engine as _;
-use common::{Backend, TestApp, expected_orders, list_request, spawn, spawn_with};
 use model::{FieldSet, Order, OrderField};
 use prost::Message as _;
 use proto::order::v2 as pb2;
 use tonic_types::StatusExt as _;
+
+use crate::helpers::{Backend, TestApp, expected_orders, list_request, spawn, spawn_with};
 
 const USER_100: &str = "00000000-0000-0000-0000-000000000100";
 const LIST: &str = "/order.v2.OrderService/ListOrders";

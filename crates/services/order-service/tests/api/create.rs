@@ -1,15 +1,11 @@
 //! Creating orders: an idempotency key makes a retry return the first order
 //! and never store a second; absent and empty optionals stay distinct.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::{Backend, TestApp, new_order_json as body, spawn};
 use model::json::{CreatedOrderJson, OrderJson};
 use proto::order::v2 as pb2;
 use uuid::Uuid;
+
+use crate::helpers::{Backend, TestApp, new_order_json as body, spawn};
 
 async fn post(app: &TestApp, key: &str, body: &serde_json::Value) -> (u16, CreatedOrderJson) {
     let res = app

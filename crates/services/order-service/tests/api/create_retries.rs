@@ -7,19 +7,15 @@
 //! under its key, and no order exists without its key, so none that went
 //! unacknowledged was stored twice. Over REST and over gRPC.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{Backend, new_order_json, spawn};
 use model::json::CreatedOrderJson;
 use proto::order::v2 as pb2;
 use testkit::proxy::{Faults, Proxy};
 use uuid::Uuid;
+
+use crate::helpers::{Backend, new_order_json, spawn};
 
 const CLIENTS: usize = 6;
 /// Keys each client retries until acknowledged.

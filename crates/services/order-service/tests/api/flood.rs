@@ -4,14 +4,10 @@
 //! well-behaved client is answered on the flooded listener. Bounded in
 //! count (1,000 a kind) and time (about a second of trickle a kind).
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::{Backend, TestApp, spawn};
 use proto::order::v2 as pb2;
 use testkit::flood::{self, Kind};
+
+use crate::helpers::{self, Backend, TestApp, spawn};
 
 const N: usize = 1_000;
 const USER: &str = "00000000-0000-0000-0000-000000000010";
@@ -44,7 +40,7 @@ async fn good_client_is_answered(app: &TestApp, listener: &str) {
         }
         _ => {
             let mut c = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
-            let a = common::tcp_lookup(&mut c, 1, USER, 10).await;
+            let a = helpers::tcp_lookup(&mut c, 1, USER, 10).await;
             assert_eq!(a.orders.len(), 10, "{a:?}");
         }
     }
@@ -52,6 +48,14 @@ async fn good_client_is_answered(app: &TestApp, listener: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() {
+    // It reads this process's memory (and, flooding, holds its sockets).
+    if !helpers::alone(
+        "flood::a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one",
+    )
+    .await
+    {
+        return;
+    }
     let app = spawn(Backend::Memory).await;
     for listener in ["rest", "grpc", "tcp"] {
         good_client_is_answered(&app, listener).await;

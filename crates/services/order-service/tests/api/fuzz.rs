@@ -5,16 +5,14 @@
 //! connection. Nothing panics, the frame reader never allocates past its
 //! limit, and the server answers every frame with a gRPC status.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use bytes::{BufMut as _, Bytes, BytesMut};
 use http_body_util::{BodyExt as _, Full};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use proto::order::{v1 as pb1, v2 as pb2};
+
+use crate::helpers;
 
 /// Enough cases to find the obvious, few enough to keep the suite fast.
 fn config() -> Config {
@@ -142,7 +140,7 @@ fn arbitrary_grpc_frames_get_a_grpc_status_and_the_server_keeps_serving() {
         .enable_all()
         .build()
         .unwrap();
-    let app = rt.block_on(common::spawn(common::Backend::Memory));
+    let app = rt.block_on(helpers::spawn(helpers::Backend::Memory));
     let send = rt.block_on(async {
         let io = tokio::net::TcpStream::connect(app.grpc).await.unwrap();
         let (send, conn) = hyper::client::conn::http2::handshake(

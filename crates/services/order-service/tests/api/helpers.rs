@@ -2,8 +2,6 @@
 //! its own (cloned from a seeded template) or on the in-memory store, and
 //! clients for every transport.
 
-#![allow(dead_code, clippy::unwrap_used)]
-
 use std::net::SocketAddr;
 
 use order_service::{Application, Settings};
@@ -27,8 +25,7 @@ pub struct TestApp {
 
 pub use testkit::process::{InProcess, Proc, init_test_log};
 
-mod orders_db;
-pub use orders_db::orders_database;
+pub use crate::orders_db::orders_database;
 
 /// Starts order-service on `backend` with settings changed by `tweak`.
 pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
@@ -181,4 +178,38 @@ pub async fn tcp_lookup(
     let mut buf = vec![0; len];
     c.read_exact(&mut buf).await.unwrap();
     <pb2::LookupOrdersResponse as prost::Message>::decode(&buf[..]).unwrap()
+}
+
+/// For a test that reads this process's resident memory (or holds a
+/// thousand of its sockets): `cargo test` runs every test of this binary in
+/// one process, where another test's allocations would count as this one's,
+/// so the test is run again, alone, in a process of its own.
+///
+/// `test` is the test's path in this binary (`overload::past_the_limit_…`).
+/// Returns `true` where the test's body is to run: in that process, or in
+/// any process of cargo-nextest, which runs each test in its own. Returns
+/// `false` in the caller once the test passed there, having printed its
+/// output; panics, with that output, if it failed or did not run.
+pub async fn alone(test: &str) -> bool {
+    const ALONE: &str = "ORDER_SERVICE_TEST_ALONE";
+    let nextest = std::env::var("NEXTEST_EXECUTION_MODE").is_ok_and(|m| m == "process-per-test");
+    if nextest || std::env::var_os(ALONE).is_some() {
+        return true;
+    }
+    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ALONE, "1")
+        .output()
+        .await
+        .expect("this test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{test}, run alone: {}",
+        out.status
+    );
+    false
 }

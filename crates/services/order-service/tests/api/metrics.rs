@@ -1,10 +1,9 @@
 //! /metrics: requests per protocol and route, errors, durations, the process
 //! and the database pool, in Prometheus text.
 
-mod common;
-
-use common::{Backend, spawn};
 use proto::order::v2 as pb2;
+
+use crate::helpers::{Backend, spawn};
 
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 

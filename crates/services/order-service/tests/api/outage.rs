@@ -2,17 +2,13 @@
 //! again by itself when it returns. Postgres is reached through a proxy that
 //! the test can cut, so the real server keeps running for other tests.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Backend, orders_database, spawn_with};
 use proto::order::v2 as pb2;
 use testkit::health::{self, ServingStatus};
 use testkit::proxy::Proxy;
+
+use crate::helpers::{Backend, orders_database, spawn_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_down_is_503_fast_and_service_returns_by_itself() {

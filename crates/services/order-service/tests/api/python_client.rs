@@ -4,12 +4,10 @@
 //! Needs `grpcio-tools` in the Python that `PYTHON` names (default `python3`);
 //! the README's test command installs it into `.tools/venv`.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::{Backend, expected_orders, spawn};
+use crate::helpers::{Backend, expected_orders, spawn};
 
 fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned())

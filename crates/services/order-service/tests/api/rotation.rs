@@ -3,16 +3,13 @@
 //! balancer reconnects; calls made across rotations all succeed. Without
 //! the setting, connections stay open.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Backend, spawn_with};
 use proto::order::v2 as pb2;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::helpers::{Backend, spawn_with};
 
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 

@@ -8,11 +8,7 @@
 //! `SCHEMATHESIS_SEED` replays another seed; `SCHEMATHESIS_EXAMPLES` changes
 //! the examples per operation.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::{Backend, spawn};
+use crate::helpers::{Backend, spawn};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_no_server_error_and_no_answer_off_the_openapi_document() {

@@ -2,8 +2,6 @@
 //! created (and the command says so), then the data set is loaded into it.
 //! The oracles are Postgres's catalogue and the data set's own count.
 
-#![allow(clippy::unwrap_used)]
-
 use sqlx::Connection as _;
 
 #[tokio::test]

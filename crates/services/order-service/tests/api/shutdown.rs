@@ -2,12 +2,11 @@
 //! bidi stream or a raw-TCP connection are answered, then the streams end and
 //! the service stops.
 
-mod common;
-
-use common::{Backend, spawn};
 use prost::Message as _;
 use proto::order::v2 as pb2;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::helpers::{Backend, spawn};
 
 fn lookup(i: u64) -> pb2::LookupOrdersRequest {
     pb2::LookupOrdersRequest {

@@ -3,14 +3,12 @@
 //! gets its answer; a caller that comes after the listener closed is refused
 //! before it sends anything; the process exits 0.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use testkit::sigterm::{load_gets_going, nothing_lost, rest_caller};
+
+use crate::helpers;
 
 /// A user with 1,000 orders: each answer takes a few milliseconds to build,
 /// so at any moment several are in service.
@@ -24,7 +22,7 @@ async fn sigterm_under_load_answers_every_request_sent_and_exits_zero() {
     // an idle connection is closed, so the test gives its callers, which
     // never idle on purpose, a grace no scheduling hiccup of a loaded CI
     // machine can outlast.
-    let proc = common::start_binary(&[("ORDER_SHUTDOWN_GRACE_MS", "10000")]).await;
+    let proc = helpers::start_binary(&[("ORDER_SHUTDOWN_GRACE_MS", "10000")]).await;
     let rest = proc.addr("rest");
 
     let url = format!("http://{rest}/v2/orders?user_id={USER}&limit=1000");

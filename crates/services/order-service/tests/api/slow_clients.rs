@@ -4,19 +4,15 @@
 //! cutoff set at a fraction of a second must have cut within seconds), not
 //! performance figures.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Backend, spawn_with, start_binary};
 use prost::Message as _;
 use proto::order::v2 as pb2;
 use testkit::flood::closed_within;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
+
+use crate::helpers::{self, Backend, spawn_with, start_binary};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_listener_cuts_a_silent_client_at_the_header_read_timeout() {
@@ -44,7 +40,7 @@ async fn an_idle_raw_tcp_connection_is_closed_after_the_idle_timeout() {
     let app = spawn_with(Backend::Memory, |s| s.idle_timeout_ms = 400).await;
     let mut c = TcpStream::connect(app.tcp).await.unwrap();
     // One lookup answered, then nothing.
-    let one = common::tcp_lookup(&mut c, 9, &dataset::fixed_user_id(1).to_string(), 1).await;
+    let one = helpers::tcp_lookup(&mut c, 9, &dataset::fixed_user_id(1).to_string(), 1).await;
     assert_eq!(one.request_id, 9);
     let got = closed_within(&mut c, Duration::from_secs(5)).await;
     assert!(got.is_empty(), "closed without a frame: {got:?}");
@@ -63,6 +59,14 @@ fn rss_kib() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_memory() {
+    // It reads this process's memory.
+    if !helpers::alone(
+        "slow_clients::raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_memory",
+    )
+    .await
+    {
+        return;
+    }
     let app = spawn_with(Backend::Memory, |s| {
         s.header_read_timeout_ms = 60_000;
         s.max_request_bytes = 1 << 20;
@@ -83,7 +87,7 @@ async fn raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_me
     assert!(grown_mib < 64, "RSS grew by {grown_mib} MiB");
     // A well-behaved client is still answered meanwhile.
     let mut c = TcpStream::connect(app.tcp).await.unwrap();
-    let ten = common::tcp_lookup(&mut c, 1, &dataset::fixed_user_id(10).to_string(), 10).await;
+    let ten = helpers::tcp_lookup(&mut c, 1, &dataset::fixed_user_id(10).to_string(), 10).await;
     assert_eq!(ten.orders.len(), 10);
     drop(held);
     app.stop().await;

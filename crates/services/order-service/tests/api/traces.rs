@@ -3,11 +3,6 @@
 //! metadata, the per-message context of bidi lookups and raw-TCP frames), and
 //! the SQL query sits under its server span. Sampling 0 exports nothing.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -16,10 +11,12 @@ use proto::order::v2 as pb2;
 use telemetry::receiver::{Collector, ReceivedSpan};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use crate::helpers;
+
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 
 struct Child {
-    proc: common::Proc,
+    proc: helpers::Proc,
     rest: String,
     grpc: String,
     tcp: String,
@@ -46,7 +43,7 @@ async fn start_sampling(
     if let Some(a) = arg {
         env.push(("OTEL_TRACES_SAMPLER_ARG", a));
     }
-    let proc = common::start_binary(&env).await;
+    let proc = helpers::start_binary(&env).await;
     Child {
         rest: proc.addr("rest"),
         grpc: proc.addr("grpc"),
@@ -163,7 +160,7 @@ fn descends_from<'a>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_api_continues_the_callers_trace_down_to_sql() {
-    let db = common::orders_database().await;
+    let db = helpers::orders_database().await;
     let collector = Collector::start().await.unwrap();
     let child = start(&db.url, &collector, "1.0").await;
     let sent = one_call_per_api(&child).await;
@@ -211,7 +208,7 @@ async fn every_api_continues_the_callers_trace_down_to_sql() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_ratio_zero_exports_nothing() {
-    let db = common::orders_database().await;
+    let db = helpers::orders_database().await;
     let collector = Collector::start().await.unwrap();
     let child = start(&db.url, &collector, "0").await;
     let http = reqwest::Client::new();
@@ -246,7 +243,7 @@ async fn listed(http: &reqwest::Client, child: &Child, traceparent: Option<&str>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parent_based_samplers_follow_the_caller_and_plain_ones_do_not() {
-    let db = common::orders_database().await;
+    let db = helpers::orders_database().await;
     let http = reqwest::Client::new();
     let (sampled, _, _) = traceparent(7);
     let unsampled = sampled.replace("-01", "-00");
@@ -299,12 +296,12 @@ async fn parent_based_samplers_follow_the_caller_and_plain_ones_do_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_line_inside_a_request_names_its_trace_and_span() {
-    let db = common::orders_database().await;
+    let db = helpers::orders_database().await;
     let collector = Collector::start().await.unwrap();
     // On Postgres with a debug directive, which once silenced the log after
     // the migrations: the ready line must still come (start_binary waits
     // for it).
-    let proc = common::start_binary(&[
+    let proc = helpers::start_binary(&[
         ("ORDER_DATABASE_URL", &db.url),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
         // tower-http logs each answer at debug, inside the request's span.
@@ -366,7 +363,7 @@ fn served<'a>(spans: &'a [ReceivedSpan], caller: &str) -> &'a ReceivedSpan {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callers_mistake_is_named_by_its_route_and_is_not_a_server_error() {
-    let db = common::orders_database().await;
+    let db = helpers::orders_database().await;
     let collector = Collector::start().await.unwrap();
     let child = start(&db.url, &collector, "1.0").await;
     let http = reqwest::Client::new();

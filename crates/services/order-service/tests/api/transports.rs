@@ -3,20 +3,16 @@
 //! the legacy v1 API; on Postgres and in memory. The ground truth is the data
 //! set itself, so field values are checked, not only counts.
 
-// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::collections::HashMap;
 
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
-use common::{Backend, TestApp, expected_orders, list_request, spawn};
 use model::json::{OrderJson, OrderPageJson};
 use model::{FieldSet, Order};
 use prost::Message as _;
 use proto::order::{v1 as pb1, v2 as pb2};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::helpers::{Backend, TestApp, expected_orders, list_request, spawn};
 
 const USER_100: &str = "00000000-0000-0000-0000-000000000100";
 

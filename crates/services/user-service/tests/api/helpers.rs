@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 pub use testkit::process::{init_test_log, start_binary};
 
-#[path = "../../../order-service/tests/common/orders_db.rs"]
+#[path = "../../../order-service/tests/api/orders_db.rs"]
 mod orders_db;
 pub use orders_db::orders_database;
 

@@ -1,0 +1,33 @@
+//! Black-box tests of order-service: the real service on port 0, in this
+//! process (on a Postgres database of its own, or in memory) or as its
+//! binary, and clients for every transport. One binary, so that the service
+//! and its test dependencies are linked once.
+
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bad_input;
+mod batch;
+mod caps;
+mod compose;
+mod compression;
+mod connect;
+mod create;
+mod create_retries;
+mod flood;
+mod fuzz;
+mod helpers;
+mod metrics;
+mod orders_db;
+mod outage;
+mod overload;
+mod python_client;
+mod renamed;
+mod rotation;
+mod schemathesis;
+mod seed;
+mod shutdown;
+mod sigterm;
+mod slow_clients;
+mod traces;
+mod transports;
