@@ -1,0 +1,141 @@
+//! What every round's services are started from: the binaries, the run's
+//! store and the one of cells on Postgres, a target, pinning, logs and
+//! certificates ([`ServiceConfig`]); the five free ports of a pair; and
+//! the data set seeded once before the first round.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+
+use super::build::Binaries;
+use super::postgres::{Databases, seed_into};
+use super::target::Target;
+use crate::measure::cell::{Env, Store};
+
+/// How the services of every round are started.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub bins: Binaries,
+    /// The run's store: `--database-url`'s databases, or memory.
+    pub databases: Option<Databases>,
+    /// The databases of cells that ask for Postgres ([`Store::Postgres`])
+    /// whatever the run's store: `--database-url`'s, or the local
+    /// default's; `None` when no cell asks or the server is unreachable.
+    pub store_databases: Option<Databases>,
+    /// A stack the lab measures without starting it (`--target`).
+    pub target: Option<Target>,
+    /// `--pin`: order-service on CPU 0, user-service on CPU 1 (k6 unpinned).
+    pub pin: bool,
+    /// Where the services' output goes (appended, one header per round).
+    pub log_dir: PathBuf,
+    /// The run's throwaway CA and certificates, made when an experiment
+    /// has TLS cells.
+    pub certs: Option<tls::generate::LabCerts>,
+}
+
+impl ServiceConfig {
+    /// The databases a cell's services use: the run's, or those its
+    /// environment asks for; `None` is memory.
+    pub fn databases_for(&self, env: &Env) -> anyhow::Result<Option<&Databases>> {
+        match env.store {
+            None => Ok(self.databases.as_ref()),
+            Some(Store::Memory) => Ok(None),
+            Some(Store::Postgres) => match &self.store_databases {
+                Some(d) => Ok(Some(d)),
+                None => bail!("a cell on Postgres, but the run has no Postgres server"),
+            },
+        }
+    }
+
+    /// What `--pin` does, for the report.
+    pub fn pinning(&self) -> Option<String> {
+        self.pin.then(|| {
+            "order-service on CPU 0, user-service on CPU 1 (taskset); k6 not pinned".to_owned()
+        })
+    }
+}
+
+/// Loads the data set into both Postgres databases once, before the first
+/// round (each service's `seed` command; idempotent).
+pub fn seed(cfg: &ServiceConfig) -> anyhow::Result<()> {
+    match &cfg.databases {
+        Some(db) => seed_into(&cfg.bins, db),
+        None => Ok(()),
+    }
+}
+
+/// The ports of one pair of services.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub order_rest: u16,
+    pub order_grpc: u16,
+    pub order_tcp: u16,
+    pub user_rest: u16,
+    pub user_grpc: u16,
+}
+
+impl Ports {
+    /// Five ports free right now. Held together while picking so that none
+    /// comes out twice; the small race with other programs between here and
+    /// the services binding them is reported as a start failure.
+    pub fn pick() -> anyhow::Result<Ports> {
+        let listeners = (0..5)
+            .map(|_| TcpListener::bind("127.0.0.1:0").context("finding a free port"))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let p = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Ports {
+            order_rest: p[0],
+            order_grpc: p[1],
+            order_tcp: p[2],
+            user_rest: p[3],
+            user_grpc: p[4],
+        })
+    }
+
+    pub fn order_rest_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.order_rest))
+    }
+
+    /// The five ports.
+    pub fn all(&self) -> [u16; 5] {
+        [
+            self.order_rest,
+            self.order_grpc,
+            self.order_tcp,
+            self.user_rest,
+            self.user_grpc,
+        ]
+    }
+
+    pub fn user_rest_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.user_rest))
+    }
+
+    pub fn order_grpc_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.order_grpc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picked_ports_are_distinct() {
+        let p = Ports::pick().expect("ports");
+        let mut all = vec![
+            p.order_rest,
+            p.order_grpc,
+            p.order_tcp,
+            p.user_rest,
+            p.user_grpc,
+        ];
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 5);
+    }
+}

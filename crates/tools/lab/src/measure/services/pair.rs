@@ -1,0 +1,220 @@
+//! A cell's pair: one order-service, then user-service pointed at it,
+//! directly or through the in-process delay proxy (an emulated round trip,
+//! a bandwidth cap), in cleartext or TLS, with compression or timed parts
+//! when the cell's environment asks for them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tls::generate::LabCerts;
+
+use super::config::{Ports, ServiceConfig};
+use super::postgres::Databases;
+use super::process::{ChildGuard, check_pinned, command, env_of, log_file, wait_ready};
+use super::running::Running;
+use crate::measure::cell::Env;
+
+/// Starts order-service, and user-service pointed at it unless
+/// `user_pool` is `None`, in the environment `env`, then waits until both
+/// answer `/readyz`.
+///
+/// With an RTT, user-service dials order-service's three ports through one
+/// in-process [`delay_proxy::Proxy`] (three routes) that holds every byte
+/// RTT/2 in each direction; RTT 0 still goes through the proxy, so that a
+/// baseline at 0 pays the proxy's own cost too. With TLS, every listener of
+/// order-service serves TLS with the run's certificates and user-service
+/// dials it over TLS trusting the run's CA.
+pub(super) fn start(
+    cfg: &ServiceConfig,
+    user_pool: Option<u16>,
+    env: &Env,
+    certs: Option<&LabCerts>,
+    ports: Ports,
+    header: &str,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Running> {
+    let pair = Pair {
+        cfg,
+        env,
+        certs,
+        databases: cfg.databases_for(env)?,
+        ports: &ports,
+        header,
+        stop,
+    };
+    let (order, mut service_env) = pair.order()?;
+    let order_tcp = SocketAddr::from(([127, 0, 0, 1], ports.order_tcp));
+    let proxy = delay_proxy(env, &ports, order_tcp)?;
+    // Where user-service dials order-service: its ports, or the proxy's.
+    let dial = match &proxy {
+        Some(p) => (p.local_addr(0), p.local_addr(1), p.local_addr(2)),
+        None => (ports.order_rest_addr(), ports.order_grpc_addr(), order_tcp),
+    };
+    let user = match user_pool {
+        None => None,
+        Some(pool) => {
+            let (user, set) = pair.user(pool, dial)?;
+            service_env.extend(set);
+            Some(user)
+        }
+    };
+    Ok(Running {
+        ports,
+        order,
+        more_orders: Vec::new(),
+        replicas: Vec::new(),
+        slow_proxy: None,
+        balancer: None,
+        user,
+        target: None,
+        proxy,
+        env: service_env.into_iter().collect(),
+    })
+}
+
+/// What both services of a pair are started with.
+struct Pair<'a> {
+    cfg: &'a ServiceConfig,
+    env: &'a Env,
+    certs: Option<&'a LabCerts>,
+    databases: Option<&'a Databases>,
+    ports: &'a Ports,
+    header: &'a str,
+    stop: &'a Arc<AtomicBool>,
+}
+
+/// A service started, with the variables it was started with.
+type Started = (ChildGuard, Vec<(String, String)>);
+
+impl Pair<'_> {
+    /// order-service on the pair's ports, ready (and its pinning checked).
+    fn order(&self) -> anyhow::Result<Started> {
+        let (cfg, env, ports) = (self.cfg, self.env, self.ports);
+        let order_log = log_file(&cfg.log_dir, "order-service", self.header)?;
+        let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log)?;
+        cmd.env("ORDER_REST_ADDR", format!("127.0.0.1:{}", ports.order_rest))
+            .env("ORDER_GRPC_ADDR", format!("127.0.0.1:{}", ports.order_grpc))
+            .env("ORDER_TCP_ADDR", format!("127.0.0.1:{}", ports.order_tcp));
+        match self.certs {
+            Some(c) => cmd
+                .env("ORDER_TLS_CERT", &c.server_cert)
+                .env("ORDER_TLS_KEY", &c.server_key),
+            None => &mut cmd,
+        };
+        match self.databases {
+            Some(db) => cmd.env("ORDER_DATABASE_URL", &db.orders),
+            None => &mut cmd,
+        };
+        if env.gzip {
+            cmd.env("ORDER_REST_GZIP", "true")
+                .env("ORDER_GRPC_GZIP", "true");
+        }
+        if env.zstd {
+            cmd.env("ORDER_REST_ZSTD", "true")
+                .env("ORDER_GRPC_ZSTD", "true");
+        }
+        if env.breakdown {
+            cmd.env("ORDER_SERVER_TIMING", "true");
+        }
+        let set = env_of("order-service", &cmd);
+        let mut order = ChildGuard::spawn(cmd, "order-service")?;
+        wait_ready(
+            &mut order,
+            ports.order_rest_addr(),
+            self.certs.map(|c| c.ca.as_path()),
+            &cfg.log_dir,
+            self.stop,
+        )?;
+        // After readiness: until taskset has exec'd the service, the pid is taskset's.
+        check_pinned(cfg, &order, 0)?;
+        Ok((order, set))
+    }
+
+    /// user-service with a pool of `pool`, dialling order-service's REST,
+    /// gRPC and TCP ports at `dial`, ready (and its pinning checked).
+    fn user(
+        &self,
+        pool: u16,
+        (order_rest, order_grpc, order_tcp): (SocketAddr, SocketAddr, SocketAddr),
+    ) -> anyhow::Result<Started> {
+        let (cfg, env, ports) = (self.cfg, self.env, self.ports);
+        let user_log = log_file(&cfg.log_dir, "user-service", self.header)?;
+        let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log)?;
+        let scheme = if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        cmd.env("USER_REST_ADDR", format!("127.0.0.1:{}", ports.user_rest))
+            .env("USER_GRPC_ADDR", format!("127.0.0.1:{}", ports.user_grpc))
+            .env("USER_ORDER_REST_URL", format!("{scheme}://{order_rest}"))
+            .env("USER_ORDER_GRPC_URL", format!("{scheme}://{order_grpc}"))
+            .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
+            .env("USER_POOL_SIZE", pool.to_string())
+            .env("USER_LOG_FORMAT", "json");
+        match self.certs {
+            Some(c) => cmd.env("USER_ORDER_TLS_CA", &c.ca),
+            None => &mut cmd,
+        };
+        match self.databases {
+            Some(db) => cmd.env("USER_DATABASE_URL", &db.users),
+            None => &mut cmd,
+        };
+        if env.gzip {
+            cmd.env("USER_UPSTREAM_GZIP", "true");
+        }
+        if env.zstd {
+            cmd.env("USER_UPSTREAM_ZSTD", "true");
+        }
+        if env.breakdown {
+            cmd.env("USER_UPSTREAM_BREAKDOWN", "true");
+        }
+        let set = env_of("user-service", &cmd);
+        let mut user = ChildGuard::spawn(cmd, "user-service")?;
+        wait_ready(
+            &mut user,
+            ports.user_rest_addr(),
+            None,
+            &cfg.log_dir,
+            self.stop,
+        )?;
+        check_pinned(cfg, &user, 1)?;
+        Ok((user, set))
+    }
+}
+
+/// The delay proxy in front of order-service's three ports, when the cell
+/// emulates a round trip or caps the bandwidth. The round trip is split
+/// evenly between the two directions; a bandwidth cap alone goes through
+/// the proxy too, with no delay.
+fn delay_proxy(
+    env: &Env,
+    ports: &Ports,
+    order_tcp: SocketAddr,
+) -> anyhow::Result<Option<delay_proxy::Proxy>> {
+    let one_way = match (env.rtt_ms, env.rate_mbit) {
+        (None, None) => None,
+        (rtt, _) => Some(Duration::from_micros(u64::from(rtt.unwrap_or(0)) * 500)),
+    };
+    one_way
+        .map(|d| {
+            let config = match env.rate_mbit {
+                Some(m) => delay_proxy::Config::one_way(d)
+                    .with_rate(delay_proxy::Config::mbit(f64::from(m))),
+                None => delay_proxy::Config::one_way(d),
+            };
+            delay_proxy::Proxy::start(
+                config,
+                &[
+                    delay_proxy::Route::any_port(ports.order_rest_addr()),
+                    delay_proxy::Route::any_port(ports.order_grpc_addr()),
+                    delay_proxy::Route::any_port(order_tcp),
+                ],
+            )
+            .context("starting the delay proxy")
+        })
+        .transpose()
+}
