@@ -3,16 +3,18 @@
 //! # Layout
 //! - [`settings`]: flags and `ORDER_…` environment variables.
 //! - [`startup`]: [`Application`]: bind, serve, drain at shutdown.
-//! - [`service`]: the transport-independent core every API calls, and its
-//!   error type.
-//! - [`store`]: the `OrderStore` trait, Postgres and in-memory stores.
-//! - [`rest`]: REST on HTTP/1.1 + h2c, JSON or protobuf, OpenAPI.
-//! - [`grpc`]: gRPC v2 (unary, server and bidi streams) and v1, health,
-//!   reflection, gRPC-web.
+//! - [`service`]: the transport-independent core every API calls, and its error.
+//! - [`store`]: the [`store::Store`] the service runs on, chosen at start:
+//!   - `store::port`: the `OrderStore` trait, its queries, pages and errors;
+//!   - [`store::memory`]: the data set in memory;
+//!   - [`store::postgres`]: Postgres, through sqlx.
+//! - [`rest`]: REST on HTTP/1.1 + h2c, JSON or protobuf, OpenAPI:
+//!   - [`rest::error`]: each REST error as its status and problem body.
+//! - [`grpc`]: gRPC v2 (unary, streams, bidi) and v1, health, reflection, gRPC-web.
+//! - [`connect`]: `order.v2.OrderService` over Connect (connect-rust), on the REST port.
 //! - [`tcp`]: the raw-TCP floor (length-prefixed protobuf frames).
 //! - [`timing`]: the answer's own account of its time (`ORDER_SERVER_TIMING`).
-//! - [`connect`]: `order.v2.OrderService` over Connect (connect-rust, buffa),
-//!   on the REST port.
+//! - [`metrics`]: the store's series on `/metrics`, its Postgres pool among them.
 
 pub mod connect;
 pub mod grpc;

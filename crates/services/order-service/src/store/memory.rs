@@ -7,7 +7,7 @@ use std::sync::RwLock;
 use model::{FieldSet, NewOrder, Order};
 use uuid::Uuid;
 
-use super::{Created, ListQuery, OrderPage, OrderStore, StoreError};
+use super::port::{Created, ListQuery, OrderPage, OrderStore, StoreError, now};
 
 /// Orders by user, each user's sorted by id.
 #[derive(Debug, Default)]
@@ -126,7 +126,7 @@ impl OrderStore for MemoryStore {
                 replayed: true,
             });
         }
-        let order = new.into_order(Uuid::new_v4(), super::now());
+        let order = new.into_order(Uuid::new_v4(), now());
         let orders = inner.by_user.entry(order.user_id).or_default();
         let at = orders.partition_point(|o| o.id < order.id);
         orders.insert(at, order.clone());

@@ -18,7 +18,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{Acquire as _, AssertSqlSafe, PgPool, Postgres, Row};
 use uuid::Uuid;
 
-use super::{Created, ListQuery, OrderPage, OrderStore, StoreError};
+use super::port::{Created, ListQuery, OrderPage, OrderStore, StoreError, now};
 
 /// The migrations of `migrations/orders`, embedded at compile time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../../migrations/orders");
@@ -291,7 +291,7 @@ impl OrderStore for PgStore {
     #[tracing::instrument(name = "db.create_order", skip_all, fields(db.system = "postgresql"))]
     async fn create(&self, new: NewOrder, key: &str) -> Result<Created, StoreError> {
         let fingerprint = new.fingerprint();
-        let order = new.into_order(Uuid::new_v4(), super::now());
+        let order = new.into_order(Uuid::new_v4(), now());
         let a = &order.shipping_address;
         let mut conn = self.conn().await?;
         let mut tx = conn.begin().await?;

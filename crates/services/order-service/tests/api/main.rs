@@ -18,6 +18,7 @@ mod flood;
 mod fuzz;
 mod helpers;
 mod metrics;
+mod modules;
 mod orders_db;
 mod outage;
 mod overload;
