@@ -36,3 +36,19 @@ pub mod settings;
 pub mod shed;
 pub mod signal;
 pub mod supervise;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_module_imports_one_that_imports_it_back() {
+        let g = testkit::modules::Graph::of_crate(env!("CARGO_MANIFEST_DIR"));
+        g.assert_acyclic();
+        // The checker reads real imports, down into serve's own files.
+        assert!(g.imports("shed").contains("problem"), "{:?}", g.edges);
+        assert!(
+            g.imports("serve::connection").contains("serve::limits"),
+            "{:?}",
+            g.edges
+        );
+    }
+}

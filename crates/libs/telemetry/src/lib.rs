@@ -296,4 +296,12 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn no_module_imports_one_that_imports_it_back() {
+        let g = testkit::modules::Graph::of_crate(env!("CARGO_MANIFEST_DIR"));
+        g.assert_acyclic();
+        // The checker reads real imports: spans carry the propagated context.
+        assert!(g.imports("spans").contains("propagation"), "{:?}", g.edges);
+    }
 }

@@ -1,0 +1,183 @@
+//! What a connection is doing, as its socket and its service see it: the
+//! [`Activity`] its socket ([`Watched`]) and its service note, and the
+//! [`watchdog`] that says when a bound of its [`ConnLimits`] has passed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::limits::ConnLimits;
+
+/// What a connection is doing, as its socket and its service see it.
+#[derive(Debug)]
+pub(super) struct Activity {
+    opened: std::time::Instant,
+    /// Requests whose head was read and whose answer is not yet handed
+    /// back.
+    in_service: std::sync::atomic::AtomicUsize,
+    /// Milliseconds since `opened` of the first byte read with no request
+    /// in service (a request's head begun), or [`NONE`]. The opening
+    /// counts as a begun head, so a client that sends nothing is bound by
+    /// the header-read timeout.
+    head_begun: std::sync::atomic::AtomicU64,
+    /// Milliseconds since `opened` when the last request was answered.
+    quiet_since: std::sync::atomic::AtomicU64,
+    /// The HTTP/2 preface has been read: heads are HTTP/2 frames from here
+    /// on, bounded by the idle timeout only.
+    pub(super) h2: AtomicBool,
+    /// Bytes read so far, up to the preface's length.
+    prefix: std::sync::Mutex<Vec<u8>>,
+    /// Whether the connection is known to be HTTP/2 or not: `prefix` is
+    /// looked at no more.
+    sniffed: AtomicBool,
+}
+
+const NONE: u64 = u64::MAX;
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+impl Activity {
+    pub(super) fn new() -> Self {
+        Activity {
+            opened: std::time::Instant::now(),
+            in_service: 0.into(),
+            head_begun: 0.into(),
+            quiet_since: 0.into(),
+            h2: AtomicBool::new(false),
+            prefix: std::sync::Mutex::new(Vec::new()),
+            sniffed: AtomicBool::new(false),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    fn read(&self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        if !self.sniffed.load(Ordering::Relaxed) {
+            let mut p = self.prefix.lock().unwrap_or_else(|e| e.into_inner());
+            let take = (H2_PREFACE.len() - p.len()).min(bytes.len());
+            p.extend_from_slice(&bytes[..take]);
+            // Decided once the bytes part from the preface or complete it:
+            // later reads skip this.
+            if !H2_PREFACE.starts_with(&p) || p.len() == H2_PREFACE.len() {
+                self.sniffed.store(true, Ordering::Relaxed);
+            }
+            if p.as_slice() == H2_PREFACE {
+                self.h2.store(true, Ordering::Relaxed);
+                self.head_begun.store(NONE, Ordering::Relaxed);
+                self.quiet_since.store(self.now(), Ordering::Relaxed);
+                return;
+            }
+        }
+        if self.h2.load(Ordering::Relaxed) || self.in_service.load(Ordering::Relaxed) > 0 {
+            return;
+        }
+        let _ = self.head_begun.compare_exchange(
+            NONE,
+            self.now(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    pub(super) fn request_started(&self) {
+        self.in_service.fetch_add(1, Ordering::Relaxed);
+        self.head_begun.store(NONE, Ordering::Relaxed);
+    }
+
+    pub(super) fn request_answered(&self) {
+        self.quiet_since.store(self.now(), Ordering::Relaxed);
+        self.in_service.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Why the connection should close now, if a bound has passed.
+    fn expired(&self, limits: &ConnLimits) -> Option<&'static str> {
+        if self.in_service.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let now = self.now();
+        let head = self.head_begun.load(Ordering::Relaxed);
+        if head != NONE {
+            return (now.saturating_sub(head) > limits.header_read.as_millis() as u64)
+                .then_some("the request's head did not arrive within the header-read timeout");
+        }
+        let quiet = self.quiet_since.load(Ordering::Relaxed);
+        (now.saturating_sub(quiet) > limits.idle.as_millis() as u64)
+            .then_some("idle past the idle timeout")
+    }
+}
+
+/// Completes, with the reason, when a bound of `limits` has passed.
+pub(super) async fn watchdog(activity: &Activity, limits: &ConnLimits) -> &'static str {
+    let tick = (limits.header_read.min(limits.idle) / 8)
+        .clamp(Duration::from_millis(10), Duration::from_millis(500));
+    let mut every = tokio::time::interval(tick);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Some(why) = activity.expired(limits) {
+            return why;
+        }
+    }
+}
+
+/// A connection's socket, noting what it reads in the connection's
+/// [`Activity`].
+pub(super) struct Watched<I> {
+    pub(super) inner: I,
+    pub(super) activity: Arc<Activity>,
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &r {
+            self.activity.read(&buf.filled()[before..]);
+        }
+        r
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
