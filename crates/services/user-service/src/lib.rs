@@ -7,30 +7,45 @@
 //! this service (round-trip histogram, connections, bytes on the socket).
 //!
 //! # Layout
-//! - [`settings`]: typed settings from flags and `USER_…` variables; the
-//!   `seed` command.
-//! - [`startup`]: [`startup::Application`]: build (bind port 0 in tests), run
-//!   until a shutdown signal.
-//! - [`domain`]: `User`, `NewUser` (parsed at the edge) and their JSON and
-//!   protobuf forms.
-//! - [`store`]: the `UserStore` trait, Postgres (migrations in
-//!   `migrations/users`) and in-memory implementations.
+//!
+//! One line per module, in an order the imports follow: a module imports
+//! only those listed above it, and its own children (`tests/api/modules.rs`
+//! holds the crate to this list, and to no import cycle).
+//! - [`domain`]: `User`, `NewUser` (parsed at the edge), their JSON and protobuf forms.
+//! - [`metrics`]: per-transport counters and histograms, rendered as Prometheus text.
+//! - [`upstream`]: the outbound port, [`upstream::Upstreams`]: one adapter per transport.
+//!   - [`upstream::port`]: `OrderSource`, `OrderQuery`, `UpstreamError`.
+//!   - [`upstream::wire`]: the counted sockets every transport dials.
+//!   - [`upstream::endpoints`]: where order-service is, TLS to it, one replica's endpoints.
+//!   - [`upstream::parts`]: where one call's time went (`USER_UPSTREAM_BREAKDOWN`).
+//!   - [`upstream::semconv`]: each call's client span, by the OpenTelemetry conventions.
+//!   - [`upstream::shared`]: what several adapters share, importing none of them:
+//!     - [`upstream::shared::exchange`]: one HTTP exchange with the REST port.
+//!     - [`upstream::shared::h1`]: HTTP/1.1 pools, keep-alive or a connection per call.
+//!     - [`upstream::shared::h2`]: N multiplexed HTTP/2 connections; hyper's client on them.
+//!     - [`upstream::shared::pool`]: a REST pool, HTTP/1.1 or h2c.
+//!     - [`upstream::shared::h2direct`]: the tuned twins' `h2` connections.
+//!     - [`upstream::shared::codec`]: the gRPC twins' codec, decoding from one `Bytes`.
+//!     - [`upstream::shared::rpc`]: gRPC channels, status mapping, resends, requests.
+//!     - [`upstream::shared::mux`]: many lookups on one connection (bidi, raw TCP).
+//!   - [`upstream::rest`]: h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto(-tuned).
+//!   - [`upstream::connect`]: connect-h1-proto, connect-h2c-proto.
+//!   - [`upstream::grpc`]: grpc, grpc-stream, grpc-v1 (and the batch calls).
+//!   - [`upstream::bidi`]: grpc-bidi, grpc-bidi-tuned.
+//!   - [`upstream::tuned`]: grpc-tuned, grpc-stream-tuned; why the twins differ.
+//!   - [`upstream::tcp`]: tcp-proto, the floor.
+//!   - [`upstream::balance`]: client-side balancing over order-service's replicas.
+//! - [`store`]: the store the service runs on, Postgres or memory.
+//!   - [`store::port`]: the `UserStore` trait and `StoreError`.
+//!   - [`store::postgres`]: Postgres, migrated from `migrations/users`.
+//!   - [`store::memory`]: the data set's users in memory.
 //! - [`service`]: the use cases and the one error type both boundaries map.
-//! - [`rest`]: axum routes, JSON/protobuf negotiation, the REST error mapping.
+//! - [`rest`]: axum routes, JSON/protobuf negotiation.
+//!   - [`rest::headers`]: the `x-via` and `x-upstream-*` answer headers.
+//!   - [`rest::error`]: the REST error mapping, RFC 9457 problems.
 //! - [`grpc`]: `user.v1.UserService`, the gRPC error mapping.
-//! - [`upstream`]: the outbound port and its adapters:
-//!   [`upstream::http`] (h1-json, h1-json-close, h2c-json, h1-proto,
-//!   h2c-proto), [`upstream::grpc`] (grpc, grpc-stream, grpc-v1, grpc-bidi,
-//!   grpc-bidi-tuned), [`upstream::tuned`] (grpc-tuned, grpc-stream-tuned,
-//!   h2c-proto-tuned's connections, and the codec of the gRPC twins),
-//!   [`upstream::connect`] (connect-h1-proto, connect-h2c-proto, on the
-//!   REST adapters' connection pools),
-//!   [`upstream::tcp`] (tcp-proto), [`upstream::mux`] (request-id
-//!   multiplexing shared by grpc-bidi and tcp-proto), [`upstream::wire`]
-//!   (counted sockets), [`upstream::semconv`] (each call's client span,
-//!   named and described by the OpenTelemetry semantic conventions).
-//! - [`metrics`]: per-transport counters and histograms, per application,
-//!   rendered as Prometheus text.
+//! - [`settings`]: typed settings from flags and `USER_…` variables; the `seed` command.
+//! - [`startup`]: [`startup::Application`]: build (port 0 in tests), run until a signal.
 
 pub mod domain;
 pub mod grpc;

@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
@@ -22,7 +23,7 @@ use crate::settings::Settings;
 use crate::store::memory::MemoryStore;
 use crate::store::postgres::PgStore;
 use crate::store::{Store, UserStore};
-use crate::upstream::Upstreams;
+use crate::upstream::{Endpoints, UpstreamSettings, UpstreamTls, Upstreams};
 
 /// A built, not yet running, user-service.
 #[derive(Debug)]
@@ -69,6 +70,46 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
     })
 }
 
+/// What the order-service clients are built from: the settings that name
+/// order-service, with TLS to it loaded. An `https` URL is refused when TLS
+/// to order-service is off.
+pub fn upstream_settings(settings: &Settings) -> anyhow::Result<UpstreamSettings> {
+    let endpoints = Endpoints {
+        rest_url: settings.order_rest_url.clone(),
+        grpc_url: settings.order_grpc_url.clone(),
+        tcp_addr: settings.order_tcp_addr.clone(),
+        pool_size: usize::from(settings.pool_size.max(1)),
+        timeout: Duration::from_millis(settings.upstream_timeout_ms.max(1)),
+        tls: match settings.order_tls_files() {
+            Some(files) => Some(UpstreamTls {
+                client: tls::ClientTls::load(&files).context("TLS to order-service")?,
+                server_name: settings.order_tls_server_name.clone(),
+            }),
+            None => None,
+        },
+        gzip: settings.upstream_gzip,
+        zstd: settings.upstream_zstd,
+        breakdown: settings.upstream_breakdown,
+    };
+    for (var, url) in [
+        ("USER_ORDER_REST_URL", &endpoints.rest_url),
+        ("USER_ORDER_GRPC_URL", &endpoints.grpc_url),
+    ] {
+        if url.scheme_str() == Some("https") && endpoints.tls.is_none() {
+            anyhow::bail!(
+                "{var} is {url}, but TLS to order-service is off: set USER_ORDER_TLS_CA to the CA that signed its certificate"
+            );
+        }
+    }
+    Ok(UpstreamSettings {
+        endpoints,
+        default_via: settings.default_via,
+        replicas: settings.order_replicas.clone(),
+        resolve_every: Duration::from_millis(settings.order_resolve_interval_ms.max(1)),
+        pick: settings.order_pick,
+    })
+}
+
 impl Application {
     /// Opens the store, prepares the adapters (they connect on first use) and
     /// binds both listeners.
@@ -84,7 +125,8 @@ impl Application {
     ) -> anyhow::Result<Self> {
         let store = open_store(&settings).await?;
         let metrics = Arc::new(Metrics::new(store.kind(), usize::from(settings.pool_size)));
-        let upstreams = Upstreams::new(&settings, metrics.clone())
+        let upstreams = upstream_settings(&settings)
+            .and_then(|s| Upstreams::new(&s, metrics.clone()))
             .context("configuring the order-service clients")?;
         tracing::info!(
             default_via = settings.default_via.name(),

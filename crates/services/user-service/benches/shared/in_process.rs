@@ -90,5 +90,6 @@ pub fn upstreams(order: &OrderService) -> Upstreams {
         ..Default::default()
     };
     let metrics = Arc::new(Metrics::new("memory", usize::from(s.pool_size)));
+    let s = user_service::startup::upstream_settings(&s).expect("the settings");
     Upstreams::new(&s, metrics).expect("the adapters")
 }

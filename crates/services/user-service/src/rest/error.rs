@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use service_kit::negotiate::WireError;
 use service_kit::problem::{self, ProblemType};
 
+use super::headers::{X_UPSTREAM_MICROS, X_VIA};
 use crate::service::AppError;
 use crate::upstream::UpstreamError;
 
@@ -99,9 +100,9 @@ impl IntoResponse for RestError {
         // test records the time of timeouts too.
         if let AppError::Upstream { via, elapsed, .. } = &e {
             let h = resp.headers_mut();
-            h.insert(super::X_VIA, HeaderValue::from_static(via.name()));
+            h.insert(X_VIA, HeaderValue::from_static(via.name()));
             h.insert(
-                super::X_UPSTREAM_MICROS,
+                X_UPSTREAM_MICROS,
                 HeaderValue::from(elapsed.as_micros() as u64),
             );
         }

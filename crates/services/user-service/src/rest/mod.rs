@@ -17,6 +17,7 @@
 //! once in [`error`].
 
 pub mod error;
+pub mod headers;
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use model::json::{OrderJson, Problem};
@@ -36,6 +37,7 @@ use utoipa::OpenApi;
 use uuid::Uuid;
 
 use self::error::RestError;
+pub use self::headers::{X_UPSTREAM_CALLS, X_UPSTREAM_MICROS, X_UPSTREAM_PARTS, X_VIA};
 use crate::domain::{
     NewUser, OrdersOfUsersJson, RegisterUserJson, UserEnvelopeJson, UserJson, UserOrdersJson,
     UserWithOrdersJson, user_to_pb,
@@ -45,15 +47,6 @@ use crate::service::{AppError, DEFAULT_LIMIT, Fanout, MAX_USERS, Service};
 use crate::store::UserStore;
 use service_kit::negotiate::{Format, WireError};
 use service_kit::problem::PROBLEM_JSON;
-
-/// The transport that fetched the orders (also a request header choosing it).
-pub const X_VIA: HeaderName = HeaderName::from_static("x-via");
-/// The round trip to order-service in microseconds, measured inside user-service.
-pub const X_UPSTREAM_MICROS: HeaderName = HeaderName::from_static("x-upstream-micros");
-/// Where the round trip went (see [`crate::upstream::parts`]), when recorded.
-pub const X_UPSTREAM_PARTS: HeaderName = HeaderName::from_static("x-upstream-parts");
-/// The calls to order-service one answer took.
-pub const X_UPSTREAM_CALLS: HeaderName = HeaderName::from_static("x-upstream-calls");
 
 /// What the handlers share.
 #[derive(Clone, Debug)]

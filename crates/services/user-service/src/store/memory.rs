@@ -6,7 +6,7 @@ use std::sync::{PoisonError, RwLock};
 
 use uuid::Uuid;
 
-use super::{StoreError, UserStore, now};
+use super::port::{StoreError, UserStore, now};
 use crate::domain::{NewUser, User, from_dataset};
 
 #[derive(Debug, Default)]

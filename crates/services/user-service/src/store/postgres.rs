@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{StoreError, UserStore, now};
+use super::port::{StoreError, UserStore, now};
 use crate::domain::{Gender, NewUser, User, from_dataset};
 
 /// The migrations of `migrations/users`, embedded at build time.

@@ -24,8 +24,9 @@ use std::sync::{Arc, RwLock};
 
 use futures::future::BoxFuture;
 use model::Order;
+use transports::Transport;
 
-use super::{OrderQuery, OrderSource, Transport, UpstreamError};
+use super::port::{OrderQuery, OrderSource, UpstreamError};
 
 /// How a call picks its replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -22,9 +22,14 @@ use futures::future::BoxFuture;
 use http_body_util::{BodyExt as _, Full};
 use model::Order;
 use proto_connect::order::v2::OrderServiceClient;
+use transports::Transport;
 
-use super::http::{Outgoing, Pooled};
-use super::{Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError};
+use super::endpoints::Endpoints;
+use super::parts;
+use super::port::{MAX_MESSAGE_BYTES, OrderQuery, OrderSource, UpstreamError};
+use super::semconv::{self, Peer};
+use super::shared::exchange::Outgoing;
+use super::shared::pool::Pooled;
 use crate::metrics::TransportMetrics;
 
 /// connect-rust's transport: each call goes out on one of the adapter's
@@ -65,8 +70,8 @@ impl ClientTransport for Via {
                 body,
             };
             let answer = pool.send(&out).await.map_err(ViaError)?;
-            super::parts::server_timing(&answer.headers);
-            super::parts::arrived();
+            parts::server_timing(&answer.headers);
+            parts::arrived();
             let mut response = http::Response::new(Full::new(answer.body));
             *response.status_mut() = answer.status;
             *response.headers_mut() = answer.headers;
@@ -76,7 +81,8 @@ impl ClientTransport for Via {
 }
 
 /// A Connect error as an upstream error: the pool's own failure as it was,
-/// otherwise by code, as [`super::grpc::from_status`] maps gRPC's; the code
+/// otherwise by code, as [`from_status`](super::shared::rpc::from_status) maps
+/// gRPC's; the code
 /// is recorded on the call's span.
 fn from_connect(e: &ConnectError) -> UpstreamError {
     use connectrpc::ErrorCode as C;
@@ -87,7 +93,7 @@ fn from_connect(e: &ConnectError) -> UpstreamError {
         }
         cause = c.source();
     }
-    super::semconv::record_connect_code(e.code.as_str());
+    semconv::record_connect_code(e.code.as_str());
     let message = e.message.clone().unwrap_or_default();
     match e.code {
         C::DeadlineExceeded => UpstreamError::Timeout(message),
@@ -104,7 +110,7 @@ pub struct ConnectSource {
     transport: Transport,
     client: OrderServiceClient<Via>,
     /// The instance called, for the call's span.
-    peer: super::semconv::Peer,
+    peer: Peer,
 }
 
 impl std::fmt::Debug for ConnectSource {
@@ -136,7 +142,7 @@ impl ConnectSource {
             .with_compression_policy(connectrpc::CompressionPolicy::disabled());
         Ok(ConnectSource {
             transport,
-            peer: super::semconv::Peer::of_url(&ep.rest_url),
+            peer: Peer::of_url(&ep.rest_url),
             client: OrderServiceClient::new(Via(Arc::new(pool)), config),
         })
     }
@@ -157,7 +163,7 @@ impl ConnectSource {
             .map_err(|e| UpstreamError::Protocol(format!("an order's {e}")));
         // connect-rust decodes out of sight: from the answer's last byte
         // (`arrived`, in the transport below it) to the orders converted.
-        super::parts::converted();
+        parts::converted();
         orders
     }
 }

@@ -11,14 +11,30 @@
 //! Each adapter has a budget of `pool_size` TCP connections of its own, which
 //! it opens through [`wire::connect`] so that connections and bytes are counted
 //! on the socket itself.
+//!
+//! # Layers
+//!
+//! Each imports only those below it:
+//! - this module: [`Upstreams`], the table of adapters, built from
+//!   [`UpstreamSettings`]; with replicas, each transport's adapters behind
+//!   a [`balance`]r;
+//! - the adapters, one module per family, none importing another:
+//!   [`rest`], [`connect`], [`grpc`], [`bidi`], [`tuned`], [`tcp`];
+//! - [`shared`]: what several adapters share (connection pools, the twins'
+//!   connections and codec, the gRPC helpers, request-id multiplexing);
+//! - the port's own types and the plumbing under every call: [`port`],
+//!   [`endpoints`], [`wire`], [`parts`], [`semconv`].
 
 pub mod balance;
+pub mod bidi;
 pub mod connect;
+pub mod endpoints;
 pub mod grpc;
-pub mod http;
-pub mod mux;
 pub mod parts;
+pub mod port;
+pub mod rest;
 pub mod semconv;
+pub mod shared;
 pub mod tcp;
 pub mod tuned;
 pub mod wire;
@@ -26,179 +42,29 @@ pub mod wire;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-use futures::future::BoxFuture;
-use model::{FieldSet, Order};
+use model::Order;
 use tracing::Instrument as _;
-use uuid::Uuid;
-
-use crate::metrics::Metrics;
-use crate::settings::Settings;
 pub use transports::{Transport, UnknownTransport};
 
-/// The largest message any client here accepts or sends: 10,000 orders are
-/// about 2-3 MB, well past tonic's 4 MiB default margin for comfort.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+pub use self::endpoints::{Endpoints, UpstreamTls};
+pub use self::port::{MAX_MESSAGE_BYTES, OrderQuery, OrderSource, UpstreamError};
+use crate::metrics::Metrics;
 
-/// What user-service asks order-service for: the first `limit` orders of a
-/// user (ordered by order id), with the selected fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OrderQuery {
-    pub user_id: Uuid,
-    /// 1 to 10,000.
-    pub limit: u32,
-    pub fields: FieldSet,
-}
-
-/// Why a call to order-service failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UpstreamError {
-    /// No answer within the configured upstream timeout (or order-service
-    /// said its own deadline passed).
-    #[error("order-service timed out: {0}")]
-    Timeout(String),
-    /// order-service could not be reached, or the connection broke.
-    #[error("order-service is unavailable: {0}")]
-    Unavailable(String),
-    /// order-service answered with an error of its own.
-    #[error("order-service refused the query ({status}): {message}")]
-    Rejected { status: String, message: String },
-    /// order-service's answer could not be read.
-    #[error("order-service's answer could not be read: {0}")]
-    Protocol(String),
-}
-
-/// The outbound port: one user's orders from order-service.
-///
-/// Object-safe on purpose (a boxed future rather than `async fn`) so that
-/// [`Upstreams`] can hold every adapter in one table and pick one per call.
-pub trait OrderSource: Send + Sync {
-    /// The transport this adapter speaks.
-    fn transport(&self) -> Transport;
-
-    /// The first `q.limit` orders of `q.user_id`, with `q.fields` selected and
-    /// the other fields blank.
-    fn list_orders<'a>(
-        &'a self,
-        q: &'a OrderQuery,
-    ) -> BoxFuture<'a, Result<Vec<Order>, UpstreamError>>;
-
-    /// Every query's answer, in order, from one call that carries them all;
-    /// `None` when this transport has no such call. The queries are at
-    /// least one and their limits add up to at most order-service's
-    /// maximum page size.
-    fn list_batch<'a>(
-        &'a self,
-        _qs: &'a [OrderQuery],
-    ) -> Option<BoxFuture<'a, Result<Vec<Vec<Order>>, UpstreamError>>> {
-        None
-    }
-}
-
-/// How an adapter reaches order-service; built once from [`Settings`].
+/// What [`Upstreams`] is built from, made from the service's settings at
+/// start (`startup::upstream_settings`).
 #[derive(Debug, Clone)]
-pub struct Endpoints {
-    /// Base URL of the REST port, e.g. `http://127.0.0.1:8082`.
-    pub rest_url: ::http::Uri,
-    /// URL of the gRPC port, e.g. `http://127.0.0.1:50052`.
-    pub grpc_url: ::http::Uri,
-    /// `host:port` of the raw-TCP port.
-    pub tcp_addr: String,
-    /// Connections per transport.
-    pub pool_size: usize,
-    /// The upstream timeout, also sent as the gRPC deadline.
-    pub timeout: Duration,
-    /// TLS to order-service on every transport, when configured.
-    pub tls: Option<UpstreamTls>,
-    /// Ask for gzip on the REST and gRPC transports (`USER_UPSTREAM_GZIP`).
-    pub gzip: bool,
-    /// Ask for zstd on the same transports (`USER_UPSTREAM_ZSTD`).
-    pub zstd: bool,
-    /// Time each call's parts (`USER_UPSTREAM_BREAKDOWN`): the shared
-    /// readers of bidi streams and raw-TCP connections time their decodes
-    /// only then.
-    pub breakdown: bool,
-}
-
-/// TLS to order-service: the client configuration (trusted CA, optional
-/// client certificate) every transport's connector is made from, so that
-/// they share one session cache and can resume.
-#[derive(Debug, Clone)]
-pub struct UpstreamTls {
-    pub client: tls::ClientTls,
-    /// The name the server certificate must carry; `None`: each target's host.
-    pub server_name: Option<String>,
-}
-
-/// `uri` with its host replaced by `ip`, its port and path kept.
-fn with_host(uri: &::http::Uri, ip: std::net::IpAddr) -> anyhow::Result<::http::Uri> {
-    let host = match ip {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
-    };
-    let authority = match uri.port_u16() {
-        Some(port) => format!("{host}:{port}"),
-        None => host,
-    };
-    let mut parts = uri.clone().into_parts();
-    parts.authority = Some(authority.parse()?);
-    Ok(::http::Uri::from_parts(parts)?)
-}
-
-impl Endpoints {
-    /// The same endpoints on one replica: every host replaced by `ip`, the
-    /// ports kept. With TLS, the certificate name stays the configured
-    /// host's, as a replica's certificate names the service, not the pod.
-    pub fn for_replica(&self, ip: std::net::IpAddr) -> anyhow::Result<Endpoints> {
-        let tcp_port = self
-            .tcp_addr
-            .rsplit_once(':')
-            .map(|(_, p)| p)
-            .with_context(|| format!("{} has no port", self.tcp_addr))?;
-        let tls = self.tls.clone().map(|mut t| {
-            t.server_name
-                .get_or_insert_with(|| self.rest_url.host().unwrap_or_default().to_owned());
-            t
-        });
-        Ok(Endpoints {
-            rest_url: with_host(&self.rest_url, ip)?,
-            grpc_url: with_host(&self.grpc_url, ip)?,
-            tcp_addr: std::net::SocketAddr::new(ip, tcp_port.parse()?).to_string(),
-            pool_size: self.pool_size,
-            timeout: self.timeout,
-            tls,
-            gzip: self.gzip,
-            zstd: self.zstd,
-            breakdown: self.breakdown,
-        })
-    }
-
-    /// How a transport offering `alpn` reaches `addr` (`host:port`): plain,
-    /// or TLS counting into `metrics`' handshake counters.
-    pub fn dialer(
-        &self,
-        addr: String,
-        alpn: &[&[u8]],
-        metrics: &crate::metrics::TransportMetrics,
-    ) -> wire::Dialer {
-        match &self.tls {
-            None => wire::Dialer::plain(addr),
-            Some(t) => {
-                let name = t
-                    .server_name
-                    .clone()
-                    .unwrap_or_else(|| host_of(&addr).to_owned());
-                let connector = t.client.connector(alpn, metrics.tls_counters().clone());
-                wire::Dialer::tls(addr, connector, name)
-            }
-        }
-    }
-}
-
-/// The host of `host:port` or `[v6]:port`.
-fn host_of(addr: &str) -> &str {
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    host.trim_start_matches('[').trim_end_matches(']')
+pub struct UpstreamSettings {
+    /// Where order-service is, and how every adapter reaches it.
+    pub endpoints: Endpoints,
+    /// The transport used when a request names none.
+    pub default_via: Transport,
+    /// order-service's replicas, for client-side balancing: addresses or
+    /// names. Empty: every call goes to the endpoints themselves.
+    pub replicas: Vec<String>,
+    /// How often the names in `replicas` are resolved again.
+    pub resolve_every: Duration,
+    /// How a call picks its replica.
+    pub pick: balance::Pick,
 }
 
 /// One adapter per transport, with their shared metrics.
@@ -270,7 +136,7 @@ fn adapter(
         | Transport::H2cJson
         | Transport::H1Proto
         | Transport::H2cProto
-        | Transport::H2cProtoTuned => Arc::new(http::RestSource::new(t, ep, m)?),
+        | Transport::H2cProtoTuned => Arc::new(rest::RestSource::new(t, ep, m)?),
         Transport::ConnectH1Proto | Transport::ConnectH2cProto => {
             Arc::new(connect::ConnectSource::new(t, ep, m)?)
         }
@@ -281,7 +147,7 @@ fn adapter(
             Arc::new(tuned::TunedSource::new(t, ep, m)?)
         }
         Transport::GrpcBidi | Transport::GrpcBidiTuned => {
-            Arc::new(grpc::BidiSource::new(t, ep, m)?)
+            Arc::new(bidi::BidiSource::new(t, ep, m)?)
         }
         Transport::TcpProto => Arc::new(tcp::TcpSource::new(ep, m)),
     })
@@ -300,49 +166,23 @@ impl Upstreams {
     /// Every adapter, each with its own connection budget. Nothing connects
     /// yet: connections are opened on first use, so user-service starts even
     /// when order-service is down.
-    pub fn new(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
-        let ep = Endpoints {
-            rest_url: settings.order_rest_url.clone(),
-            grpc_url: settings.order_grpc_url.clone(),
-            tcp_addr: settings.order_tcp_addr.clone(),
-            pool_size: usize::from(settings.pool_size.max(1)),
-            timeout: Duration::from_millis(settings.upstream_timeout_ms.max(1)),
-            tls: match settings.order_tls_files() {
-                Some(files) => Some(UpstreamTls {
-                    client: tls::ClientTls::load(&files).context("TLS to order-service")?,
-                    server_name: settings.order_tls_server_name.clone(),
-                }),
-                None => None,
-            },
-            gzip: settings.upstream_gzip,
-            zstd: settings.upstream_zstd,
-            breakdown: settings.upstream_breakdown,
-        };
-        for (var, url) in [
-            ("USER_ORDER_REST_URL", &ep.rest_url),
-            ("USER_ORDER_GRPC_URL", &ep.grpc_url),
-        ] {
-            if url.scheme_str() == Some("https") && ep.tls.is_none() {
-                anyhow::bail!(
-                    "{var} is {url}, but TLS to order-service is off: set USER_ORDER_TLS_CA to the CA that signed its certificate"
-                );
-            }
-        }
+    pub fn new(settings: &UpstreamSettings, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
+        let ep = &settings.endpoints;
         let mut sources: Vec<Arc<dyn OrderSource>> = Vec::with_capacity(Transport::ALL.len());
-        let balanced = if settings.order_replicas.is_empty() {
+        let balanced = if settings.replicas.is_empty() {
             for t in Transport::ALL {
-                sources.push(adapter(t, &ep, &metrics)?);
+                sources.push(adapter(t, ep, &metrics)?);
             }
             None
         } else {
             let balancers: Vec<Arc<balance::Balanced>> = Transport::ALL
                 .into_iter()
-                .map(|t| Arc::new(balance::Balanced::new(t, settings.order_pick)))
+                .map(|t| Arc::new(balance::Balanced::new(t, settings.pick)))
                 .collect();
             sources.extend(balancers.iter().map(|b| b.clone() as Arc<dyn OrderSource>));
             Some(Arc::new(Replicas {
-                list: settings.order_replicas.clone(),
-                every: Duration::from_millis(settings.order_resolve_interval_ms.max(1)),
+                list: settings.replicas.clone(),
+                every: settings.resolve_every,
                 endpoints: ep.clone(),
                 metrics: metrics.clone(),
                 balancers,
@@ -357,7 +197,7 @@ impl Upstreams {
             default: settings.default_via,
             timeout: ep.timeout,
             balanced,
-            breakdown: settings.upstream_breakdown,
+            breakdown: ep.breakdown,
         })
     }
 
@@ -551,35 +391,16 @@ impl Upstreams {
     }
 }
 
-/// Converts every order of an answer, naming the bad field of the first that
-/// does not parse.
-pub(crate) fn to_domain<T>(items: Vec<T>) -> Result<Vec<Order>, UpstreamError>
-where
-    T: TryInto<Order, Error = model::ParseError>,
-{
-    items
-        .into_iter()
-        .map(|o| {
-            o.try_into()
-                .map_err(|e: model::ParseError| UpstreamError::Protocol(format!("an order's {e}")))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use model::FieldSet;
+    use uuid::Uuid;
 
-    #[test]
-    fn the_host_of_an_address_is_its_certificate_name() {
-        assert_eq!(host_of("order-service:50062"), "order-service");
-        assert_eq!(host_of("127.0.0.1:1"), "127.0.0.1");
-        assert_eq!(host_of("[::1]:50062"), "::1");
-    }
+    use super::*;
 
     #[tokio::test]
     async fn the_transports_with_a_batch_call_are_those_whose_adapter_makes_one() {
-        let settings = Settings::default();
+        let settings = crate::startup::upstream_settings(&crate::Settings::default()).unwrap();
         let up = Upstreams::new(&settings, Arc::new(Metrics::new("memory", 1))).unwrap();
         let q = [OrderQuery {
             user_id: Uuid::nil(),

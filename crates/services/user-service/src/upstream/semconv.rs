@@ -14,7 +14,7 @@
 
 use tracing::field::Empty;
 
-use super::Transport;
+use transports::Transport;
 
 /// What a call is, in the conventions' terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

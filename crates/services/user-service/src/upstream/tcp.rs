@@ -14,11 +14,13 @@ use prost::Message as _;
 use proto::order::v2::{LookupOrdersRequest, LookupOrdersResponse};
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use transports::Transport;
 
-use super::mux::{Ids, Link, Pending, Slot, answer_to_orders};
-use super::{
-    Endpoints, MAX_MESSAGE_BYTES, OrderQuery, OrderSource, Transport, UpstreamError, wire,
-};
+use super::endpoints::Endpoints;
+use super::port::{MAX_MESSAGE_BYTES, OrderQuery, OrderSource, UpstreamError};
+use super::semconv::Peer;
+use super::shared::mux::{Ids, Link, Pending, Slot, answer_to_orders};
+use super::wire;
 use crate::metrics::TransportMetrics;
 
 /// The `tcp-proto` adapter.
@@ -32,7 +34,7 @@ pub struct TcpSource {
     /// Time each answer's decode (`USER_UPSTREAM_BREAKDOWN`).
     breakdown: bool,
     /// The instance called, for the call's span.
-    peer: super::semconv::Peer,
+    peer: Peer,
 }
 
 /// An answer frame decoded, and how long that took when `timed`.
@@ -75,7 +77,7 @@ impl TcpSource {
             ids: Ids::default(),
             metrics,
             breakdown: ep.breakdown,
-            peer: super::semconv::Peer::of_addr(&ep.tcp_addr),
+            peer: Peer::of_addr(&ep.tcp_addr),
         }
     }
 

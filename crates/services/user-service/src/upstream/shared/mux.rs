@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use proto::order::v2::{LookupOrdersRequest, LookupOrdersResponse};
 use tokio::sync::{mpsc, oneshot};
 
-use super::UpstreamError;
+use crate::upstream::parts;
+use crate::upstream::port::{UpstreamError, to_domain};
+use crate::upstream::semconv;
 
 /// An answer, and the time the reader spent decoding it.
 type Delivered = Result<(LookupOrdersResponse, std::time::Duration), UpstreamError>;
@@ -141,7 +143,7 @@ impl Link {
         }
         match rx.await {
             Ok(Ok((answer, decoded))) => {
-                super::parts::decoded(decoded);
+                parts::decoded(decoded);
                 Ok(answer)
             }
             Ok(Err(e)) => Err(e),
@@ -195,14 +197,14 @@ impl Ids {
 /// The domain answer of one lookup, with its error mapped like a gRPC status.
 pub fn answer_to_orders(answer: LookupOrdersResponse) -> Result<Vec<model::Order>, UpstreamError> {
     if let Some(t) = &answer.timing {
-        super::parts::server(super::parts::ServerParts::of(t));
+        parts::server(parts::ServerParts::of(t));
     }
     let code = answer
         .error
         .as_ref()
         .map_or(tonic::Code::Ok, |e| tonic::Code::from_i32(e.code));
     // The lookup's status, in gRPC's codes (raw-TCP frames use them too).
-    super::semconv::record_grpc_code(code);
+    semconv::record_grpc_code(code);
     if let Some(e) = answer.error {
         return Err(match code {
             tonic::Code::DeadlineExceeded => UpstreamError::Timeout(e.message),
@@ -213,7 +215,7 @@ pub fn answer_to_orders(answer: LookupOrdersResponse) -> Result<Vec<model::Order
             },
         });
     }
-    super::parts::decoding(|| super::to_domain(answer.orders))
+    parts::decoding(|| to_domain(answer.orders))
 }
 
 #[cfg(test)]
