@@ -32,36 +32,9 @@ fn pct(p50: f64) -> Percentiles {
 /// A plausible record for one round of one cell: costs grow with the
 /// payload, vary by transport, and move a little from round to round.
 pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
-    let factor = match cell.via.as_str() {
-        "tcp-proto" => 0.6,
-        "grpc" | "grpc-bidi" => 0.8,
-        "grpc-stream" => 0.9,
-        "h2c-proto" => 0.85,
-        "h1-proto" => 0.9,
-        "h2c-json" => 1.05,
-        "h1-json" => 1.1,
-        "h1-json-close" => 1.6,
-        "grpc-v1" => 1.3,
-        _ => 1.0,
-    };
-    let six = if cell.fields.is_some() { 0.7 } else { 1.0 };
-    let jitter = 1.0 + 0.03 * f64::from(round);
-    let mut up_us = (80.0 + 2.0 * f64::from(cell.orders)) * factor * six * jitter;
-    // Behind the delay proxy every call pays the round trip; HTTP/1.1 calls
-    // also queue for one of `pool` connections.
-    if let (Some(rtt), Load::Closed { vus }) = (cell.env.rtt_ms, cell.load) {
-        let queue = if cell.via.starts_with("h1-") {
-            f64::from(vus) / f64::from(cell.pool)
-        } else {
-            1.0
-        };
-        up_us += f64::from(rtt) * 1000.0 * queue;
-    }
-    // On Postgres every call also waits for its query, longer the more rows.
+    let (factor, up_us) = hop_us(cell, round);
+    let six = selection(cell);
     let on_postgres = cell.env.store == Some(crate::measure::cell::Store::Postgres);
-    if on_postgres {
-        up_us += 600.0 + 8.0 * f64::from(cell.orders);
-    }
     let secs = 2.0;
     let (rate, dropped) = match cell.load {
         Load::Closed { .. } => (1e6 / (up_us * 3.0), 0.0),
@@ -114,43 +87,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         round,
         started_at: "2026-01-01T00:00:00Z".into(),
         duration_s: secs,
-        k6: Summary {
-            run_seconds: secs,
-            requests,
-            request_rate: rate,
-            iterations: requests,
-            iteration_rate: rate,
-            dropped,
-            bad_answers: 0.0,
-            duration_ms: pct(up_us / 1000.0 * 3.0 * users.sqrt()),
-            iteration_ms: pct(up_us / 1000.0 * 3.0 * users.sqrt()),
-            upstream_us: Some(pct(up_us)),
-            vus_max: 8.0,
-            counting: Some("good-answers-1".into()),
-            good: requests,
-            good_rate: rate,
-            shed: 0.0,
-            good_ms: Some(pct(up_us / 1000.0 * 3.0 * users.sqrt())),
-            good_sets: requests,
-            good_set_ms: Some(pct(up_us / 1000.0 * 3.0 * users.sqrt())),
-            parsed_bodies: 8.0,
-            compressed: 0.0,
-            // The store and the wire about a third of the hop each (shares
-            // kept off the rounding boundaries of the report's figures).
-            parts: cell
-                .env
-                .breakdown
-                .then(|| crate::measure::k6::PartsSummary {
-                    store: pct(up_us * 0.31),
-                    encode: pct(up_us * 0.12),
-                    total: pct(up_us * 0.52),
-                    decode: pct(up_us * 0.14),
-                    wire: pct(up_us * 0.33),
-                    reported: requests,
-                    server_ok: requests,
-                    client_ok: (requests * 0.97).round(),
-                }),
-        },
+        k6: k6(cell, secs, (requests, rate, dropped), up_us),
         upstream_before: before,
         upstream_after: after,
         cpu: Cpu {
@@ -194,6 +131,88 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             .filter(|r| matches!(r.balance, Balance::L4 | Balance::L7))
             .map(|_| requests * 15.0),
         no_proc: false,
+    }
+}
+
+/// What asking for six fields instead of all saves.
+fn selection(cell: &Cell) -> f64 {
+    if cell.fields.is_some() { 0.7 } else { 1.0 }
+}
+
+/// The transport's cost factor, and one call's time on the hop in µs.
+fn hop_us(cell: &Cell, round: u32) -> (f64, f64) {
+    let factor = match cell.via.as_str() {
+        "tcp-proto" => 0.6,
+        "grpc" | "grpc-bidi" => 0.8,
+        "grpc-stream" => 0.9,
+        "h2c-proto" => 0.85,
+        "h1-proto" => 0.9,
+        "h2c-json" => 1.05,
+        "h1-json" => 1.1,
+        "h1-json-close" => 1.6,
+        "grpc-v1" => 1.3,
+        _ => 1.0,
+    };
+    let six = selection(cell);
+    let jitter = 1.0 + 0.03 * f64::from(round);
+    let mut up_us = (80.0 + 2.0 * f64::from(cell.orders)) * factor * six * jitter;
+    // Behind the delay proxy every call pays the round trip; HTTP/1.1 calls
+    // also queue for one of `pool` connections.
+    if let (Some(rtt), Load::Closed { vus }) = (cell.env.rtt_ms, cell.load) {
+        let queue = if cell.via.starts_with("h1-") {
+            f64::from(vus) / f64::from(cell.pool)
+        } else {
+            1.0
+        };
+        up_us += f64::from(rtt) * 1000.0 * queue;
+    }
+    // On Postgres every call also waits for its query, longer the more rows.
+    if cell.env.store == Some(crate::measure::cell::Store::Postgres) {
+        up_us += 600.0 + 8.0 * f64::from(cell.orders);
+    }
+    (factor, up_us)
+}
+
+/// k6's summary of a round that made `requests` at `rate` (and dropped
+/// `dropped`), each call taking `up_us` on the hop.
+fn k6(cell: &Cell, secs: f64, (requests, rate, dropped): (f64, f64, f64), up_us: f64) -> Summary {
+    let users = f64::from(cell.users);
+    Summary {
+        run_seconds: secs,
+        requests,
+        request_rate: rate,
+        iterations: requests,
+        iteration_rate: rate,
+        dropped,
+        bad_answers: 0.0,
+        duration_ms: pct(up_us / 1000.0 * 3.0 * users.sqrt()),
+        iteration_ms: pct(up_us / 1000.0 * 3.0 * users.sqrt()),
+        upstream_us: Some(pct(up_us)),
+        vus_max: 8.0,
+        counting: Some("good-answers-1".into()),
+        good: requests,
+        good_rate: rate,
+        shed: 0.0,
+        good_ms: Some(pct(up_us / 1000.0 * 3.0 * users.sqrt())),
+        good_sets: requests,
+        good_set_ms: Some(pct(up_us / 1000.0 * 3.0 * users.sqrt())),
+        parsed_bodies: 8.0,
+        compressed: 0.0,
+        // The store and the wire about a third of the hop each (shares
+        // kept off the rounding boundaries of the report's figures).
+        parts: cell
+            .env
+            .breakdown
+            .then(|| crate::measure::k6::PartsSummary {
+                store: pct(up_us * 0.31),
+                encode: pct(up_us * 0.12),
+                total: pct(up_us * 0.52),
+                decode: pct(up_us * 0.14),
+                wire: pct(up_us * 0.33),
+                reported: requests,
+                server_ok: requests,
+                client_ok: (requests * 0.97).round(),
+            }),
     }
 }
 

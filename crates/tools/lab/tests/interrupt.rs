@@ -9,7 +9,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -87,41 +87,53 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
         "the report says it is partial"
     );
 
-    // Resumed: the same plan, the finished rounds kept byte for byte, the
-    // missing ones measured, and nothing measured twice.
-    let rounds = |dir: &std::path::Path| -> BTreeMap<String, Vec<u8>> {
-        std::fs::read_dir(dir.join("rounds"))
-            .unwrap()
-            .flatten()
-            .map(|e| {
-                (
-                    e.file_name().into_string().unwrap(),
-                    std::fs::read(e.path()).unwrap(),
-                )
-            })
-            .collect()
-    };
-    let first = rounds(&outcome.dir);
-    let resume = |bin_dir: PathBuf, force: bool| RunOptions {
-        resume: Some(outcome.dir.clone()),
+    resumed_where_it_stopped(&outcome.dir, &bins);
+    other_binaries_are_refused_unless_forced(&outcome.dir, &bins);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A run's directory resumed with `bin_dir`'s binaries, `force`d or not.
+fn resume(dir: &Path, bin_dir: &Path, force: bool) -> RunOptions {
+    RunOptions {
+        resume: Some(dir.to_path_buf()),
         force,
-        bin_dir: Some(bin_dir),
+        bin_dir: Some(bin_dir.to_path_buf()),
         command: "lab run --resume (interrupt test)".into(),
         ..Default::default()
-    };
+    }
+}
+
+/// The files of the rounds a run's directory holds, by name.
+fn rounds(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir.join("rounds"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().into_string().unwrap(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Resumed: the same plan, the finished rounds kept byte for byte, the
+/// missing ones measured, and nothing measured twice.
+fn resumed_where_it_stopped(dir: &Path, bins: &Path) {
+    let first = rounds(dir);
     let again = session::run(
-        resume(bins.clone(), false),
+        resume(dir, bins, false),
         &common::root(),
         Arc::new(AtomicBool::new(false)),
     )
     .expect("the run resumes");
-    assert_eq!(again.dir, outcome.dir, "in the same directory");
+    assert_eq!(again.dir, dir, "in the same directory");
     assert!(!again.interrupted);
-    let all = rounds(&outcome.dir);
+    let all = rounds(dir);
     for (name, bytes) in &first {
         assert_eq!(all.get(name), Some(bytes), "{name} was kept as it was");
     }
-    let (info, results) = load(&outcome.dir).unwrap();
+    let (info, results) = load(dir).unwrap();
     assert_eq!(
         results.records.len(),
         6,
@@ -143,14 +155,16 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
         6
     );
     assert_eq!(info.parts[1].measured as usize, 6 - first.len());
-    let md = std::fs::read_to_string(outcome.dir.join("report.md")).unwrap();
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(
         md.contains("resumed: in 2 parts"),
         "the report says it was resumed"
     );
+}
 
-    // Other binaries: refused, naming them; with --force, resumed (nothing
-    // is left to measure) and said so.
+/// Other binaries: refused, naming them; with --force, resumed (nothing
+/// is left to measure) and said so.
+fn other_binaries_are_refused_unless_forced(dir: &Path, bins: &Path) {
     let other = common::temp_dir("other-binaries");
     for b in ["order-service", "user-service"] {
         std::fs::copy(bins.join(b), other.join(b)).unwrap();
@@ -164,7 +178,7 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
         f.write_all(b"another build").unwrap();
     }
     let refused = session::run(
-        resume(other.clone(), false),
+        resume(dir, &other, false),
         &common::root(),
         Arc::new(AtomicBool::new(false)),
     )
@@ -176,12 +190,12 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
     );
     assert!(!msg.contains("order-service binary"), "{msg}");
     session::run(
-        resume(other.clone(), true),
+        resume(dir, &other, true),
         &common::root(),
         Arc::new(AtomicBool::new(false)),
     )
     .expect("forced");
-    let (info, results) = load(&outcome.dir).unwrap();
+    let (info, results) = load(dir).unwrap();
     assert_eq!(results.records.len(), 6, "nothing new to measure");
     assert_eq!(info.parts.len(), 3);
     assert!(
@@ -190,11 +204,11 @@ fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
             .iter()
             .any(|d| d.contains("user-service binary"))
     );
-    let md = std::fs::read_to_string(outcome.dir.join("report.md")).unwrap();
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(
         md.contains("resumed with --force although"),
         "the report says so"
     );
     let _ = std::fs::remove_dir_all(&other);
-    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&other);
 }

@@ -5,7 +5,8 @@
 //!
 //! Cells are shared: a cell two experiments need is measured once (the
 //! payload grid also feeds the factorial, the floor, the schema and the tls
-//! tables), which is what lets `all --quick` fit in a few minutes.
+//! tables), which keeps `all --quick` to about half an hour (the plan
+//! prints its own estimate before it starts).
 //! [`tables`] holds what several sections build their tables with.
 
 use crate::experiment::{Entry, entry};

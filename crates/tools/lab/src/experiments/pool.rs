@@ -140,99 +140,20 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
         .keys()
         .filter(|c| matches!(c.load, Load::Open { .. }) && c.orders == p.orders)
         .collect();
-    let rate_of = |c: &Cell| match c.load {
-        Load::Open { rate, .. } => rate,
-        Load::Closed { .. } => 0,
-    };
-    let mut combos: Vec<(String, u16)> = Vec::new();
-    for via in &p.vias {
-        for &pool in &p.pools {
-            combos.push((via.clone(), pool));
-        }
-    }
     let mut rows = Vec::new();
     let mut summary_rows = Vec::new();
     let mut tails: Vec<(String, f64, f64)> = Vec::new();
     let mut series_drop = Vec::new();
     let mut series_p95 = Vec::new();
-    for (via, pool) in &combos {
-        let mut cells: Vec<&Cell> = measured
-            .iter()
-            .copied()
-            .filter(|c| &c.via == via && c.pool == *pool)
-            .collect();
-        cells.sort_by_key(|c| rate_of(c));
-        let mut clean = None;
-        let mut first_drop = None;
-        for c in &cells {
-            let r = rate_of(c);
-            rows.push(vec![
-                format!("{via} · pool {pool} · {r}/s").into(),
-                cx.fig(c, Metric::Rate),
-                cx.fig(c, Metric::DroppedShare),
-                cx.fig(c, Metric::ShedShare),
-                cx.fig(c, Metric::E2eP50),
-                cx.fig(c, Metric::E2eP90),
-                cx.fig(c, Metric::E2eP95),
-                cx.fig(c, Metric::E2eP99),
-                cx.fig(c, Metric::UpP95),
-                cx.fig(c, Metric::ConnectionsHeld),
-                cx.fig(c, Metric::K6Cores),
-            ]);
-            if dropped(p, d, c) {
-                if first_drop.is_none() {
-                    first_drop = Some(*c);
-                }
-            } else if first_drop.is_none() {
-                clean = Some(*c);
-            }
+    for via in &p.vias {
+        for &pool in &p.pools {
+            let l = ladder(p, cx, &measured, via, pool);
+            rows.extend(l.rows);
+            summary_rows.push(l.summary);
+            tails.extend(l.tail);
+            series_drop.push(l.drops);
+            series_p95.push(l.p95);
         }
-        // From the lowest rate to the highest without drops: how much the
-        // median and the tail grew.
-        if let (Some(lo), Some(hi)) = (cells.first(), clean)
-            && *lo != hi
-        {
-            let growth = |m: Metric| Some(d.median(hi, m)? / d.median(lo, m)?);
-            if let (Some(p50), Some(p99)) = (growth(Metric::E2eP50), growth(Metric::E2eP99)) {
-                tails.push((format!("{via} · pool {pool}"), p50, p99));
-            }
-        }
-        summary_rows.push(vec![
-            format!("{via} · pool {pool}"),
-            clean.map_or("none".to_owned(), |c: &Cell| {
-                format!(
-                    "{}/s (p95 {} ms)",
-                    rate_of(c),
-                    f::num(d.median(c, Metric::E2eP95).unwrap_or(f64::NAN))
-                )
-            }),
-            first_drop.map_or(
-                format!("none up to {}/s", cells.last().map_or(0, |c| rate_of(c))),
-                |c: &Cell| {
-                    format!(
-                        "{}/s: {} req/s achieved, {}% dropped, p95 {} ms",
-                        rate_of(c),
-                        f::num(d.median(c, Metric::Rate).unwrap_or(f64::NAN)),
-                        f::num(d.median(c, Metric::DroppedShare).unwrap_or(f64::NAN)),
-                        f::num(d.median(c, Metric::E2eP95).unwrap_or(f64::NAN))
-                    )
-                },
-            ),
-        ]);
-        let pts = |m: Metric| -> Vec<(f64, f64)> {
-            cells
-                .iter()
-                .filter_map(|c| d.median(c, m).map(|v| (f64::from(rate_of(c)), v)))
-                .collect()
-        };
-        series_drop.push(Series {
-            name: format!("{via} pool {pool}"),
-            points: pts(Metric::DroppedShare),
-        });
-        series_p95.push(Series {
-            name: format!("{via} pool {pool}"),
-            points: pts(Metric::E2eP95),
-        });
     }
     let best = summary_rows
         .iter()
@@ -271,6 +192,117 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
         rows,
         reading: tail_reading(&tails),
     });
+    charts(&mut s, series_drop, series_p95);
+    s
+}
+
+fn rate_of(c: &Cell) -> u32 {
+    match c.load {
+        Load::Open { rate, .. } => rate,
+        Load::Closed { .. } => 0,
+    }
+}
+
+/// One transport and pool climbing the rates: its rows of every rate, its
+/// row of where drops begin, how its median and tail grew up to the highest
+/// rate without drops, and its points on the two charts.
+struct LadderRows {
+    rows: Vec<Vec<Value>>,
+    summary: Vec<String>,
+    tail: Option<(String, f64, f64)>,
+    drops: Series,
+    p95: Series,
+}
+
+fn ladder(p: &PoolPlan, cx: &Context, measured: &[&Cell], via: &str, pool: u16) -> LadderRows {
+    let d = cx.data;
+    let mut cells: Vec<&Cell> = measured
+        .iter()
+        .copied()
+        .filter(|c| c.via == via && c.pool == pool)
+        .collect();
+    cells.sort_by_key(|c| rate_of(c));
+    let mut rows = Vec::new();
+    let mut clean = None;
+    let mut first_drop = None;
+    for c in &cells {
+        let r = rate_of(c);
+        rows.push(vec![
+            format!("{via} · pool {pool} · {r}/s").into(),
+            cx.fig(c, Metric::Rate),
+            cx.fig(c, Metric::DroppedShare),
+            cx.fig(c, Metric::ShedShare),
+            cx.fig(c, Metric::E2eP50),
+            cx.fig(c, Metric::E2eP90),
+            cx.fig(c, Metric::E2eP95),
+            cx.fig(c, Metric::E2eP99),
+            cx.fig(c, Metric::UpP95),
+            cx.fig(c, Metric::ConnectionsHeld),
+            cx.fig(c, Metric::K6Cores),
+        ]);
+        if dropped(p, d, c) {
+            if first_drop.is_none() {
+                first_drop = Some(*c);
+            }
+        } else if first_drop.is_none() {
+            clean = Some(*c);
+        }
+    }
+    // From the lowest rate to the highest without drops: how much the
+    // median and the tail grew.
+    let mut tail = None;
+    if let (Some(lo), Some(hi)) = (cells.first(), clean)
+        && *lo != hi
+    {
+        let growth = |m: Metric| Some(d.median(hi, m)? / d.median(lo, m)?);
+        if let (Some(p50), Some(p99)) = (growth(Metric::E2eP50), growth(Metric::E2eP99)) {
+            tail = Some((format!("{via} · pool {pool}"), p50, p99));
+        }
+    }
+    let summary = vec![
+        format!("{via} · pool {pool}"),
+        clean.map_or("none".to_owned(), |c: &Cell| {
+            format!(
+                "{}/s (p95 {} ms)",
+                rate_of(c),
+                f::num(d.median(c, Metric::E2eP95).unwrap_or(f64::NAN))
+            )
+        }),
+        first_drop.map_or(
+            format!("none up to {}/s", cells.last().map_or(0, |c| rate_of(c))),
+            |c: &Cell| {
+                format!(
+                    "{}/s: {} req/s achieved, {}% dropped, p95 {} ms",
+                    rate_of(c),
+                    f::num(d.median(c, Metric::Rate).unwrap_or(f64::NAN)),
+                    f::num(d.median(c, Metric::DroppedShare).unwrap_or(f64::NAN)),
+                    f::num(d.median(c, Metric::E2eP95).unwrap_or(f64::NAN))
+                )
+            },
+        ),
+    ];
+    let pts = |m: Metric| -> Vec<(f64, f64)> {
+        cells
+            .iter()
+            .filter_map(|c| d.median(c, m).map(|v| (f64::from(rate_of(c)), v)))
+            .collect()
+    };
+    LadderRows {
+        rows,
+        summary,
+        tail,
+        drops: Series {
+            name: format!("{via} pool {pool}"),
+            points: pts(Metric::DroppedShare),
+        },
+        p95: Series {
+            name: format!("{via} pool {pool}"),
+            points: pts(Metric::E2eP95),
+        },
+    }
+}
+
+fn charts(s: &mut Section, series_drop: Vec<Series>, series_p95: Vec<Series>) {
     s.chart(Chart {
         file: "pool-drops.svg".into(),
         title: "Dropped iterations against the asked rate".into(),
@@ -295,7 +327,6 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
             series: series_p95,
         }),
     });
-    s
 }
 
 
