@@ -85,7 +85,8 @@ pub enum Cmd {
 /// `lab run`'s options.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The experiment, or `all` (`lab list` says what each measures).
+    /// The experiment, `all`, or `taster` (a first answer in a few
+    /// minutes); `lab list` says what each measures.
     #[arg(value_parser = experiment_names(), required_unless_present = "resume")]
     pub experiment: Option<String>,
     /// Continue an interrupted run in its results directory DIR: the same
@@ -178,6 +179,9 @@ fn experiment_names() -> clap::builder::PossibleValuesParser {
     values.push(
         clap::builder::PossibleValue::new(experiments::ALL)
             .help("All of the above; a cell two experiments share is measured once"),
+    );
+    values.push(
+        clap::builder::PossibleValue::new(experiments::TASTER).help(experiments::TASTER_ABOUT),
     );
     clap::builder::PossibleValuesParser::new(values)
 }
@@ -288,7 +292,8 @@ pub fn list(quick: bool) -> anyhow::Result<String> {
         .map(|e| e.name().len())
         .max()
         .unwrap_or(0)
-        .max(experiments::ALL.len());
+        .max(experiments::ALL.len())
+        .max(experiments::TASTER.len());
     for e in experiments::all() {
         let plan = e.plan(&knobs)?;
         let schedule = e.schedule(&plan)?;
@@ -315,6 +320,23 @@ pub fn list(quick: bool) -> anyhow::Result<String> {
         if quick { "quick" } else { "full" },
         if quick { "" } else { " --quick" },
         if quick { "full" } else { "quick" },
+    ));
+    let tasted = Knobs {
+        quick: true,
+        taster: true,
+        ..Knobs::default()
+    };
+    let mut parts = Vec::new();
+    for e in experiments::expand(experiments::TASTER)? {
+        let plan = e.plan(&tasted)?;
+        parts.push(format!("{}: {}", e.name(), e.schedule(&plan)?.describe()));
+    }
+    out.push_str(&format!(
+        "{:<w$} {}\n{:<w$} [{}]\n",
+        experiments::TASTER,
+        experiments::TASTER_ABOUT,
+        "",
+        parts.join("; ")
     ));
     Ok(out)
 }

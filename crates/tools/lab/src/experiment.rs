@@ -41,6 +41,10 @@ pub struct Knobs {
     /// memory ones, with the other experiments.
     #[serde(default)]
     pub on_postgres: bool,
+    /// The taster (`lab run taster`): the experiments that have a taster
+    /// plan measure only its few cells.
+    #[serde(default)]
+    pub taster: bool,
 }
 
 impl Knobs {

@@ -264,8 +264,10 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
     for n in names {
         entries.extend(crate::experiments::expand(n).unwrap_or_else(|e| panic!("{e}")));
     }
+    let taster = names == [crate::experiments::TASTER];
     let knobs = Knobs {
-        quick,
+        quick: quick || taster,
+        taster,
         ..Knobs::default()
     };
     let planned = session::plan(&entries, &knobs).unwrap_or_else(|e| panic!("{e:#}"));

@@ -48,6 +48,26 @@ registry! {
 /// The name that stands for every experiment.
 pub const ALL: &str = "all";
 
+/// The name of the taster: the headline question answered in a few
+/// minutes, from a few cells of [`TASTED`] (each experiment's plan reads
+/// [`Knobs::taster`](crate::experiment::Knobs::taster)).
+pub const TASTER: &str = "taster";
+
+/// The experiments the taster runs, with what each of them measures in it.
+pub const TASTED: [(&str, &str); 2] = [
+    (
+        "payload",
+        "h1-json, h1-proto and grpc at 1 and 1,000 orders per call, on loopback",
+    ),
+    (
+        "rtt",
+        "the same three transports on loopback and at a 20 ms round trip, 1 order per call",
+    ),
+];
+
+/// What the taster says when it is asked about itself.
+pub const TASTER_ABOUT: &str = "The headline question in a few minutes: REST JSON, REST protobuf and gRPC at 1 and 1,000 orders, and at a 20 ms round trip (a few cells of payload and rtt, quick timing)";
+
 /// The experiment of this name.
 pub fn find(name: &str) -> Option<&'static dyn Entry> {
     all().into_iter().find(|e| e.name() == name)
@@ -59,9 +79,15 @@ pub fn expand(name: &str) -> anyhow::Result<Vec<&'static dyn Entry>> {
     if name == ALL {
         return Ok(all());
     }
+    if name == TASTER {
+        return Ok(all()
+            .into_iter()
+            .filter(|e| TASTED.iter().any(|(n, _)| *n == e.name()))
+            .collect());
+    }
     find(name).map(|e| vec![e]).ok_or_else(|| {
         anyhow::anyhow!(
-            "unknown experiment {name:?}; the experiments are: {}, {ALL}",
+            "unknown experiment {name:?}; the experiments are: {}, {ALL}, {TASTER}",
             all()
                 .iter()
                 .map(|e| e.name())
@@ -88,6 +114,61 @@ mod tests {
         assert_eq!(expand(ALL).expect("all").len(), names.len());
         let err = expand("vibes").unwrap_err().to_string();
         assert!(err.contains("payload") && err.contains(ALL), "{err}");
+    }
+
+    #[test]
+    fn the_taster_measures_three_transports_at_two_sizes_and_one_round_trip() {
+        use crate::experiment::Knobs;
+        use crate::measure::schedule::Schedule;
+        let names: Vec<&str> = expand(TASTER)
+            .expect("taster")
+            .iter()
+            .map(|e| e.name())
+            .collect();
+        assert_eq!(names, ["payload", "rtt"]);
+        assert_eq!(TASTED.map(|(n, _)| n), ["payload", "rtt"]);
+        let knobs = Knobs {
+            quick: true,
+            taster: true,
+            ..Knobs::default()
+        };
+        let mut cells = Vec::new();
+        for e in expand(TASTER).expect("taster") {
+            let plan = e.plan(&knobs).expect("a plan");
+            match e.schedule(&plan).expect("a schedule") {
+                Schedule::Grid(g) => cells.extend(g),
+                other => panic!("{}: {}", e.name(), other.describe()),
+            }
+        }
+        let seen: std::collections::BTreeSet<(String, u32, Option<u32>)> = cells
+            .iter()
+            .map(|c| (c.via.clone(), c.orders, c.env.rtt_ms))
+            .collect();
+        let mut want = std::collections::BTreeSet::new();
+        for via in ["h1-json", "h1-proto", "grpc"] {
+            for orders in [1, 1000] {
+                want.insert((via.to_owned(), orders, None));
+            }
+            for rtt in [0, 20] {
+                want.insert((via.to_owned(), 1, Some(rtt)));
+            }
+        }
+        assert_eq!(seen, want);
+        assert_eq!(cells.len(), 12);
+        // Without the taster's knob the same experiments plan their own grids.
+        let quick = Knobs {
+            quick: true,
+            ..Knobs::default()
+        };
+        let payload = find("payload").expect("payload");
+        let plan = payload.plan(&quick).expect("a plan");
+        assert!(
+            payload
+                .schedule(&plan)
+                .expect("a schedule")
+                .describe()
+                .starts_with("32 cells")
+        );
     }
 
     #[test]

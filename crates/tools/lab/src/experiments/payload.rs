@@ -29,11 +29,22 @@ pub struct PayloadPlan {
 /// The payload grid (also the factorial's, the floor's and the tls
 /// experiment's cleartext cells): every transport at every size.
 pub fn plan(knobs: &Knobs) -> PayloadPlan {
+    if knobs.taster {
+        return PayloadPlan {
+            transports: knobs.transports.clone().unwrap_or_else(|| {
+                TASTER_TRANSPORTS.iter().map(|s| (*s).to_owned()).collect()
+            }),
+            sizes: knobs.sizes.clone().unwrap_or_else(|| vec![1, 1000]),
+        };
+    }
     PayloadPlan {
         transports: knobs.transports(),
         sizes: knobs.sizes(&[1, 1000], &[1, 10, 100, 1000, 10000]),
     }
 }
+
+/// The taster's transports: REST with JSON, REST with protobuf, gRPC.
+pub const TASTER_TRANSPORTS: [&str; 3] = [transports::H1_JSON, transports::H1_PROTO, transports::GRPC];
 
 impl PayloadPlan {
     pub fn cells(&self) -> Vec<Cell> {

@@ -48,6 +48,20 @@ impl Experiment for Rtt {
 
     fn plan(knobs: &Knobs) -> RttPlan {
         use transports::{GRPC, H1_JSON, H2C_JSON, TCP_PROTO};
+        if knobs.taster {
+            return RttPlan {
+                rtts_ms: vec![0, 20],
+                vias: knobs.transports.clone().unwrap_or_else(|| {
+                    super::payload::TASTER_TRANSPORTS
+                        .iter()
+                        .map(|s| (*s).to_owned())
+                        .collect()
+                }),
+                pools: vec![4],
+                vus: 16,
+                orders: vec![1],
+            };
+        }
         let defaults: &[&str] = if knobs.quick {
             &[H1_JSON, H2C_JSON, GRPC]
         } else {

@@ -38,12 +38,17 @@ pub fn knobs(opts: &RunOptions, earlier: Option<&RunInfo>) -> Knobs {
             on_postgres: opts.database_url.is_some(),
             ..info.knobs.clone()
         },
-        None => Knobs {
-            quick: opts.quick,
-            transports: opts.transports.clone(),
-            sizes: opts.sizes.clone(),
-            on_postgres: opts.database_url.is_some(),
-        },
+        None => {
+            let taster = opts.experiment.as_deref() == Some(crate::experiments::TASTER);
+            Knobs {
+                // The taster runs on the quick timing.
+                quick: opts.quick || taster,
+                transports: opts.transports.clone(),
+                sizes: opts.sizes.clone(),
+                on_postgres: opts.database_url.is_some(),
+                taster,
+            }
+        }
     }
 }
 
@@ -120,15 +125,28 @@ impl Work {
         }
     }
 
+    /// The measurements planned: rounds and probe rounds, a ladder
+    /// counting every rung.
+    pub fn planned(&self, timing: &Timing) -> u32 {
+        let r = timing.rounds;
+        self.cells.len() as u32 * r
+            + self.ladders.iter().map(|(_, l)| l.planned(r)).sum::<u32>()
+            + self.probes.len() as u32 * r
+    }
+
+    /// About how long the measurements take, in seconds, benchmarks left
+    /// out: each one's warm-up and measured run, and the services' start
+    /// and stop around them.
+    pub fn estimate_s(&self, timing: &Timing) -> f64 {
+        f64::from(self.planned(timing)) * (timing.duration_s + timing.warmup_s + 1.5)
+    }
+
     /// Prints what the run will measure and about how long it takes;
     /// returns the measurements planned (rounds and probe rounds; a ladder
     /// counts every rung).
     pub fn announce(&self, timing: &Timing) -> u32 {
         let r = timing.rounds;
-        let planned = self.cells.len() as u32 * r
-            + self.ladders.iter().map(|(_, l)| l.planned(r)).sum::<u32>()
-            + self.probes.len() as u32 * r;
-        let per = timing.duration_s + timing.warmup_s + 1.5;
+        let planned = self.planned(timing);
         let count = |n: usize, one: &str| match n {
             1 => format!("1 {one}"),
             n => format!("{n} {one}s"),
@@ -139,7 +157,7 @@ impl Work {
             count(self.ladders.len(), "ladder"),
             count(self.probes.len(), "probe"),
             count(self.benches.len(), "benchmark"),
-            human_duration(f64::from(planned) * per),
+            human_duration(self.estimate_s(timing)),
             if self.benches.is_empty() {
                 ""
             } else {

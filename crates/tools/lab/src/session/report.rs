@@ -49,6 +49,7 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
     if let Some(parts) = parts_text(info) {
         report.meta.push(("parts".into(), parts));
     }
+    report.intro.extend(taster_note(info));
     report.intro.extend(transport_notes(info));
     if let Some(load) = other_load(info, results) {
         report.meta.push(("other load".into(), load));
@@ -73,6 +74,33 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
         .push(flags_section(&data, results, &info.skipped));
     report.sections.push(appendix(&cx));
     report
+}
+
+/// For the taster: what it measured of each experiment it ran, and every
+/// experiment it left out.
+fn taster_note(info: &RunInfo) -> Option<String> {
+    if !info.knobs.taster {
+        return None;
+    }
+    let ran: Vec<String> = crate::experiments::TASTED
+        .iter()
+        .filter(|(name, _)| info.experiments.iter().any(|e| e == name))
+        .map(|(name, what)| format!("{name} ({what})"))
+        .collect();
+    let left: Vec<&str> = crate::experiments::all()
+        .iter()
+        .map(|e| e.name())
+        .filter(|n| !info.experiments.iter().any(|e| e == n))
+        .collect();
+    Some(format!(
+        "**This is the taster**, a first answer in a few minutes: {}. \
+         It leaves out {} of the lab's {} experiments: {}. \
+         `lab run all --quick` measures every one of them, and every transport.",
+        ran.join("; "),
+        left.len(),
+        crate::experiments::all().len(),
+        left.join(", ")
+    ))
 }
 
 /// The report's opening: what is measured and how a figure is read.
@@ -485,6 +513,33 @@ fn appendix(cx: &Context) -> Section {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tasters_report_says_what_it_measured_and_names_every_experiment_it_left_out() {
+        let (info, results) = crate::synthetic::run(&[crate::experiments::TASTER], true, 2);
+        assert!(info.knobs.taster && info.knobs.quick);
+        let md = build_report(&info, &results).markdown();
+        assert!(md.contains("**This is the taster**"), "{md}");
+        let note = md
+            .lines()
+            .find(|l| l.contains("**This is the taster**"))
+            .expect("the note");
+        for e in crate::experiments::all() {
+            let tasted = ["payload", "rtt"].contains(&e.name());
+            assert!(
+                note.contains(&format!(" {}", e.name())),
+                "{} not named: {note}",
+                e.name()
+            );
+            if !tasted {
+                let left = note.split("It leaves out").nth(1).expect("the list");
+                assert!(left.contains(e.name()), "{}: {note}", e.name());
+            }
+        }
+        assert!(note.contains("15 of the lab's 17 experiments"), "{note}");
+        let (info, results) = crate::synthetic::run(&["payload"], true, 2);
+        assert!(!build_report(&info, &results).markdown().contains("taster"));
+    }
 
     #[test]
     fn the_report_states_how_the_tuned_twins_differ_only_when_the_run_has_them() {
