@@ -4,7 +4,8 @@
 //! selections the test command builds: both services without their
 //! dev-dependencies (`cargo build -p order-service -p user-service`),
 //! user-service with them (the hop benchmark), and the whole workspace with
-//! them (the tests).
+//! them (the tests); and the lab's own release build against the services'
+//! it runs, so that `cargo run --release -p lab` compiles one tree.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -98,6 +99,33 @@ fn the_services_build_and_the_test_build_resolve_the_same_features() {
             differ.join("\n")
         );
     }
+}
+
+#[test]
+fn the_labs_release_build_and_the_services_it_builds_resolve_the_same_features() {
+    // `cargo run --release -p lab` builds the lab alone; the lab then runs
+    // `cargo build --release -p order-service -p user-service`. Every
+    // dependency the two share is compiled once only if the lab's build
+    // asks for no feature set the services' build does not.
+    let services = resolved(&[
+        "-p",
+        "order-service",
+        "-p",
+        "user-service",
+        "--edges",
+        "normal,build",
+    ]);
+    let lab = resolved(&["-p", "lab", "--edges", "normal,build"]);
+    let shared = lab.keys().filter(|p| services.contains_key(*p)).count();
+    assert!(shared > 100, "only {shared} packages shared");
+    let differ = differing(&lab, &services);
+    assert!(
+        differ.is_empty(),
+        "the lab's build resolves other features than the services' for:\n{}\n\
+         Turn them on in crates/workspace-hack/Cargo.toml (build-dependencies for \
+         what build scripts and macros use).",
+        differ.join("\n")
+    );
 }
 
 #[test]
