@@ -102,6 +102,14 @@ impl Section {
         })
     }
 
+    /// Every chart of the section.
+    pub fn charts(&self) -> impl Iterator<Item = &Chart> {
+        self.blocks.iter().filter_map(|b| match b {
+            Block::Chart(c) => Some(c),
+            _ => None,
+        })
+    }
+
     pub fn new(id: &str, title: &str) -> Section {
         Section {
             id: id.to_owned(),
@@ -131,13 +139,7 @@ impl Report {
 
     /// Every chart of the report.
     pub fn charts(&self) -> impl Iterator<Item = &Chart> {
-        self.sections
-            .iter()
-            .flat_map(|s| s.blocks.iter())
-            .filter_map(|b| match b {
-                Block::Chart(c) => Some(c),
-                _ => None,
-            })
+        self.sections.iter().flat_map(Section::charts)
     }
 
     /// Cells with nothing in them (blank or missing), as "table caption /
@@ -292,16 +294,24 @@ impl Report {
             esc(&self.title),
             esc(&self.title)
         );
+        self.html_summary(&mut out);
+        // The method, settings and environment: folded, one click away
+        // (every section links here, and a link to it opens it).
+        out.push_str(
+            "<details id=\"method\"><summary>How this run measured: method, settings, \
+             machine</summary>\n",
+        );
         for p in &self.intro {
             let _ = writeln!(out, "<p>{}</p>", inline_md(p));
         }
         if !self.meta.is_empty() {
-            out.push_str("<table class=\"meta\">");
+            out.push_str("<div class=\"scroll\"><table class=\"meta\">");
             for (k, v) in &self.meta {
                 let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), inline_md(v));
             }
-            out.push_str("</table>\n");
+            out.push_str("</table></div>\n");
         }
+        out.push_str("</details>\n");
         if self.sections.len() > 1 {
             out.push_str("<nav><ul>");
             for s in &self.sections {
@@ -317,17 +327,24 @@ impl Report {
         for s in &self.sections {
             let _ = writeln!(
                 out,
-                "<section id=\"{}\"><h2>{}</h2>",
+                "<section id=\"{}\"><h2>{}</h2><p class=\"method-link\"><a href=\"#method\">How \
+                 this run measured</a></p>",
                 esc(&s.id),
                 esc(&s.title)
             );
+            let mut tables = 0;
             for b in &s.blocks {
                 match b {
                     Block::Paragraph(p) => {
                         let _ = writeln!(out, "<p>{}</p>", inline_md(p));
                     }
                     Block::Table(t) => {
-                        out.push_str("<table class=\"data\">");
+                        tables += 1;
+                        let _ = write!(
+                            out,
+                            "<div class=\"scroll\"><table class=\"data\" id=\"{}\">",
+                            esc(&table_id(&s.id, tables))
+                        );
                         if !t.caption.is_empty() {
                             let _ = write!(out, "<caption>{}</caption>", inline_md(&t.caption));
                         }
@@ -355,7 +372,7 @@ impl Report {
                             }
                             out.push_str("</tr>");
                         }
-                        out.push_str("</tbody></table>\n");
+                        out.push_str("</tbody></table></div>\n");
                         if !t.reading.is_empty() {
                             let _ = writeln!(
                                 out,
@@ -389,6 +406,72 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The first finding of each section: the reading of its first table
+    /// that has one, with that table's id. Sections without a reading
+    /// (flagged rounds, every cell) have none.
+    pub fn findings(&self) -> Vec<(&Section, String, &str)> {
+        self.sections
+            .iter()
+            .filter_map(|s| {
+                s.tables()
+                    .enumerate()
+                    .find(|(_, t)| !t.reading.is_empty())
+                    .map(|(i, t)| (s, table_id(&s.id, i + 1), t.reading.as_str()))
+            })
+            .collect()
+    }
+
+    /// The charts the summary shows: each section's first, in report
+    /// order, at most [`SUMMARY_CHARTS`].
+    pub fn summary_charts(&self) -> Vec<(&Section, &Chart)> {
+        self.sections
+            .iter()
+            .filter_map(|s| s.charts().next().map(|c| (s, c)))
+            .take(SUMMARY_CHARTS)
+            .collect()
+    }
+
+    /// The opening of the HTML report: what this run found, section by
+    /// section, each finding linked to its table, and the first charts.
+    fn html_summary(&self, out: &mut String) {
+        let findings = self.findings();
+        if findings.is_empty() {
+            return;
+        }
+        out.push_str("<section id=\"summary\"><h2>What this run found</h2><div class=\"charts\">");
+        for (s, c) in self.summary_charts() {
+            let _ = write!(
+                out,
+                "<figure class=\"chart\">{}<figcaption><a href=\"#{}\">{}</a></figcaption></figure>",
+                c.svg,
+                esc(&s.id),
+                esc(&c.title)
+            );
+        }
+        out.push_str("</div>\n<ul class=\"findings\">");
+        for (s, id, reading) in &findings {
+            let _ = write!(
+                out,
+                "<li><a href=\"#{}\" title=\"{}\">{}</a>: {}</li>",
+                esc(id),
+                esc(&s.title),
+                esc(&s.id),
+                inline_md(reading)
+            );
+        }
+        out.push_str("</ul></section>\n");
+    }
+}
+
+/// How many charts the HTML report's summary shows.
+pub const SUMMARY_CHARTS: usize = 4;
+
+/// The HTML id of a section's `n`th table (from 1).
+pub fn table_id(section: &str, n: usize) -> String {
+    format!("{section}-table-{n}")
+}
+
 const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}\
 table{border-collapse:collapse;margin:1em 0;font-size:13px}\
 th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;white-space:nowrap}\
@@ -397,7 +480,12 @@ table.meta th{text-align:left}table.meta td{text-align:left;white-space:normal}\
 caption{font-weight:bold;text-align:left;padding:4px 0}\
 p.reading{margin-top:-0.5em;color:#333}figure.chart{margin:1em 0}\
 figure.chart svg{max-width:100%;height:auto;border:1px solid #eee}\
-code{background:#f4f4f4;padding:0 3px}section{margin-top:2.5em}";
+code{background:#f4f4f4;padding:0 3px;overflow-wrap:anywhere}section{margin-top:2.5em}\
+p,li,td,figcaption{overflow-wrap:anywhere}div.scroll{max-width:100%;overflow-x:auto}\
+ul.findings{font-size:14px;padding-left:1.2em}ul.findings li{margin:0.25em 0}ul.findings a{font-weight:bold}div.charts figcaption{font-size:12px}div.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(260px,1fr));gap:1em}\
+div.charts figure.chart{margin:0}details{margin:1.5em 0;border:1px solid #ddd;padding:0.5em 1em}\
+details summary{cursor:pointer;font-weight:bold}nav ul{display:flex;flex-wrap:wrap;gap:0.3em 1.2em;padding-left:0;list-style:none}\
+p.method-link{margin:-0.5em 0 0;font-size:12px}section#summary{margin-top:1em}";
 
 /// A Markdown table cell: pipes escaped, line breaks flattened.
 fn md_cell(s: &str) -> String {
@@ -479,7 +567,21 @@ mod tests {
         let html = sample().html();
         assert!(html.starts_with("<!doctype html>"));
         assert!(html.contains("<figure class=\"chart\"><svg></svg>"));
-        assert!(html.contains("<table class=\"data\"><caption>Throughput</caption>"));
+        assert!(html.contains(
+            "<table class=\"data\" id=\"payload-table-1\"><caption>Throughput</caption>"
+        ));
+        // The summary opens the page: the finding linked to its table, the
+        // chart again; the method folded after it.
+        let summary = html.find("<section id=\"summary\">").expect("a summary");
+        let method = html
+            .find("<details id=\"method\">")
+            .expect("the method folded");
+        assert!(summary < method && method < html.find("<section id=\"payload\">").unwrap());
+        assert!(html.contains("<a href=\"#payload-table-1\" title=\"Payload\">payload</a>"));
+        assert_eq!(
+            html.matches("<figure class=\"chart\"><svg></svg>").count(),
+            2
+        );
         assert!(html.contains("<code>8</code>"));
         assert!(html.contains("<b>real</b>"));
         assert!(!html.contains("src=\"http"));
