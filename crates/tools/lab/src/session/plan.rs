@@ -67,6 +67,22 @@ pub fn timing(opts: &RunOptions, knobs: &Knobs, earlier: Option<&RunInfo>) -> Ti
     }
 }
 
+/// The measurements `lab run EXPERIMENT [--quick]` plans with its default
+/// timing, and about how long they take (benchmarks left out): what the
+/// run prints at its start, without starting it.
+pub fn estimate(experiment: &str, quick: bool) -> anyhow::Result<(u32, f64)> {
+    let opts = RunOptions {
+        experiment: Some(experiment.to_owned()),
+        quick,
+        ..RunOptions::default()
+    };
+    let knobs = knobs(&opts, None);
+    let timing = timing(&opts, &knobs, None);
+    let planned = plan(&crate::experiments::expand(experiment)?, &knobs)?;
+    let work = Work::of(planned.schedules);
+    Ok((work.planned(&timing), work.estimate_s(&timing)))
+}
+
 /// The plans and schedules of some experiments.
 pub struct Planned {
     pub plans: BTreeMap<String, serde_json::Value>,
