@@ -54,11 +54,21 @@ impl Knobs {
     /// that no call waits for a slot.
     pub const POOL: u16 = 8;
 
-    /// Every transport user-service has, or `--transports`.
+    /// The taster's transports: REST with JSON, REST with protobuf, gRPC.
+    pub const TASTER_TRANSPORTS: [&str; 3] =
+        [transports::H1_JSON, transports::H1_PROTO, transports::GRPC];
+
+    /// `--transports`, else every transport user-service has (the
+    /// taster's three in the taster).
     pub fn transports(&self) -> Vec<String> {
-        self.transports
-            .clone()
-            .unwrap_or_else(|| transports::ALL.iter().map(|s| (*s).to_owned()).collect())
+        self.transports.clone().unwrap_or_else(|| {
+            let all: &[&str] = if self.taster {
+                &Self::TASTER_TRANSPORTS
+            } else {
+                &transports::ALL
+            };
+            all.iter().map(|s| (*s).to_owned()).collect()
+        })
     }
 
     /// `--sizes`, or the quick or full default.

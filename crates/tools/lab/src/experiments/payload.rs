@@ -31,9 +31,7 @@ pub struct PayloadPlan {
 pub fn plan(knobs: &Knobs) -> PayloadPlan {
     if knobs.taster {
         return PayloadPlan {
-            transports: knobs.transports.clone().unwrap_or_else(|| {
-                TASTER_TRANSPORTS.iter().map(|s| (*s).to_owned()).collect()
-            }),
+            transports: knobs.transports(),
             sizes: knobs.sizes.clone().unwrap_or_else(|| vec![1, 1000]),
         };
     }
@@ -43,8 +41,6 @@ pub fn plan(knobs: &Knobs) -> PayloadPlan {
     }
 }
 
-/// The taster's transports: REST with JSON, REST with protobuf, gRPC.
-pub const TASTER_TRANSPORTS: [&str; 3] = [transports::H1_JSON, transports::H1_PROTO, transports::GRPC];
 
 impl PayloadPlan {
     pub fn cells(&self) -> Vec<Cell> {

@@ -51,12 +51,7 @@ impl Experiment for Rtt {
         if knobs.taster {
             return RttPlan {
                 rtts_ms: vec![0, 20],
-                vias: knobs.transports.clone().unwrap_or_else(|| {
-                    super::payload::TASTER_TRANSPORTS
-                        .iter()
-                        .map(|s| (*s).to_owned())
-                        .collect()
-                }),
+                vias: knobs.transports(),
                 pools: vec![4],
                 vus: 16,
                 orders: vec![1],

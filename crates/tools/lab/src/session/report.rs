@@ -537,6 +537,10 @@ mod tests {
             }
         }
         assert!(note.contains("15 of the lab's 17 experiments"), "{note}");
+        // Nor does it speak of transports it did not run.
+        for other in ["grpc-tuned", "connect-h1-proto"] {
+            assert!(!md.contains(other), "{other}");
+        }
         let (info, results) = crate::synthetic::run(&["payload"], true, 2);
         assert!(!build_report(&info, &results).markdown().contains("taster"));
     }
