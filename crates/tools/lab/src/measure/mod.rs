@@ -87,7 +87,10 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
 /// "2 min 05 s" style.
 pub fn human_duration(secs: f64) -> String {
     let s = secs.round() as u64;
-    if s >= 60 {
+    if s >= 3600 {
+        let m = (s + 30) / 60;
+        format!("{} h {:02} min", m / 60, m % 60)
+    } else if s >= 60 {
         format!("{} min {:02} s", s / 60, s % 60)
     } else {
         format!("{s} s")
@@ -102,6 +105,8 @@ mod tests {
     fn durations_read_as_minutes_and_seconds() {
         assert_eq!(human_duration(125.0), "2 min 05 s");
         assert_eq!(human_duration(9.4), "9 s");
+        assert_eq!(human_duration(27_300.75), "7 h 35 min");
+        assert_eq!(human_duration(3_599.0), "59 min 59 s");
     }
 
     #[test]
