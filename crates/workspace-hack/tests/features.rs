@@ -11,6 +11,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
+/// The selection of the services' own build: both, without their
+/// dev-dependencies (`cargo build -p order-service -p user-service`).
+const SERVICES_BUILD: &[&str] = &[
+    "-p",
+    "order-service",
+    "-p",
+    "user-service",
+    "--edges",
+    "normal,build",
+];
+
 /// Each package (name and version) with the feature sets cargo resolves
 /// for it in `args`'s selection: one per kind of build it is compiled for.
 fn resolved(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
@@ -76,14 +87,7 @@ fn the_services_build_and_the_test_build_resolve_the_same_features() {
     for (what, args) in [
         (
             "both services without their dev-dependencies",
-            &[
-                "-p",
-                "order-service",
-                "-p",
-                "user-service",
-                "--edges",
-                "normal,build",
-            ][..],
+            SERVICES_BUILD,
         ),
         (
             "user-service with its dev-dependencies (the hop benchmark)",
@@ -107,14 +111,7 @@ fn the_labs_release_build_and_the_services_it_builds_resolve_the_same_features()
     // `cargo build --release -p order-service -p user-service`. Every
     // dependency the two share is compiled once only if the lab's build
     // asks for no feature set the services' build does not.
-    let services = resolved(&[
-        "-p",
-        "order-service",
-        "-p",
-        "user-service",
-        "--edges",
-        "normal,build",
-    ]);
+    let services = resolved(SERVICES_BUILD);
     let lab = resolved(&["-p", "lab", "--edges", "normal,build"]);
     let shared = lab.keys().filter(|p| services.contains_key(*p)).count();
     assert!(shared > 100, "only {shared} packages shared");

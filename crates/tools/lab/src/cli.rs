@@ -321,11 +321,7 @@ pub fn list(quick: bool) -> anyhow::Result<String> {
         if quick { "" } else { " --quick" },
         if quick { "full" } else { "quick" },
     ));
-    let tasted = Knobs {
-        quick: true,
-        taster: true,
-        ..Knobs::default()
-    };
+    let tasted = experiments::knobs(experiments::TASTER, true);
     let mut parts = Vec::new();
     for e in experiments::expand(experiments::TASTER)? {
         let plan = e.plan(&tasted)?;

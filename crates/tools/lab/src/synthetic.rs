@@ -6,7 +6,6 @@
 
 use std::collections::BTreeSet;
 
-use crate::experiment::Knobs;
 use crate::measure::Timing;
 use crate::measure::cell::{Balance, Cell, Load};
 use crate::measure::k6::{Percentiles, Summary};
@@ -264,12 +263,7 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
     for n in names {
         entries.extend(crate::experiments::expand(n).unwrap_or_else(|e| panic!("{e}")));
     }
-    let taster = names == [crate::experiments::TASTER];
-    let knobs = Knobs {
-        quick: quick || taster,
-        taster,
-        ..Knobs::default()
-    };
+    let knobs = crate::experiments::knobs(&names.join("+"), quick);
     let planned = session::plan(&entries, &knobs).unwrap_or_else(|e| panic!("{e:#}"));
     let mut seen = BTreeSet::new();
     let mut cells: Vec<(String, Cell)> = Vec::new();

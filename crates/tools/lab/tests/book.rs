@@ -9,12 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
-}
+mod common;
 
 fn docs() -> PathBuf {
-    root().join("docs")
+    common::root().join("docs")
 }
 
 fn read(p: &Path) -> String {

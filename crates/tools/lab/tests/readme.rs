@@ -5,15 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-
 /// How far a quoted time and the lab's estimate may be apart, as a share of
 /// the larger.
 const TOLERANCE: f64 = 0.30;
 
+mod common;
+
 fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../README.md"))
-        .expect("reading README.md")
+    std::fs::read_to_string(common::root().join("README.md")).expect("reading README.md")
 }
 
 /// `1 h 05 min`, `29 min 51 s`, `48 s` in seconds; None for anything else.

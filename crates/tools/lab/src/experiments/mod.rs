@@ -9,7 +9,7 @@
 //! prints its own estimate before it starts).
 //! [`tables`] holds what several sections build their tables with.
 
-use crate::experiment::{Entry, entry};
+use crate::experiment::{Entry, Knobs, entry};
 
 pub mod tables;
 
@@ -53,17 +53,19 @@ pub const ALL: &str = "all";
 /// [`Knobs::taster`](crate::experiment::Knobs::taster)).
 pub const TASTER: &str = "taster";
 
-/// The experiments the taster runs, with what each of them measures in it.
-pub const TASTED: [(&str, &str); 2] = [
-    (
-        "payload",
-        "h1-json, h1-proto and grpc at 1 and 1,000 orders per call, on loopback",
-    ),
-    (
-        "rtt",
-        "the same three transports on loopback and at a 20 ms round trip, 1 order per call",
-    ),
-];
+/// The knobs of `lab run NAME [--quick]` without other options: the
+/// taster is itself quick.
+pub fn knobs(name: &str, quick: bool) -> Knobs {
+    let taster = name == TASTER;
+    Knobs {
+        quick: quick || taster,
+        taster,
+        ..Knobs::default()
+    }
+}
+
+/// The experiments the taster runs.
+pub const TASTED: [&str; 2] = ["payload", "rtt"];
 
 /// What the taster says when it is asked about itself.
 pub const TASTER_ABOUT: &str = "The headline question in a few minutes: REST JSON, REST protobuf and gRPC at 1 and 1,000 orders, and at a 20 ms round trip (a few cells of payload and rtt, quick timing)";
@@ -82,7 +84,7 @@ pub fn expand(name: &str) -> anyhow::Result<Vec<&'static dyn Entry>> {
     if name == TASTER {
         return Ok(all()
             .into_iter()
-            .filter(|e| TASTED.iter().any(|(n, _)| *n == e.name()))
+            .filter(|e| TASTED.contains(&e.name()))
             .collect());
     }
     find(name).map(|e| vec![e]).ok_or_else(|| {
@@ -126,12 +128,9 @@ mod tests {
             .map(|e| e.name())
             .collect();
         assert_eq!(names, ["payload", "rtt"]);
-        assert_eq!(TASTED.map(|(n, _)| n), ["payload", "rtt"]);
-        let knobs = Knobs {
-            quick: true,
-            taster: true,
-            ..Knobs::default()
-        };
+        assert_eq!(TASTED, ["payload", "rtt"]);
+        let knobs = knobs(TASTER, false);
+        assert!(knobs.quick && knobs.taster, "the taster is quick");
         let mut cells = Vec::new();
         for e in expand(TASTER).expect("taster") {
             let plan = e.plan(&knobs).expect("a plan");

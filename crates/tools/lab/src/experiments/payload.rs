@@ -29,12 +29,6 @@ pub struct PayloadPlan {
 /// The payload grid (also the factorial's, the floor's and the tls
 /// experiment's cleartext cells): every transport at every size.
 pub fn plan(knobs: &Knobs) -> PayloadPlan {
-    if knobs.taster {
-        return PayloadPlan {
-            transports: knobs.transports(),
-            sizes: knobs.sizes.clone().unwrap_or_else(|| vec![1, 1000]),
-        };
-    }
     PayloadPlan {
         transports: knobs.transports(),
         sizes: knobs.sizes(&[1, 1000], &[1, 10, 100, 1000, 10000]),

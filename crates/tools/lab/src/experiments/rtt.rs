@@ -48,28 +48,31 @@ impl Experiment for Rtt {
 
     fn plan(knobs: &Knobs) -> RttPlan {
         use transports::{GRPC, H1_JSON, H2C_JSON, TCP_PROTO};
-        if knobs.taster {
-            return RttPlan {
-                rtts_ms: vec![0, 20],
-                vias: knobs.transports(),
-                pools: vec![4],
-                vus: 16,
-                orders: vec![1],
-            };
-        }
-        let defaults: &[&str] = if knobs.quick {
+        // The taster: its own transports, one round trip beside loopback,
+        // 1 order per call whatever --sizes says (the quick pool).
+        let defaults: &[&str] = if knobs.taster {
+            &Knobs::TASTER_TRANSPORTS
+        } else if knobs.quick {
             &[H1_JSON, H2C_JSON, GRPC]
         } else {
             &[H1_JSON, H2C_JSON, GRPC, TCP_PROTO]
         };
         RttPlan {
-            rtts_ms: vec![0, 1, 5, 20],
+            rtts_ms: if knobs.taster {
+                vec![0, 20]
+            } else {
+                vec![0, 1, 5, 20]
+            },
             vias: knobs.transports.clone().unwrap_or_else(|| {
                 defaults.iter().map(|s| (*s).to_owned()).collect()
             }),
             pools: if knobs.quick { vec![4] } else { vec![1, 4] },
             vus: 16,
-            orders: knobs.sizes(&[1], &[1]),
+            orders: if knobs.taster {
+                vec![1]
+            } else {
+                knobs.sizes(&[1], &[1])
+            },
         }
     }
 

@@ -45,17 +45,12 @@ pub fn knobs(opts: &RunOptions, earlier: Option<&RunInfo>) -> Knobs {
             on_postgres: opts.database_url.is_some(),
             ..info.knobs.clone()
         },
-        None => {
-            let taster = opts.experiment.as_deref() == Some(crate::experiments::TASTER);
-            Knobs {
-                // The taster runs on the quick timing.
-                quick: opts.quick || taster,
-                transports: opts.transports.clone(),
-                sizes: opts.sizes.clone(),
-                on_postgres: opts.database_url.is_some(),
-                taster,
-            }
-        }
+        None => Knobs {
+            transports: opts.transports.clone(),
+            sizes: opts.sizes.clone(),
+            on_postgres: opts.database_url.is_some(),
+            ..crate::experiments::knobs(opts.experiment.as_deref().unwrap_or_default(), opts.quick)
+        },
     }
 }
 

@@ -76,16 +76,20 @@ pub fn build_report(info: &RunInfo, results: &Results) -> Report {
     report
 }
 
-/// For the taster: what it measured of each experiment it ran, and every
-/// experiment it left out.
+/// For the taster: the transports and each experiment's plan it ran (read
+/// from the run's own plans, so `--transports` and `--sizes` show), and
+/// every experiment it left out.
 fn taster_note(info: &RunInfo) -> Option<String> {
     if !info.knobs.taster {
         return None;
     }
-    let ran: Vec<String> = crate::experiments::TASTED
-        .iter()
-        .filter(|(name, _)| info.experiments.iter().any(|e| e == name))
-        .map(|(name, what)| format!("{name} ({what})"))
+    let ran: Vec<String> = info
+        .entries()
+        .into_iter()
+        .filter_map(|(name, e)| {
+            let detail = e?.describe(info.plans.get(&name)?).ok()?;
+            Some(format!("{name} ({detail})"))
+        })
         .collect();
     let left: Vec<&str> = crate::experiments::all()
         .iter()
@@ -93,10 +97,11 @@ fn taster_note(info: &RunInfo) -> Option<String> {
         .filter(|n| !info.experiments.iter().any(|e| e == n))
         .collect();
     Some(format!(
-        "**This is the taster**, a first answer in a few minutes: {}. \
+        "**This is the taster**, a first answer in a few minutes: {} in {}. \
          It leaves out {} of the lab's {} experiments: {}. \
          `lab run all --quick` measures every one of them, and every transport.",
-        ran.join("; "),
+        info.knobs.transports().join(", "),
+        ran.join(" and "),
         left.len(),
         crate::experiments::all().len(),
         left.join(", ")
@@ -537,6 +542,14 @@ mod tests {
             }
         }
         assert!(note.contains("15 of the lab's 17 experiments"), "{note}");
+        // What it ran is read from its plans: the transports, the sizes and
+        // the round trips.
+        assert!(
+            note.contains(
+                "h1-json, h1-proto, grpc in payload (sizes [1, 1000]) and rtt (RTT [0, 20] ms"
+            ),
+            "{note}"
+        );
         // Nor does it speak of transports it did not run.
         for other in ["grpc-tuned", "connect-h1-proto"] {
             assert!(!md.contains(other), "{other}");
