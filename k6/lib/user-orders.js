@@ -111,7 +111,7 @@ export const params = {
 };
 
 // Percentiles every script reports; the lab reads exactly these names.
-export const TREND_STATS = ['avg', 'min', 'med', 'p(90)', 'p(95)', 'p(99)', 'max', 'count'];
+export const TREND_STATS = ['avg', 'min', 'med', 'p(90)', 'p(95)', 'p(99)', 'p(99.9)', 'max', 'count'];
 
 /** Options shared by every scenario. */
 export function commonOptions() {

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use crate::experiment::Knobs;
+use crate::experiment::{Knobs, PathChoice};
 use crate::experiments;
 use crate::session::{self, RunOptions};
 
@@ -97,7 +97,7 @@ pub struct RunArgs {
     /// no option that shapes the plan (they come from DIR/run.json); a run
     /// on Postgres needs its --database-url again.
     #[arg(long, value_name = "DIR", conflicts_with_all = [
-        "quick", "rounds", "duration", "warmup", "transports", "sizes", "target", "out",
+        "quick", "rounds", "duration", "warmup", "transports", "sizes", "target", "out", "path", "cc",
     ])]
     pub resume: Option<PathBuf>,
     /// With --resume: resume although the commit, the binaries, the plan, the
@@ -144,6 +144,21 @@ pub struct RunArgs {
     /// experiment that has sizes.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub sizes: Option<Vec<u32>>,
+    /// What emulates the network between the services in rtt, compression
+    /// and tls: `packets` (default), a packet-level path between two
+    /// network namespaces with the kernels' own TCP (needs root and
+    /// /dev/net/tun; without them those cells are skipped and listed), or
+    /// `proxy`, the delay proxy that terminates TCP on both sides. loss
+    /// always runs on packets.
+    #[arg(long, value_enum, default_value_t = PathChoice::Packets)]
+    pub path: PathChoice,
+    /// TCP's congestion control at both ends of the packet path: cubic
+    /// (default: Linux's own, what most servers run), bbr or reno. Set on
+    /// the path's routes, so nothing host-wide changes, and read back from a
+    /// socket in every round. loss runs its comparison column under the
+    /// other of cubic and bbr.
+    #[arg(long, value_name = "ALGORITHM", default_value = "cubic", value_parser = ["cubic", "bbr", "reno"])]
+    pub cc: String,
     /// Measure an already-running stack at this user-service URL
     /// (http://host:port) instead of starting the services: nothing is
     /// built, started or restarted between rounds. Only experiments whose
@@ -227,6 +242,8 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
                     bin_dir: a.bin_dir,
                     transports: a.transports,
                     sizes: a.sizes,
+                    path: a.path,
+                    cc: a.cc.parse()?,
                     target: a.target.map(|url| {
                         let url = url.trim_end_matches('/').to_owned();
                         crate::measure::services::Target {

@@ -148,6 +148,35 @@ pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> 
     if a.pinning != b.pinning {
         out.push("different CPU pinning".to_owned());
     }
+    if a.knobs.path != b.knobs.path {
+        out.push(format!(
+            "different network emulation: A {}, B {} (a different environment for rtt, compression and tls)",
+            a.knobs.path.name(),
+            b.knobs.path.name()
+        ));
+    }
+    // The congestion control each kernel reported on the packet path, else
+    // the one the run asked for.
+    let cc = |i: &RunInfo| {
+        let seen: std::collections::BTreeSet<&String> = i
+            .service_env
+            .iter()
+            .filter(|(k, _)| k.starts_with("path ") && k.ends_with(" tcp_congestion_control"))
+            .map(|(_, v)| v)
+            .collect();
+        if seen.is_empty() {
+            i.knobs.cc.name().to_owned()
+        } else {
+            seen.into_iter().cloned().collect::<Vec<_>>().join("+")
+        }
+    };
+    if cc(&a) != cc(&b) {
+        out.push(format!(
+            "different TCP congestion control on the packet path: A {}, B {} (a different environment: its cells compare only under the same algorithm)",
+            cc(&a),
+            cc(&b)
+        ));
+    }
     for (name, plan) in &a.plans {
         match b.plans.get(name) {
             Some(other) if other != plan => out.push(format!("different plans for {name}")),
@@ -402,8 +431,10 @@ mod tests {
             serde_json::json!({"transports": ["grpc"], "sizes": [1]}),
         );
         b.plans.remove("naive");
+        b.knobs.cc = netpath::CongestionControl::Bbr;
         let d = differences(&to(&a), &to(&b)).join("\n");
         for needle in [
+            "different TCP congestion control on the packet path: A cubic, B bbr",
             "different machines",
             "different commits",
             "different plans for payload",

@@ -45,6 +45,45 @@ pub struct Knobs {
     /// plan measure only its few cells.
     #[serde(default)]
     pub taster: bool,
+    /// What carries the experiments that emulate a network between the
+    /// services (rtt, compression, tls): `--path`.
+    #[serde(default = "PathChoice::before_packets")]
+    pub path: PathChoice,
+    /// TCP's congestion control on a packet path (`--cc`): every packet
+    /// cell's, but for the loss experiment's comparison column, which runs
+    /// the other of cubic and bbr.
+    #[serde(default)]
+    pub cc: netpath::CongestionControl,
+}
+
+/// What emulates the network between the services.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathChoice {
+    /// A packet-level path (netpath): each service in its own network
+    /// namespace, the kernels' own TCP between them (slow start, loss,
+    /// retransmission, congestion control). Needs root and /dev/net/tun.
+    #[default]
+    Packets,
+    /// The delay proxy: TCP terminated on both sides, bytes held RTT/2 each
+    /// way (no loss, no congestion window over the path).
+    Proxy,
+}
+
+impl PathChoice {
+    /// Runs recorded before the packet path existed ran on the proxy.
+    pub fn before_packets() -> PathChoice {
+        PathChoice::Proxy
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PathChoice::Packets => "packets",
+            PathChoice::Proxy => "proxy",
+        }
+    }
 }
 
 impl Knobs {

@@ -12,7 +12,7 @@ use crate::measure::k6::{Percentiles, Summary};
 use crate::measure::machine::Machine;
 use crate::measure::procfs::TcpStates;
 use crate::measure::prom::Upstream;
-use crate::measure::record::{Cpu, ProxyRecord, ReplicaRecord, RoundRecord, Rss};
+use crate::measure::record::{Cpu, PathRecord, ProxyRecord, ReplicaRecord, RoundRecord, Rss};
 use crate::measure::results::Results;
 use crate::session::{self, RunInfo};
 
@@ -24,6 +24,7 @@ fn pct(p50: f64) -> Percentiles {
         p90: p50 * 1.5,
         p95: p50 * 1.8,
         p99: p50 * 2.5,
+        p999: Some(p50 * 4.0),
         max: p50 * 6.0,
     }
 }
@@ -119,9 +120,40 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             late_max_us: 900.0,
             cpu_us: requests * 20.0,
         }),
+        path: cell.env.path.map(|p| PathRecord {
+            packets_up: calls * 3.0,
+            packets_down: calls * (3.0 + f64::from(cell.orders) / 8.0),
+            lost: calls * 6.0 * p.loss_pct() / 100.0,
+            queue_drops: 0.0,
+            retrans_user: calls * 3.0 * p.loss_pct() / 100.0,
+            retrans_order: calls * 4.0 * p.loss_pct() / 100.0,
+            late_mean_us: 20.0 + f64::from(round),
+            cpu_us: requests * 25.0,
+        }),
         window_s: Some(secs + 1.0),
         postgres_us: on_postgres.then(|| requests * (200.0 + 2.0 * f64::from(cell.orders))),
-        service_env: Default::default(),
+        service_env: cell
+            .env
+            .path
+            .map(|p| {
+                ["user-service side", "order-service side"]
+                    .into_iter()
+                    .flat_map(|side| {
+                        [
+                            (
+                                format!("path {side} tcp_congestion_control"),
+                                p.cc.name().to_owned(),
+                            ),
+                            (
+                                format!("path {side} tcp_slow_start_after_idle"),
+                                "1".to_owned(),
+                            ),
+                            (format!("path {side} initcwnd"), "10".to_owned()),
+                        ]
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         k6_summary: serde_json::Value::Null,
         replicas: replicas(cell, requests, up_us),
         balancer_cpu_us: cell
@@ -155,15 +187,27 @@ fn hop_us(cell: &Cell, round: u32) -> (f64, f64) {
     let six = selection(cell);
     let jitter = 1.0 + 0.03 * f64::from(round);
     let mut up_us = (80.0 + 2.0 * f64::from(cell.orders)) * factor * six * jitter;
-    // Behind the delay proxy every call pays the round trip; HTTP/1.1 calls
-    // also queue for one of `pool` connections.
-    if let (Some(rtt), Load::Closed { vus }) = (cell.env.rtt_ms, cell.load) {
+    // Behind the delay proxy or across a packet path every call pays the
+    // round trip; HTTP/1.1 calls also queue for one of `pool` connections.
+    let rtt = cell.env.rtt_ms.or(cell.env.path.map(|p| p.rtt_ms));
+    if let (Some(rtt), Load::Closed { vus }) = (rtt, cell.load) {
         let queue = if cell.via.starts_with("h1-") {
             f64::from(vus) / f64::from(cell.pool)
         } else {
             1.0
         };
         up_us += f64::from(rtt) * 1000.0 * queue;
+    }
+    // Loss costs a retransmission's wait; one connection carrying every
+    // call makes every call behind a lost packet wait too.
+    if let Some(p) = cell.env.path {
+        let one_connection =
+            cell.pool == 1 && !cell.via.starts_with("h1-") || cell.via == "grpc-bidi";
+        let spread = if one_connection { 12.0 } else { 4.0 };
+        up_us *= 1.0 + spread * p.loss_pct() / 100.0 * if p.bursty { 1.5 } else { 1.0 };
+        if p.cc == netpath::CongestionControl::Bbr {
+            up_us *= 0.9;
+        }
     }
     // On Postgres every call also waits for its query, longer the more rows.
     if cell.env.store == Some(crate::measure::cell::Store::Postgres) {

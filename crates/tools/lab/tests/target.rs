@@ -42,6 +42,8 @@ fn by_hand(out: &std::path::Path) -> lab::measure::services::Running {
 
 fn options(experiment: &str, out: &std::path::Path, target: Target) -> RunOptions {
     RunOptions {
+        path: Default::default(),
+        cc: Default::default(),
         target: Some(target),
         ..common::tiny_run(experiment, out)
     }
@@ -137,7 +139,8 @@ fn experiments_that_start_what_they_measure_refuse_a_target_and_say_why() {
         order_grpc: None,
     };
     for (experiment, needs) in [
-        ("rtt", "delay proxy"),
+        ("rtt", "a path it makes"),
+        ("loss", "packet path"),
         ("tls", "certificates"),
         ("pool", "USER_POOL_SIZE"),
         ("replicas", "HAProxy"),

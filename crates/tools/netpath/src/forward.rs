@@ -33,7 +33,7 @@ pub struct Counters {
 }
 
 /// A snapshot of [`Counters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct DirectionStats {
     pub packets: u64,
     pub delivered: u64,
@@ -41,8 +41,26 @@ pub struct DirectionStats {
     pub queue_drops: u64,
     pub lost: u64,
     pub write_errors: u64,
-    /// The mean lateness of delayed packets (written after their time), µs.
-    pub mean_late_us: f64,
+    /// Delayed packets, and their lateness summed (written after their
+    /// time; early ones count 0), ns.
+    pub timed: u64,
+    pub late_ns: u64,
+}
+
+impl DirectionStats {
+    /// What happened between `before` and this snapshot.
+    pub fn since(&self, before: &DirectionStats) -> DirectionStats {
+        DirectionStats {
+            packets: self.packets - before.packets,
+            delivered: self.delivered - before.delivered,
+            bytes_delivered: self.bytes_delivered - before.bytes_delivered,
+            queue_drops: self.queue_drops - before.queue_drops,
+            lost: self.lost - before.lost,
+            write_errors: self.write_errors - before.write_errors,
+            timed: self.timed - before.timed,
+            late_ns: self.late_ns - before.late_ns,
+        }
+    }
 }
 
 impl Counters {
@@ -55,7 +73,8 @@ impl Counters {
             queue_drops: g(&self.queue_drops),
             lost: g(&self.lost),
             write_errors: g(&self.write_errors),
-            mean_late_us: g(&self.late_ns) as f64 / 1e3 / g(&self.timed).max(1) as f64,
+            timed: g(&self.timed),
+            late_ns: g(&self.late_ns),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Jitter added to each packet's one-way delay.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -241,7 +241,9 @@ impl FromStr for Link {
 
 /// The kernel's TCP congestion control on both ends of the path, applied to
 /// the path's routes (`congctl`), so nothing host-wide changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum CongestionControl {
     /// Linux's own default, and what most servers run.

@@ -1,14 +1,15 @@
 //! `compression`: REST JSON, REST protobuf and gRPC, uncompressed, with
-//! gzip and with zstd, on loopback and on a slow link (the delay proxy at
-//! 20 ms round trip and 100 Mbit/s each way). Does compressed JSON close
+//! gzip and with zstd, on loopback and on a slow link (20 ms round trip and
+//! 100 Mbit/s each way: a packet path, or the delay proxy with `--path
+//! proxy`). Does compressed JSON close
 //! the gap with protobuf on a slow link, and what does compression cost in
 //! CPU where bandwidth is free?
 
 use serde::{Deserialize, Serialize};
 
-use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiment::{Context, Experiment, Knobs, PathChoice};
 use crate::experiments::tables::{capitalise, method};
-use crate::measure::cell::{Cell, Env};
+use crate::measure::cell::{Cell, Env, PacketPath};
 use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format::{self as f, MISSING};
@@ -28,6 +29,12 @@ const VIAS: [&str; 3] = [transports::H1_JSON, transports::H1_PROTO, transports::
 pub struct CompressionPlan {
     pub transports: Vec<String>,
     pub sizes: Vec<u32>,
+    /// What carries the slow link (plans written before the packet path
+    /// existed ran on the proxy), and TCP's congestion control on it.
+    #[serde(default = "PathChoice::before_packets")]
+    pub path: PathChoice,
+    #[serde(default)]
+    pub cc: netpath::CongestionControl,
 }
 
 /// Loopback, then the slow link.
@@ -67,10 +74,17 @@ fn link_name(slow: bool) -> String {
 impl CompressionPlan {
     /// A transport at a size, compressed or not, on loopback or the slow
     /// link. Loopback uncompressed is the payload grid's cell.
-    pub fn cell(via: &str, orders: u32, zip: Zip, slow: bool) -> Cell {
+    pub fn cell(&self, via: &str, orders: u32, zip: Zip, slow: bool) -> Cell {
+        let packets = slow && self.path == PathChoice::Packets;
+        let proxy = slow && self.path == PathChoice::Proxy;
         Knobs::closed(via, orders).with_env(Env {
-            rtt_ms: slow.then_some(SLOW_RTT_MS),
-            rate_mbit: slow.then_some(SLOW_MBIT),
+            rtt_ms: proxy.then_some(SLOW_RTT_MS),
+            rate_mbit: proxy.then_some(SLOW_MBIT),
+            path: packets.then_some(PacketPath {
+                rate_mbit: Some(SLOW_MBIT),
+                cc: self.cc,
+                ..PacketPath::rtt(SLOW_RTT_MS)
+            }),
             gzip: zip == Zip::Gzip,
             zstd: zip == Zip::Zstd,
             ..Env::default()
@@ -83,7 +97,7 @@ impl CompressionPlan {
             for &n in &self.sizes {
                 for via in &self.transports {
                     for zip in Zip::ALL {
-                        v.push(Self::cell(via, n, zip, slow));
+                        v.push(self.cell(via, n, zip, slow));
                     }
                 }
             }
@@ -98,7 +112,7 @@ impl Experiment for Compression {
     const ABOUT: &'static str = "REST JSON, REST protobuf and gRPC uncompressed, with gzip and with zstd, on loopback and on a 20 ms, 100 Mbit/s link";
 
     fn target() -> Result<(), &'static str> {
-        Err("it sets compression on both services and puts the delay proxy between them, which only the lab's own services allow")
+        Err("it sets compression on both services and puts a slow link between them, which only the lab's own services allow")
     }
 
     fn plan(knobs: &Knobs) -> CompressionPlan {
@@ -108,6 +122,8 @@ impl Experiment for Compression {
                 .clone()
                 .unwrap_or_else(|| VIAS.iter().map(|s| (*s).to_owned()).collect()),
             sizes: knobs.sizes(&[1000, 10000], &[100, 1000, 10000]),
+            path: knobs.path,
+            cc: knobs.cc,
         }
     }
 
@@ -141,11 +157,21 @@ fn section(p: &CompressionPlan, cx: &Context) -> Section {
              ends (`ORDER_REST_GZIP`, `ORDER_GRPC_GZIP`, `USER_UPSTREAM_GZIP`), zstd on both ends \
              (`ORDER_REST_ZSTD`, `ORDER_GRPC_ZSTD`, `USER_UPSTREAM_ZSTD`), or neither; each at \
              its library's default level (tower-http's and tonic's); loopback, \
-             or the delay proxy between the services at {} round trip and {} Mbit/s each way \
-             (a token bucket per direction shared by the connections). Nothing else differs \
+             or {} at {} round trip and {} Mbit/s each way. Nothing else differs \
              between the cells of a row. `×` is compressed over off",
             Knobs::VUS,
             Knobs::POOL,
+            match p.path {
+                PathChoice::Packets => format!(
+                    "a packet path between the services (each in its own network namespace, the \
+                     kernels' own TCP with {} congestion control, a drop-tail queue of 50 ms at \
+                     the cap)",
+                    p.cc
+                ),
+                PathChoice::Proxy => "the delay proxy between the services (a token bucket per \
+                     direction shared by the connections)"
+                    .to_owned(),
+            },
             format_args!("{SLOW_RTT_MS} ms"),
             SLOW_MBIT
         ),
@@ -171,10 +197,10 @@ fn section(p: &CompressionPlan, cx: &Context) -> Section {
             for via in &p.transports {
                 let mut r = vec![Value::text(format!("{via}, {}", link_name(slow)))];
                 for &n in &p.sizes {
-                    let off = CompressionPlan::cell(via, n, Zip::Off, slow);
+                    let off = p.cell(via, n, Zip::Off, slow);
                     r.push(cx.fig(&off, m));
                     for zip in Zip::ON {
-                        r.push(cx.fig_vs(&CompressionPlan::cell(via, n, zip, slow), &off, m));
+                        r.push(cx.fig_vs(&p.cell(via, n, zip, slow), &off, m));
                     }
                 }
                 rows.push(r);
@@ -221,8 +247,8 @@ fn zip_ratio_reading(
                 .iter()
                 .map(|via| {
                     match cx.data.ratio(
-                        &CompressionPlan::cell(via, n, zip, slow),
-                        &CompressionPlan::cell(via, n, Zip::Off, slow),
+                        &p.cell(via, n, zip, slow),
+                        &p.cell(via, n, Zip::Off, slow),
                         m,
                     ) {
                         Some(r) => format!("{via} ×{}", f::num(r.median)),
@@ -288,26 +314,26 @@ fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
                     }
                 ),
             };
-            let proto_off = CompressionPlan::cell(proto, n, Zip::Off, true);
+            let proto_off = p.cell(proto, n, Zip::Off, true);
             let gap = cx
                 .data
                 .ratio(
                     &proto_off,
-                    &CompressionPlan::cell(json, n, Zip::Off, true),
+                    &p.cell(json, n, Zip::Off, true),
                     Metric::Rate,
                 )
                 .map_or(MISSING.to_owned(), |r| format!("×{}", f::num(r.median)));
             let each: Vec<String> = Zip::ON
                 .iter()
                 .map(|&zip| {
-                    let jz = CompressionPlan::cell(json, n, zip, true);
+                    let jz = p.cell(json, n, zip, true);
                     let z = zip.name();
                     format!(
                         "{json} with {z} serves {}, and {}",
                         verdict(&jz, &proto_off, &format!("{proto}'s uncompressed")),
                         verdict(
                             &jz,
-                            &CompressionPlan::cell(proto, n, zip, true),
+                            &p.cell(proto, n, zip, true),
                             &format!("{proto}'s with {z}")
                         ),
                     )
@@ -348,17 +374,27 @@ mod tests {
         assert_eq!(cells.iter().filter(|c| c.env.gzip).count(), cells.len() / 3);
         assert_eq!(cells.iter().filter(|c| c.env.zstd).count(), cells.len() / 3);
         assert!(!cells.iter().any(|c| c.env.gzip && c.env.zstd));
-        let slow = cells.iter().filter(|c| c.env.rate_mbit.is_some()).count();
+        let slow = cells
+            .iter()
+            .filter(|c| c.env.path.is_some_and(|p| p.rate_mbit == Some(SLOW_MBIT) && p.rtt_ms == SLOW_RTT_MS))
+            .count();
         assert_eq!(slow, cells.len() / 2);
+        assert!(cells.iter().all(|c| c.env.rate_mbit.is_none() && c.env.rtt_ms.is_none()));
+        let on_proxy = Compression::plan(&Knobs {
+            quick: true,
+            path: PathChoice::Proxy,
+            ..Knobs::default()
+        });
         assert!(
-            cells
+            on_proxy
+                .cells()
                 .iter()
-                .all(|c| c.env.rate_mbit.is_some() == c.env.rtt_ms.is_some())
+                .all(|c| c.env.path.is_none() && c.env.rate_mbit.is_some() == c.env.rtt_ms.is_some())
         );
         // Loopback without gzip is the payload grid's cell.
         assert!(cells.contains(&Knobs::closed(transports::GRPC, 1000)));
         assert_ne!(
-            CompressionPlan::cell("grpc", 1000, Zip::Gzip, false).id(),
+            p.cell("grpc", 1000, Zip::Gzip, false).id(),
             Knobs::closed("grpc", 1000).id()
         );
     }

@@ -36,6 +36,7 @@ registry! {
     naive::Naive,
     pool::Pool,
     rtt::Rtt,
+    loss::Loss,
     pitfall::Pitfall,
     tls::Tls,
     compression::Compression,
@@ -141,7 +142,7 @@ mod tests {
         }
         let seen: std::collections::BTreeSet<(String, u32, Option<u32>)> = cells
             .iter()
-            .map(|c| (c.via.clone(), c.orders, c.env.rtt_ms))
+            .map(|c| (c.via.clone(), c.orders, c.env.path.map(|p| p.rtt_ms)))
             .collect();
         let mut want = std::collections::BTreeSet::new();
         for via in ["h1-json", "h1-proto", "grpc"] {

@@ -3,9 +3,13 @@
 //!
 //! Every post the lab reproduces measured on one host, where a round trip
 //! is nearly free, and the Spring Boot post noted that this favours
-//! HTTP/1.1. Here user-service dials order-service through the lab's
-//! in-process [`delay_proxy`], which holds every byte RTT/2 in each
-//! direction. With more callers than connections,
+//! HTTP/1.1. Here user-service and order-service run on either side of a
+//! packet-level path ([`netpath`]: two network namespaces, packets held
+//! RTT/2 each way, the kernels' own TCP with cubic), or, with `--path
+//! proxy`, user-service dials order-service through the lab's in-process
+//! [`delay_proxy`], which holds every byte RTT/2 in each direction. On
+//! packets a second table runs the same calls through both, and shows what
+//! terminating TCP hides. With more callers than connections,
 //! HTTP/1.1 has at most `pool` calls in flight, so its rate is capped near
 //! `pool / RTT`, while HTTP/2, gRPC and raw TCP multiplex every caller over
 //! the same connections. RTT 0 goes through the proxy too (with no delay),
@@ -18,9 +22,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::stats::Spread;
-use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiment::{Context, Experiment, Knobs, PathChoice};
 use crate::experiments::tables::{method, scaled};
-use crate::measure::cell::{Cell, Env};
+use crate::measure::cell::{Cell, Env, PacketPath};
 use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format::{self as f};
@@ -38,12 +42,12 @@ impl Experiment for Rtt {
     type Plan = RttPlan;
     const NAME: &'static str = "rtt";
     const ABOUT: &'static str =
-        "Round-trip time 0, 1, 5, 20 ms between the services, through a delay proxy";
+        "Round-trip time 0, 1, 5, 20 ms between the services, on a packet path (or the delay proxy)";
 
     /// `--transports` replaces the transports when given (every transport
     /// works through the proxy); `--sizes` the orders per call.
     fn target() -> Result<(), &'static str> {
-        Err("it puts a delay proxy it starts between user-service and order-service")
+        Err("it puts a path it makes between user-service and order-service")
     }
 
     fn plan(knobs: &Knobs) -> RttPlan {
@@ -73,6 +77,15 @@ impl Experiment for Rtt {
             } else {
                 knobs.sizes(&[1], &[1])
             },
+            path: knobs.path,
+            cc: knobs.cc,
+            // What the proxy hides: not in the taster.
+            hidden_vias: if knobs.taster || knobs.path == PathChoice::Proxy {
+                Vec::new()
+            } else {
+                vec![H1_JSON.to_owned(), transports::H1_JSON_CLOSE.to_owned(), GRPC.to_owned()]
+            },
+            hidden_orders: vec![1, 1000],
         }
     }
 
@@ -82,11 +95,21 @@ impl Experiment for Rtt {
 
     fn describe(p: &RttPlan) -> String {
         format!(
-            "RTT {:?} ms, {} at pool {:?}, {} VUs",
+            "RTT {:?} ms on {}, {} at pool {:?}, {} VUs{}",
             p.rtts_ms,
+            p.path_words(),
             p.vias.join(", "),
             p.pools,
-            p.vus
+            p.vus,
+            if p.hidden_vias.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; proxy against packets at {} ms: {}",
+                    HIDDEN_RTT_MS,
+                    p.hidden_vias.join(", ")
+                )
+            }
         )
     }
 
@@ -108,15 +131,69 @@ pub struct RttPlan {
     /// Orders per call: small, so that the round trip, not the payload,
     /// is what is measured.
     pub orders: Vec<u32>,
+    /// What carries the round trip (plans written before the packet path
+    /// existed ran on the proxy).
+    #[serde(default = "PathChoice::before_packets")]
+    pub path: PathChoice,
+    /// TCP's congestion control on the packet path.
+    #[serde(default)]
+    pub cc: netpath::CongestionControl,
+    /// The transports run through both the proxy and the packet path at
+    /// [`HIDDEN_RTT_MS`], at each of `hidden_orders` (none: no such table).
+    #[serde(default)]
+    pub hidden_vias: Vec<String>,
+    #[serde(default)]
+    pub hidden_orders: Vec<u32>,
 }
+
+/// The round trip of the proxy-against-packets table, ms.
+pub const HIDDEN_RTT_MS: u32 = 20;
 
 impl RttPlan {
     /// The cell of one transport, pool, payload and RTT.
     pub fn cell(&self, via: &str, pool: u16, orders: u32, rtt_ms: u32) -> Cell {
-        Cell::closed(via, orders, self.vus, pool).with_env(Env {
-            rtt_ms: Some(rtt_ms),
-            ..Env::default()
-        })
+        self.cell_on(self.path, via, pool, orders, rtt_ms)
+    }
+
+    /// The same on a given path.
+    pub fn cell_on(&self, path: PathChoice, via: &str, pool: u16, orders: u32, rtt_ms: u32) -> Cell {
+        let env = match path {
+            PathChoice::Packets => Env {
+                path: Some(PacketPath {
+                    cc: self.cc,
+                    ..PacketPath::rtt(rtt_ms)
+                }),
+                ..Env::default()
+            },
+            PathChoice::Proxy => Env {
+                rtt_ms: Some(rtt_ms),
+                ..Env::default()
+            },
+        };
+        Cell::closed(via, orders, self.vus, pool).with_env(env)
+    }
+
+    /// The pool of the proxy-against-packets cells: the largest planned.
+    fn hidden_pool(&self) -> u16 {
+        self.pools.iter().copied().max().unwrap_or(4)
+    }
+
+    /// The proxy-against-packets cells, on `path`.
+    pub fn hidden_cells(&self, path: PathChoice) -> Vec<Cell> {
+        let mut v = Vec::new();
+        for &orders in &self.hidden_orders {
+            for via in &self.hidden_vias {
+                v.push(self.cell_on(path, via, self.hidden_pool(), orders, HIDDEN_RTT_MS));
+            }
+        }
+        v
+    }
+
+    fn path_words(&self) -> String {
+        match self.path {
+            PathChoice::Packets => format!("a packet path ({})", self.cc),
+            PathChoice::Proxy => "the delay proxy".to_owned(),
+        }
     }
 }
 
@@ -129,6 +206,13 @@ pub fn cells(r: &RttPlan) -> Vec<Cell> {
                 for via in &r.vias {
                     v.push(r.cell(via, pool, orders, rtt));
                 }
+            }
+        }
+    }
+    for path in [PathChoice::Packets, PathChoice::Proxy] {
+        for c in r.hidden_cells(path) {
+            if !v.contains(&c) {
+                v.push(c);
             }
         }
     }
@@ -151,12 +235,23 @@ fn section(r: &RttPlan, cx: &Context) -> Section {
         "Round-trip time: 0 to 20 ms between the services, at a fixed pool",
     );
     let base = base(r);
+    let carrier = match r.path {
+        PathChoice::Packets => format!(
+            "user-service and order-service run in two network namespaces joined by a packet \
+             path that holds every packet RTT/2 in each direction, the kernels' own TCP between \
+             them with {} congestion control (RTT 0 crosses the path too, so every column \
+             pays its cost)",
+            r.cc
+        ),
+        PathChoice::Proxy => "user-service dials order-service through the lab's delay proxy, \
+             which holds every byte RTT/2 in each direction (RTT 0 passes through it too, so \
+             every column pays the proxy's own cost)"
+            .to_owned(),
+    };
     s.para(method(
         cx.timing,
         &format!(
-            "Closed loop, {} VUs; user-service dials order-service through the lab's delay \
-             proxy, which holds every byte RTT/2 in each direction (RTT 0 passes through it \
-             too, so every column pays the proxy's own cost). A pool of {} connection(s) per \
+            "Closed loop, {} VUs; {carrier}. A pool of {} connection(s) per \
              transport: HTTP/1.1 carries at most that many calls at once and the other callers \
              wait for one (the wait counts as upstream time); HTTP/2, gRPC and raw TCP \
              multiplex all {} callers over the same connections. Baseline: **{base}** at the \
@@ -243,7 +338,16 @@ fn section(r: &RttPlan, cx: &Context) -> Section {
             }
         }
     }
-    s.table(proxy_table(r, cx));
+    match r.path {
+        PathChoice::Proxy => s.table(proxy_table(r, cx)),
+        PathChoice::Packets => {
+            s.para(crate::experiments::tables::path_facts(cx, Rtt::NAME));
+            s.table(path_table(r, cx));
+        }
+    }
+    if !r.hidden_vias.is_empty() {
+        s.table(hidden_table(r, cx));
+    }
     s.chart(Chart {
         file: "rtt-throughput.svg".into(),
         title: "Throughput against round-trip time".into(),
@@ -383,6 +487,133 @@ fn proxy_table(r: &RttPlan, cx: &Context) -> Table {
     }
 }
 
+/// The packet path at each RTT: how late it delivered packets (the
+/// emulation's own error), its CPU, and what the kernels retransmitted.
+fn path_table(r: &RttPlan, cx: &Context) -> Table {
+    let d = cx.data;
+    let at = |ms: u32, m: Metric| -> Option<Spread> {
+        let mut v = Vec::new();
+        for &pool in &r.pools {
+            for &orders in &r.orders {
+                for via in &r.vias {
+                    v.extend(d.values(&r.cell(via, pool, orders, ms), m).into_iter().flatten());
+                }
+            }
+        }
+        Spread::of(&v)
+    };
+    let rows = r
+        .rtts_ms
+        .iter()
+        .map(|&ms| {
+            vec![
+                format!("RTT {ms} ms").into(),
+                Value::single(f64::from(ms) / 2.0, "ms"),
+                Value::range(at(ms, Metric::PathLate), Metric::PathLate.unit()),
+                Value::range(at(ms, Metric::PathCores), Metric::PathCores.unit()),
+                Value::range(at(ms, Metric::Retrans), Metric::Retrans.unit()),
+            ]
+        })
+        .collect();
+    let worst = r
+        .rtts_ms
+        .iter()
+        .filter_map(|&ms| at(ms, Metric::PathLate).map(|s| (ms, s.max)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let retrans = r
+        .rtts_ms
+        .iter()
+        .filter_map(|&ms| at(ms, Metric::Retrans).map(|s| s.max))
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    Table {
+        caption: "The packet path: how late it delivered packets, its CPU, and the kernels' retransmissions".into(),
+        headers: vec![
+            "RTT".into(),
+            "one-way delay asked, ms".into(),
+            "mean lateness per delayed packet, µs (cells × rounds)".into(),
+            "path CPU, cores".into(),
+            "segments retransmitted, both sides".into(),
+        ],
+        rows,
+        reading: match worst {
+            Some((ms, late)) => format!(
+                "The emulated round trip is the asked one plus up to twice the lateness: the worst cell's mean was {} µs (at RTT {ms} ms). {}",
+                f::num(late),
+                match retrans {
+                    None => format!("Retransmissions were not recorded ({}).", f::MISSING),
+                    Some(0.0) => "No segment was retransmitted: the path lost nothing.".to_owned(),
+                    Some(x) => format!(
+                        "The path's loss model is off here, yet up to {} segments per 1,000 calls were retransmitted: packets the kernel dropped before the emulator read them (a full TUN queue) or retransmission timers that fired early, the emulation's error rather than the transport's.",
+                        f::num(x)
+                    ),
+                }
+            ),
+            None => format!("The path's lateness was not recorded ({}).", f::MISSING),
+        },
+    }
+}
+
+/// The same calls through the delay proxy and across the packet path at
+/// [`HIDDEN_RTT_MS`]: what terminating TCP on both sides hides.
+fn hidden_table(r: &RttPlan, cx: &Context) -> Table {
+    let d = cx.data;
+    let pool = r.hidden_pool();
+    let mut rows = Vec::new();
+    let mut gaps: Vec<(String, u32, f64)> = Vec::new();
+    for &orders in &r.hidden_orders {
+        for via in &r.hidden_vias {
+            let proxy = r.cell_on(PathChoice::Proxy, via, pool, orders, HIDDEN_RTT_MS);
+            let packets = r.cell_on(PathChoice::Packets, via, pool, orders, HIDDEN_RTT_MS);
+            let in_rtts = |c: &Cell| {
+                d.median(c, Metric::UpP50)
+                    .map(|us| us / 1000.0 / f64::from(HIDDEN_RTT_MS))
+            };
+            if let (Some(a), Some(b)) = (in_rtts(&proxy), in_rtts(&packets)) {
+                gaps.push((via.clone(), orders, b - a));
+            }
+            let cold = if via == transports::H1_JSON_CLOSE {
+                "cold: a new connection per call"
+            } else {
+                "warm: pooled connections"
+            };
+            rows.push(vec![
+                Value::text(format!("{via} ({cold})")),
+                Value::text(f::orders(orders)),
+                Value::range(scaled(d.spread(&proxy, Metric::UpP50), 1e-3), "ms"),
+                Value::range(scaled(d.spread(&packets, Metric::UpP50), 1e-3), "ms"),
+                Value::ratio(d.ratio(&packets, &proxy, Metric::UpP50)),
+                Value::range(d.spread(&packets, Metric::Rate), "req/s"),
+                Value::ratio(d.ratio(&packets, &proxy, Metric::Rate)),
+            ]);
+        }
+    }
+    let widest = gaps.iter().max_by(|a, b| a.2.total_cmp(&b.2));
+    Table {
+        caption: format!(
+            "What the delay proxy hides: the same calls through it and across the packet path, RTT {HIDDEN_RTT_MS} ms, pool {pool}, {} VUs",
+            r.vus
+        ),
+        headers: vec![
+            "transport".into(),
+            "orders per call".into(),
+            "upstream p50, proxy, ms".into(),
+            "upstream p50, packets, ms".into(),
+            "packets / proxy".into(),
+            "rate, packets".into(),
+            "rate packets / proxy".into(),
+        ],
+        rows,
+        reading: match widest {
+            Some((via, orders, gap)) => format!(
+                "The proxy terminates TCP on both sides, so a connection's handshake is a fixed extra round trip and its answer leaves at loopback speed; across packets, each new or idle connection grows its congestion window from 10 segments. The widest gap: {via} at {} took {} more round trips at p50 across packets than through the proxy.",
+                f::orders(*orders),
+                f::num(*gap)
+            ),
+            None => format!("Not measured on both paths ({}).", f::MISSING),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,14 +626,30 @@ mod tests {
         };
         let r = Rtt::plan(&quick);
         let c = cells(&r);
-        assert_eq!(c.len(), 4 * 3);
-        assert!(c.iter().all(|c| c.env.rtt_ms.is_some() && c.pool == 4));
+        // The grid on packets, then the proxy-against-packets cells (the
+        // packet cells of h1-json and grpc at 1 order shared with the grid).
+        assert_eq!(c.len(), 4 * 3 + 3 * 2 * 2 - 2);
+        assert!(c.iter().all(|c| c.pool == 4));
         assert!(
             c.iter()
-                .any(|c| c.env.rtt_ms == Some(20) && c.via == "h2c-json")
+                .any(|c| c.env.path.is_some_and(|p| p.rtt_ms == 20) && c.via == "h2c-json")
+        );
+        let proxied = c.iter().filter(|c| c.env.rtt_ms.is_some()).count();
+        assert_eq!(proxied, 3 * 2);
+        assert!(
+            c.iter()
+                .any(|c| c.env.rtt_ms == Some(20) && c.via == "h1-json-close" && c.orders == 1000)
         );
         let full = Rtt::plan(&Knobs::default());
-        assert_eq!(cells(&full).len(), 4 * 4 * 2);
+        assert_eq!(cells(&full).len(), 4 * 4 * 2 + 3 * 2 * 2 - 2);
+        // On the proxy, no comparison.
+        let on_proxy = Rtt::plan(&Knobs {
+            quick: true,
+            path: PathChoice::Proxy,
+            ..Knobs::default()
+        });
+        assert!(cells(&on_proxy).iter().all(|c| c.env.rtt_ms.is_some()));
+        assert_eq!(cells(&on_proxy).len(), 4 * 3);
     }
 
     #[test]
@@ -456,9 +703,15 @@ mod tests {
         assert!(
             tables
                 .iter()
-                .any(|t| t.caption.starts_with("The delay proxy")),
-            "no proxy table"
+                .any(|t| t.caption.starts_with("The packet path")),
+            "no path table"
         );
+        let hidden = tables
+            .iter()
+            .find(|t| t.caption.starts_with("What the delay proxy hides"))
+            .expect("a proxy-against-packets table");
+        assert_eq!(hidden.rows.len(), 3 * 2);
+        assert!(hidden.reading.contains("more round trips"), "{}", hidden.reading);
         assert!(
             rtt.blocks
                 .iter()
@@ -468,6 +721,11 @@ mod tests {
         // no certificates, and the launcher gets a delay proxy per cell.
         let schedule = Rtt::schedule(&plan);
         assert!(!schedule.needs().certs);
-        assert!(schedule.cells().iter().all(|c| c.env.rtt_ms.is_some()));
+        assert!(
+            schedule
+                .cells()
+                .iter()
+                .all(|c| c.env.rtt_ms.is_some() || c.env.path.is_some())
+        );
     }
 }

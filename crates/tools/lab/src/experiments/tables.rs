@@ -227,3 +227,67 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
         ),
     }
 }
+
+/// What the kernels on both sides of a packet path reported in the rounds
+/// of `experiment` (read back from a socket across the path, and from the
+/// namespace's settings, when each round started): whether each side's
+/// congestion control was the one its cell asked for, slow start after
+/// idle, and the initial window. Computed from the round records.
+pub fn path_facts(cx: &crate::experiment::Context, experiment: &str) -> String {
+    use std::collections::BTreeSet;
+    let mut rounds = 0;
+    let mut matched = 0;
+    let mut ssai = BTreeSet::new();
+    let mut initcwnd = BTreeSet::new();
+    let mut seen_cc = BTreeSet::new();
+    for r in cx
+        .results
+        .records
+        .iter()
+        .filter(|r| r.experiment == experiment)
+    {
+        let Some(path) = r.cell.env.path else {
+            continue;
+        };
+        let sides = ["user-service side", "order-service side"];
+        let get = |side: &str, what: &str| r.service_env.get(&format!("path {side} {what}"));
+        let ccs: Vec<&String> = sides
+            .iter()
+            .filter_map(|s| get(s, "tcp_congestion_control"))
+            .collect();
+        if ccs.is_empty() {
+            continue;
+        }
+        rounds += 1;
+        if ccs.len() == 2 && ccs.iter().all(|c| c.as_str() == path.cc.name()) {
+            matched += 1;
+        }
+        seen_cc.extend(ccs.into_iter().cloned());
+        for s in sides {
+            ssai.extend(get(s, "tcp_slow_start_after_idle").cloned());
+            initcwnd.extend(get(s, "initcwnd").cloned());
+        }
+    }
+    if rounds == 0 {
+        return format!(
+            "What the kernels on the path reported was not recorded ({}).",
+            f::MISSING
+        );
+    }
+    let list = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(" or ");
+    let ssai = match ssai
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["1"] => "on".to_owned(),
+        ["0"] => "off".to_owned(),
+        _ => format!("varied ({})", list(&ssai)),
+    };
+    format!(
+        "As both kernels reported when each round started: the congestion control a socket across the path ran ({}) was the one its column names on both sides in {matched} of {rounds} rounds; slow start after idle {ssai}; initial window {} segments.",
+        list(&seen_cc),
+        list(&initcwnd)
+    )
+}

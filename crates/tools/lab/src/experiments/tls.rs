@@ -13,9 +13,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiment::{Context, Experiment, Knobs, PathChoice};
 use crate::experiments::tables::method;
-use crate::measure::cell::{Cell, Env};
+use crate::measure::cell::{Cell, Env, PacketPath};
 use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format::{self as f, MISSING};
@@ -35,11 +35,24 @@ impl Experiment for Tls {
     }
 
     fn plan(knobs: &Knobs) -> TlsPlan {
+        let vias = knobs.transports();
+        // Across a packet path, a handshake costs round trips: a transport
+        // that opens a connection per call, one that pools, one on HTTP/2.
+        let path_vias = match knobs.path {
+            PathChoice::Proxy => Vec::new(),
+            PathChoice::Packets => [transports::H1_JSON, transports::H1_JSON_CLOSE, transports::GRPC]
+                .iter()
+                .filter(|v| vias.iter().any(|x| x == *v))
+                .map(|v| (*v).to_owned())
+                .collect(),
+        };
         TlsPlan {
-            vias: knobs.transports(),
+            vias,
             orders: knobs.sizes(&[1], &[1, 1000]),
             vus: Knobs::VUS,
             pool: Knobs::POOL,
+            path_vias,
+            cc: knobs.cc,
         }
     }
 
@@ -48,7 +61,15 @@ impl Experiment for Tls {
     }
 
     fn describe(p: &TlsPlan) -> String {
-        format!("sizes {:?}, cleartext and TLS", p.orders)
+        let mut d = format!("sizes {:?}, cleartext and TLS", p.orders);
+        if !p.path_vias.is_empty() {
+            d.push_str(&format!(
+                "; {} also across a {PATH_RTT_MS} ms packet path ({})",
+                p.path_vias.join(", "),
+                p.cc
+            ));
+        }
+        d
     }
 
     fn section(p: &TlsPlan, cx: &Context) -> Section {
@@ -63,12 +84,34 @@ pub struct TlsPlan {
     pub orders: Vec<u32>,
     pub vus: u32,
     pub pool: u16,
+    /// The transports also measured across a packet path of
+    /// [`PATH_RTT_MS`], at the first size (none in plans written before
+    /// the packet path existed).
+    #[serde(default)]
+    pub path_vias: Vec<String>,
+    #[serde(default)]
+    pub cc: netpath::CongestionControl,
 }
+
+/// The round trip of the packet path the tls experiment also runs on, ms.
+pub const PATH_RTT_MS: u32 = 20;
 
 impl TlsPlan {
     pub fn cell(&self, via: &str, orders: u32, tls: bool) -> Cell {
         Cell::closed(via, orders, self.vus, self.pool).with_env(Env {
             tls,
+            ..Env::default()
+        })
+    }
+
+    /// The same across the packet path.
+    pub fn path_cell(&self, via: &str, orders: u32, tls: bool) -> Cell {
+        Cell::closed(via, orders, self.vus, self.pool).with_env(Env {
+            tls,
+            path: Some(PacketPath {
+                cc: self.cc,
+                ..PacketPath::rtt(PATH_RTT_MS)
+            }),
             ..Env::default()
         })
     }
@@ -81,6 +124,13 @@ pub fn cells(p: &TlsPlan) -> Vec<Cell> {
         for via in &p.vias {
             for tls in [false, true] {
                 v.push(p.cell(via, orders, tls));
+            }
+        }
+    }
+    if let Some(&orders) = p.orders.first() {
+        for via in &p.path_vias {
+            for tls in [false, true] {
+                v.push(p.path_cell(via, orders, tls));
             }
         }
     }
@@ -142,7 +192,67 @@ fn section(p: &TlsPlan, cx: &Context) -> Section {
         t.reading = reading(p, cx, orders);
         s.table(t);
     }
+    if let (Some(&orders), false) = (p.orders.first(), p.path_vias.is_empty()) {
+        s.table(path_table(p, cx, orders));
+    }
     s
+}
+
+/// TLS across the packet path: what a handshake costs in round trips.
+fn path_table(p: &TlsPlan, cx: &Context, orders: u32) -> Table {
+    let d = cx.data;
+    let rtts = |c: &Cell| {
+        d.median(c, Metric::UpP50)
+            .map(|us| us / 1000.0 / f64::from(PATH_RTT_MS))
+    };
+    let mut rows = Vec::new();
+    let mut extra = Vec::new();
+    for via in &p.path_vias {
+        let (plain, tls) = (p.path_cell(via, orders, false), p.path_cell(via, orders, true));
+        if let (Some(a), Some(b)) = (rtts(&plain), rtts(&tls)) {
+            extra.push(format!("{via} {}", f::num(b - a)));
+        }
+        rows.push(vec![
+            via.clone().into(),
+            cx.fig(&plain, Metric::Rate),
+            cx.fig_vs(&tls, &plain, Metric::Rate),
+            cx.fig(&plain, Metric::UpP50),
+            cx.fig_vs(&tls, &plain, Metric::UpP50),
+            Value::parts(vec![
+                cx.fig(&tls, Metric::TlsFullPer1k),
+                cx.fig(&tls, Metric::TlsResumedPer1k),
+            ]),
+        ]);
+    }
+    Table {
+        caption: format!(
+            "TLS against cleartext across a {PATH_RTT_MS} ms packet path ({}), {} per call",
+            p.cc,
+            f::orders(orders)
+        ),
+        headers: [
+            "transport",
+            "req/s, cleartext",
+            "req/s, TLS",
+            "upstream p50 µs, cleartext",
+            "upstream p50 µs, TLS",
+            "handshakes per 1,000 calls: full · resumed",
+        ]
+        .iter()
+        .map(|h| (*h).to_owned())
+        .collect(),
+        rows,
+        reading: if extra.is_empty() {
+            format!("{MISSING}: no transport has both a cleartext and a TLS round on the path.")
+        } else {
+            format!(
+                "Round trips TLS added to the median call across the path: {}. A pooled \
+                 connection pays its handshake once; a connection per call pays it on every call \
+                 (TLS 1.3: one round trip, a resumed session too).",
+                extra.join(", ")
+            )
+        },
+    }
 }
 
 /// The table's line: which transport TLS costs most and least, and who
@@ -207,13 +317,15 @@ mod tests {
             ..Knobs::default()
         });
         let c = cells(&p);
-        assert_eq!(c.len(), all * 2);
-        assert_eq!(c.iter().filter(|c| c.env.tls).count(), all);
+        // Every transport on loopback, and three across the packet path.
+        assert_eq!(c.len(), all * 2 + 3 * 2);
+        assert_eq!(c.iter().filter(|c| c.env.tls).count(), all + 3);
+        assert_eq!(c.iter().filter(|c| c.env.tls && c.env.path.is_some()).count(), 3);
         // The cleartext cells are the payload experiment's own.
         assert!(c.contains(&Knobs::closed("grpc", 1)));
         assert!(c.iter().any(|c| c.env.tls && c.id().ends_with("-tls")));
         assert!(Tls::schedule(&p).needs().certs);
         let full = Tls::plan(&Knobs::default());
-        assert_eq!(cells(&full).len(), all * 4);
+        assert_eq!(cells(&full).len(), all * 4 + 3 * 2);
     }
 }

@@ -107,6 +107,136 @@ pub struct Env {
     /// (`USER_UPSTREAM_BREAKDOWN`). The account adds bytes to every answer.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub breakdown: bool,
+    /// The services on either side of a packet-level path ([`netpath`]):
+    /// user-service in one network namespace, order-service in the other,
+    /// the kernels' own TCP between them. `None`: no such path (loopback,
+    /// or the delay proxy when `rtt_ms` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PacketPath>,
+}
+
+/// A packet-level path between the services: the same on both directions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PacketPath {
+    /// Round-trip time, ms (half each way).
+    pub rtt_ms: u32,
+    /// Jitter of each packet's one-way delay, µs (uniform, no reordering).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub jitter_us: u32,
+    /// Packets lost in each direction, per 100,000 (0.1% is 100).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loss_pcm: u32,
+    /// Losses come in bursts (Gilbert–Elliott, mean burst [`BURST_PACKETS`]
+    /// packets) at the same mean rate, rather than one by one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bursty: bool,
+    /// A rate cap each way, Mbit/s, with a drop-tail queue of `queue_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_mbit: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<u32>,
+    /// TCP's congestion control at both ends.
+    #[serde(default)]
+    pub cc: netpath::CongestionControl,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
+}
+
+/// The mean length of a burst of losses on a bursty path, packets.
+pub const BURST_PACKETS: u32 = 4;
+
+impl PacketPath {
+    /// A path of this round trip and nothing else (cubic).
+    pub fn rtt(rtt_ms: u32) -> PacketPath {
+        PacketPath {
+            rtt_ms,
+            jitter_us: 0,
+            loss_pcm: 0,
+            bursty: false,
+            rate_mbit: None,
+            queue_ms: None,
+            cc: netpath::CongestionControl::Cubic,
+        }
+    }
+
+    /// The loss as a percentage.
+    pub fn loss_pct(&self) -> f64 {
+        f64::from(self.loss_pcm) / 1000.0
+    }
+
+    /// The emulator's settings for one direction.
+    pub fn link(&self) -> netpath::Link {
+        use std::time::Duration;
+        let p = f64::from(self.loss_pcm) / 100_000.0;
+        let loss = match (self.loss_pcm, self.bursty) {
+            (0, _) => netpath::Loss::None,
+            (_, false) => netpath::Loss::Random(p),
+            (_, true) => {
+                // Mean loss p/(p+r) with r = 1/burst: p = loss r / (1 - loss).
+                let r = 1.0 / f64::from(BURST_PACKETS);
+                netpath::Loss::GilbertElliott {
+                    p: p * r / (1.0 - p),
+                    r,
+                }
+            }
+        };
+        netpath::Link {
+            delay: Duration::from_micros(u64::from(self.rtt_ms) * 500),
+            jitter: match self.jitter_us {
+                0 => netpath::Jitter::None,
+                j => netpath::Jitter::Uniform(Duration::from_micros(u64::from(j))),
+            },
+            reorder: false,
+            loss,
+            rate_bps: self.rate_mbit.map(|m| u64::from(m) * 1_000_000),
+            queue: netpath::Queue::Time(Duration::from_millis(u64::from(
+                self.queue_ms.unwrap_or(50),
+            ))),
+        }
+    }
+
+    fn id(&self) -> String {
+        let mut s = format!("-net{}", self.rtt_ms);
+        if self.jitter_us > 0 {
+            s.push_str(&format!("j{}", self.jitter_us));
+        }
+        if self.loss_pcm > 0 {
+            s.push_str(&format!("l{}", self.loss_pcm));
+        }
+        if self.bursty {
+            s.push('b');
+        }
+        if let Some(r) = self.rate_mbit {
+            s.push_str(&format!("r{r}"));
+        }
+        if let Some(q) = self.queue_ms {
+            s.push_str(&format!("q{q}"));
+        }
+        s.push('-');
+        s.push_str(self.cc.name());
+        s
+    }
+
+    fn label(&self) -> String {
+        let mut s = format!(", packet path RTT {} ms", self.rtt_ms);
+        if self.jitter_us > 0 {
+            s.push_str(&format!(" ±{} µs", self.jitter_us));
+        }
+        if self.loss_pcm > 0 {
+            s.push_str(&format!(
+                " loss {}%{}",
+                self.loss_pct(),
+                if self.bursty { " bursty" } else { "" }
+            ));
+        }
+        if let Some(r) = self.rate_mbit {
+            s.push_str(&format!(" {r} Mbit/s"));
+        }
+        s.push_str(&format!(" {}", self.cc.name()));
+        s
+    }
 }
 
 /// A store a cell asks for whatever the run's default.
@@ -240,7 +370,8 @@ impl Env {
             gzip.to_owned()
         };
         let parts = if self.breakdown { "-parts" } else { "" };
-        format!("{rtt}{rate}{tls}{replicas}{store}{gzip}{parts}")
+        let path = self.path.map_or(String::new(), |p| p.id());
+        format!("{rtt}{path}{rate}{tls}{replicas}{store}{gzip}{parts}")
     }
 
     /// The part of a progress label that says the environment.
@@ -248,6 +379,9 @@ impl Env {
         let mut s = String::new();
         if let Some(r) = self.rtt_ms {
             s.push_str(&format!(", RTT {r} ms"));
+        }
+        if let Some(p) = self.path {
+            s.push_str(&p.label());
         }
         if self.tls {
             s.push_str(", TLS");

@@ -60,6 +60,18 @@ pub struct Measures {
     /// without a proxy.
     pub proxy_late_us: Option<f64>,
     pub proxy_cores: Option<f64>,
+    /// The packet path: TCP segments both sides retransmitted per 1,000
+    /// upstream calls, packets it lost (its loss model) per 1,000 calls,
+    /// mean lateness of a delayed packet (µs) and its CPU (cores); `None`
+    /// off a packet path.
+    #[serde(default)]
+    pub path_retrans_per_1k: Option<f64>,
+    #[serde(default)]
+    pub path_lost_per_1k: Option<f64>,
+    #[serde(default)]
+    pub path_late_us: Option<f64>,
+    #[serde(default)]
+    pub path_cores: Option<f64>,
     /// TLS handshakes user-service made to order-service during the
     /// measured run, full and resumed, per 1,000 upstream calls.
     pub tls_full_per_1k: Option<f64>,
@@ -159,6 +171,13 @@ impl Measures {
             postgres_us: r.postgres_us,
             proxy_late_us: r.proxy.map(|p| p.late_mean_us),
             proxy_cores: r.proxy.map(|p| p.cpu_us / 1e6 / window),
+            path_retrans_per_1k: r
+                .path
+                .and_then(|p| per_call(p.retrans_user + p.retrans_order))
+                .map(|x| x * 1000.0),
+            path_lost_per_1k: r.path.and_then(|p| per_call(p.lost)).map(|x| x * 1000.0),
+            path_late_us: r.path.map(|p| p.late_mean_us),
+            path_cores: r.path.map(|p| p.cpu_us / 1e6 / window),
             tls_full_per_1k: per_call(d.tls_full).map(|x| x * 1000.0),
             tls_resumed_per_1k: per_call(d.tls_resumed).map(|x| x * 1000.0),
             replicas: r
@@ -245,6 +264,14 @@ pub enum Metric {
     /// The delay proxy: mean lateness of a chunk (µs), and its CPU (cores).
     ProxyLate,
     ProxyCores,
+    /// user-service's call at p99.9, µs (summaries that have it).
+    UpP999,
+    /// The packet path: segments retransmitted and packets lost per 1,000
+    /// upstream calls, mean lateness of a delayed packet (µs), CPU (cores).
+    Retrans,
+    PathLost,
+    PathLate,
+    PathCores,
     /// TLS handshakes to order-service per 1,000 upstream calls.
     TlsFullPer1k,
     TlsResumedPer1k,
@@ -363,6 +390,11 @@ impl Metric {
             }
             ProxyLate => return m.proxy_late_us,
             ProxyCores => return m.proxy_cores,
+            UpP999 => return m.upstream_us?.p999,
+            Retrans => return m.path_retrans_per_1k,
+            PathLost => return m.path_lost_per_1k,
+            PathLate => return m.path_late_us,
+            PathCores => return m.path_cores,
             TlsFullPer1k => return m.tls_full_per_1k,
             TlsResumedPer1k => return m.tls_resumed_per_1k,
             ReplicaShare(i) => return replica(m, i)?.share_pct[usize::from(i)],
@@ -397,14 +429,15 @@ impl Metric {
             Dropped | ConnectionsOpened | ConnectionsHeld | TimeWait | BadAnswers | Shed => "",
             DroppedShare | BadShare | ShedShare => "%",
             E2eP50 | E2eP90 | E2eP95 | E2eP99 | E2eMax | IterP50 | IterP95 => "ms",
-            UpP50 | UpP95 | UpP99 | UpMax | ProxyLate => "µs",
+            UpP50 | UpP95 | UpP99 | UpP999 | UpMax | ProxyLate | PathLate => "µs",
+            Retrans | PathLost => "per 1,000 calls",
             BytesOut | BytesIn | BytesTotal | BytesPerIteration => "B",
             UpstreamCallsPerIteration => "calls",
             CpuOrder | CpuUser | CpuServices | CpuK6 | CpuPostgres | CpuServicesPerIteration => {
                 "µs"
             }
             RssOrder | RssUser | RssK6 => "MiB",
-            K6Cores | OtherCores | ProxyCores => "cores",
+            K6Cores | OtherCores | ProxyCores | PathCores => "cores",
             TlsFullPer1k | TlsResumedPer1k => "per 1,000 calls",
             ReplicaShare(_) | MachineBusy => "%",
             ReplicaCores(_) | BalancerCores => "cores",

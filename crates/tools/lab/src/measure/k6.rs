@@ -99,6 +99,9 @@ pub struct Percentiles {
     pub p90: f64,
     pub p95: f64,
     pub p99: f64,
+    /// p99.9: `None` in summaries written before the lab asked for it.
+    #[serde(default)]
+    pub p999: Option<f64>,
     pub max: f64,
 }
 
@@ -204,6 +207,7 @@ fn percentiles(data: &Value, name: &str) -> anyhow::Result<Option<Percentiles>> 
             p90: num(v, "p(90)")?,
             p95: num(v, "p(95)")?,
             p99: num(v, "p(99)")?,
+            p999: num(v, "p(99.9)").ok(),
             max: num(v, "max")?,
         })
     };

@@ -153,13 +153,16 @@ pub fn parse_net_tcp(text: &str, port: u16) -> anyhow::Result<TcpStates> {
 }
 
 /// Sockets of this machine touching `port`, IPv4 and IPv6 together.
-pub fn tcp_states(port: u16) -> anyhow::Result<TcpStates> {
+pub fn tcp_states(pid: u32, port: u16) -> anyhow::Result<TcpStates> {
     let mut total = TcpStates::default();
-    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        if !Path::new(file).exists() {
+    for name in ["tcp", "tcp6"] {
+        // The process's own network namespace: the host's, or its packet
+        // path's.
+        let file = format!("/proc/{pid}/net/{name}");
+        if !Path::new(&file).exists() {
             continue;
         }
-        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+        let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
         let s = parse_net_tcp(&text, port).with_context(|| format!("parsing {file}"))?;
         total.established += s.established;
         total.time_wait += s.time_wait;

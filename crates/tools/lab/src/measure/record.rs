@@ -60,6 +60,9 @@ pub struct RoundRecord {
     /// The delay proxy's figures over the measured run (cells with an RTT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyRecord>,
+    /// The packet path's figures over the measured run (cells on one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathRecord>,
     /// The wall time the CPU figures were counted over, s (`None` in rounds
     /// recorded before it was kept: the measured duration stands in).
     #[serde(default)]
@@ -98,6 +101,26 @@ pub struct ReplicaRecord {
     pub cpu_us: f64,
     /// Connections open on its listeners at the end of the run.
     pub connections: f64,
+}
+
+/// What the packet path between the services did during a measured run,
+/// and what each side's kernel retransmitted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathRecord {
+    /// Packets user-service's side sent across, and order-service's side.
+    pub packets_up: f64,
+    pub packets_down: f64,
+    /// Packets the path lost (its loss model) and dropped at a full queue,
+    /// both directions.
+    pub lost: f64,
+    pub queue_drops: f64,
+    /// TCP segments each side's kernel retransmitted.
+    pub retrans_user: f64,
+    pub retrans_order: f64,
+    /// Mean lateness of a delayed packet, µs (the emulation's own error).
+    pub late_mean_us: f64,
+    /// CPU of the lab's process, where the path's threads run, µs.
+    pub cpu_us: f64,
 }
 
 /// What the delay proxy between the services did during a measured run.

@@ -125,6 +125,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         info.skipped.extend(skipped);
         write_json(&dir.join("run.json"), &info)?;
     }
+    if let Some(why) = preflight::packet_path_missing(&work.cells) {
+        let (keep, skipped) = preflight::without_packet_path(work.cells, &why);
+        work.cells = keep;
+        info.skipped.extend(skipped);
+        write_json(&dir.join("run.json"), &info)?;
+    }
     let planned = work.announce(&timing);
     let t0 = Instant::now();
     let mut lab = Lab::new(root.to_path_buf(), k6_bin, svc, timing, dir.clone(), stop);

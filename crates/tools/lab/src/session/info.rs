@@ -31,6 +31,10 @@ pub struct RunOptions {
     pub bin_dir: Option<PathBuf>,
     pub transports: Option<Vec<String>>,
     pub sizes: Option<Vec<u32>>,
+    /// `--path`: what emulates the network between the services.
+    pub path: crate::experiment::PathChoice,
+    /// `--cc`: TCP's congestion control on a packet path.
+    pub cc: netpath::CongestionControl,
     /// Measure this already-running stack: nothing is built, started or
     /// restarted.
     pub target: Option<services::Target>,

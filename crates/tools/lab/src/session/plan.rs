@@ -48,6 +48,8 @@ pub fn knobs(opts: &RunOptions, earlier: Option<&RunInfo>) -> Knobs {
         None => Knobs {
             transports: opts.transports.clone(),
             sizes: opts.sizes.clone(),
+            path: opts.path,
+            cc: opts.cc,
             on_postgres: opts.database_url.is_some(),
             ..crate::experiments::knobs(opts.experiment.as_deref().unwrap_or_default(), opts.quick)
         },
@@ -74,6 +76,8 @@ pub fn timing(opts: &RunOptions, knobs: &Knobs, earlier: Option<&RunInfo>) -> Ti
 /// run prints at its start, without starting it.
 pub fn estimate(experiment: &str, quick: bool) -> anyhow::Result<(u32, f64)> {
     let opts = RunOptions {
+        path: Default::default(),
+        cc: Default::default(),
         experiment: Some(experiment.to_owned()),
         quick,
         ..RunOptions::default()

@@ -245,6 +245,44 @@ pub fn without_haproxy(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<
     (keep, skipped)
 }
 
+/// Why the cells on a packet path cannot run here (said once, with what
+/// to do), or `None` when they can or none is planned.
+pub fn packet_path_missing(cells: &[(String, Cell)]) -> Option<String> {
+    if !cells.iter().any(|(_, c)| c.env.path.is_some()) {
+        return None;
+    }
+    match crate::measure::services::path::unavailable() {
+        None => {
+            println!("packet path: network namespaces joined by TUN devices (netpath)");
+            None
+        }
+        Some(why) => {
+            println!(
+                "packet path: {why}; its cells are skipped and listed in the report (run as root, or `--path proxy` for rtt, compression and tls)"
+            );
+            Some(why)
+        }
+    }
+}
+
+/// The cells on a packet path taken out of `cells`, each as skipped with
+/// `why`.
+pub fn without_packet_path(
+    cells: Vec<(String, Cell)>,
+    why: &str,
+) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let (skip, keep): (Vec<_>, Vec<_>) = cells.into_iter().partition(|(_, c)| c.env.path.is_some());
+    let skipped = skip
+        .into_iter()
+        .map(|(experiment, c)| Skipped {
+            experiment,
+            what: c.label(),
+            why: why.to_owned(),
+        })
+        .collect();
+    (keep, skipped)
+}
+
 /// The cells that ask for Postgres taken out of `cells`, each as skipped
 /// with `why`.
 pub fn without_postgres(
@@ -284,6 +322,8 @@ mod tests {
     #[test]
     fn bad_options_are_refused_before_anything_runs() {
         let mut o = RunOptions {
+            path: Default::default(),
+            cc: Default::default(),
             transports: Some(vec!["carrier-pigeon".into()]),
             ..Default::default()
         };

@@ -27,6 +27,8 @@ pub fn root() -> PathBuf {
 /// rounds of a second, results in `out`.
 pub fn tiny_run(experiment: &str, out: &Path) -> lab::session::RunOptions {
     lab::session::RunOptions {
+        path: Default::default(),
+        cc: Default::default(),
         experiment: Some(experiment.to_owned()),
         quick: true,
         rounds: Some(2),

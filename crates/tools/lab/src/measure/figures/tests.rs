@@ -70,6 +70,7 @@ fn record() -> RoundRecord {
         pinning: None,
         flags: vec![],
         proxy: None,
+        path: None,
         window_s: None,
         postgres_us: None,
         service_env: Default::default(),

@@ -18,7 +18,7 @@ use crate::measure::figures::Measures;
 use crate::measure::judge::flags_of;
 use crate::measure::procfs;
 use crate::measure::prom;
-use crate::measure::record::{Cpu, ProxyRecord, ReplicaRecord, RoundRecord, Rss};
+use crate::measure::record::{Cpu, PathRecord, ProxyRecord, ReplicaRecord, RoundRecord, Rss};
 use crate::measure::services::{self, Running};
 use crate::measure::write_json;
 
@@ -181,6 +181,7 @@ impl Lab {
             pinning: self.services.pinning(),
             flags: Vec::new(),
             proxy: split.proxy,
+            path: split.path,
             window_s: Some(after.at.duration_since(before.at).as_secs_f64()),
             postgres_us: split.postgres_us,
             service_env: running.env.clone(),
@@ -275,7 +276,26 @@ impl Lab {
             }
             _ => None,
         };
-        let proxy_us = proxy.map_or(0.0, |p| p.cpu_us);
+        let path = match (before.path, after.path) {
+            (Some(b), Some(a)) => {
+                let up = a.stats[0].since(&b.stats[0]);
+                let down = a.stats[1].since(&b.stats[1]);
+                let timed = (up.timed + down.timed).max(1) as f64;
+                Some(PathRecord {
+                    packets_up: up.packets as f64,
+                    packets_down: down.packets as f64,
+                    lost: (up.lost + down.lost) as f64,
+                    queue_drops: (up.queue_drops + down.queue_drops) as f64,
+                    retrans_user: a.retrans_user.saturating_sub(b.retrans_user) as f64,
+                    retrans_order: a.retrans_order.saturating_sub(b.retrans_order) as f64,
+                    late_mean_us: (up.late_ns + down.late_ns) as f64 / 1e3 / timed,
+                    cpu_us: us(after.lab - before.lab),
+                })
+            }
+            _ => None,
+        };
+        // The proxy's or the path's threads are the lab's CPU.
+        let proxy_us = proxy.map_or(0.0, |p| p.cpu_us) + path.map_or(0.0, |p| p.cpu_us);
         let postgres_us = match (&before.postgres, &after.postgres) {
             (Some(b), Some(a)) => Some(us(procfs::ticks_between(b, a))),
             _ => None,
@@ -291,6 +311,7 @@ impl Lab {
                 - postgres_us.unwrap_or(0.0))
             .max(0.0),
             proxy,
+            path,
             postgres_us,
             replicas,
             balancer_us: balancer_cpu_us,
@@ -299,11 +320,19 @@ impl Lab {
 }
 
 /// A round's CPU, process by process, as its record keeps it.
+#[derive(Debug, Clone, Copy)]
+struct PathReading {
+    stats: [netpath::DirectionStats; 2],
+    retrans_user: u64,
+    retrans_order: u64,
+}
+
 struct CpuSplit {
     cpu: Cpu,
     /// The rest of the machine: other programs, the lab itself.
     other_us: f64,
     proxy: Option<ProxyRecord>,
+    path: Option<PathRecord>,
     postgres_us: Option<f64>,
     replicas: Option<Vec<ReplicaRecord>>,
     balancer_us: Option<f64>,
@@ -335,6 +364,9 @@ struct Reading {
     machine: u64,
     /// The delay proxy's counters, when there is one.
     proxy: Option<delay_proxy::StatsSnapshot>,
+    /// The packet path's counters and each side's retransmissions, when
+    /// the cell runs on one.
+    path: Option<PathReading>,
     /// The lab's own CPU ticks: the proxy's threads run in its process,
     /// otherwise idle but for polling k6.
     lab: u64,
@@ -349,9 +381,20 @@ impl Gauges<'_> {
         }
     }
 
+    fn path(&self) -> anyhow::Result<Option<PathReading>> {
+        let Some(p) = &self.running.path else {
+            return Ok(None);
+        };
+        Ok(Some(PathReading {
+            stats: p.path.stats(),
+            retrans_user: crate::measure::services::path::retransmitted(self.running.user_pid())?,
+            retrans_order: crate::measure::services::path::retransmitted(self.running.order_pid())?,
+        }))
+    }
+
     fn tcp(&self) -> anyhow::Result<procfs::TcpStates> {
         if self.on_proc {
-            procfs::tcp_states(self.running.ports.order_rest)
+            procfs::tcp_states(self.running.order_pid(), self.running.ports.order_rest)
         } else {
             Ok(procfs::TcpStates::default())
         }
@@ -385,6 +428,7 @@ impl Gauges<'_> {
         let user = self.ticks(self.running.user_pid())?;
         let machine = procfs::machine_busy_ticks()?;
         let proxy = self.running.proxy.as_ref().map(|p| p.stats());
+        let path = self.path()?;
         let lab = procfs::self_ticks()?.own;
         Ok(Reading {
             upstream,
@@ -396,6 +440,7 @@ impl Gauges<'_> {
             user,
             machine,
             proxy,
+            path,
             lab,
         })
     }
@@ -411,6 +456,7 @@ impl Gauges<'_> {
             .map(|_| procfs::ticks_of_named(Path::new("/proc"), "postgres"));
         let lab = procfs::self_ticks()?.own;
         let proxy = self.running.proxy.as_ref().map(|p| p.stats());
+        let path = self.path()?;
         let order = self.ticks(self.running.order_pid())?;
         let user = self.ticks(self.running.user_pid())?;
         let tcp = self.tcp()?;
@@ -426,6 +472,7 @@ impl Gauges<'_> {
             user,
             machine,
             proxy,
+            path,
             lab,
         })
     }

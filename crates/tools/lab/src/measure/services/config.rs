@@ -3,7 +3,7 @@
 //! certificates ([`ServiceConfig`]); the five free ports of a pair; and
 //! the data set seeded once before the first round.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
@@ -65,6 +65,9 @@ pub fn seed(cfg: &ServiceConfig) -> anyhow::Result<()> {
     }
 }
 
+/// 127.0.0.1.
+pub const LOCALHOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
 /// The ports of one pair of services.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
@@ -73,6 +76,10 @@ pub struct Ports {
     pub order_tcp: u16,
     pub user_rest: u16,
     pub user_grpc: u16,
+    /// Where the lab reaches each service: 127.0.0.1, or its namespace's
+    /// control address on a packet path.
+    pub order_ip: IpAddr,
+    pub user_ip: IpAddr,
 }
 
 impl Ports {
@@ -93,11 +100,13 @@ impl Ports {
             order_tcp: p[2],
             user_rest: p[3],
             user_grpc: p[4],
+            order_ip: LOCALHOST,
+            user_ip: LOCALHOST,
         })
     }
 
     pub fn order_rest_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.order_rest))
+        SocketAddr::new(self.order_ip, self.order_rest)
     }
 
     /// The five ports.
@@ -112,11 +121,11 @@ impl Ports {
     }
 
     pub fn user_rest_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.user_rest))
+        SocketAddr::new(self.user_ip, self.user_rest)
     }
 
     pub fn order_grpc_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.order_grpc))
+        SocketAddr::new(self.order_ip, self.order_grpc)
     }
 }
 

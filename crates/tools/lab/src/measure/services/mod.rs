@@ -21,14 +21,17 @@
 //! - [`process`]: one service as a child process: environment, log,
 //!   readiness, pinning, and killed when dropped.
 //! - [`running`]: the services of a round as the runner sees them.
-//! - [`pair`]: order-service and user-service, directly or through the
-//!   delay proxy, in cleartext or TLS.
+//! - [`pair`]: order-service and user-service, directly, through the
+//!   delay proxy or across a packet path, in cleartext or TLS.
+//! - [`path`]: the packet path between the pair's namespaces, its relays
+//!   to Postgres, and what the kernel says of its TCP.
 //! - [`replicas`]: several order-services, a slow one, HAProxy, and
 //!   user-service in front.
 
 pub mod build;
 pub mod config;
 pub mod pair;
+pub mod path;
 pub mod postgres;
 pub mod process;
 pub mod replicas;
@@ -52,7 +55,7 @@ use crate::measure::cell::Env;
 
 /// Starts a cell's services on fresh ports in its environment `env`: the
 /// pair ([`pair::start`]), or the replicas ([`replicas::start`]), which run
-/// in cleartext with no emulated RTT, bandwidth cap, compression or timed
+/// in cleartext with no emulated RTT or path, bandwidth cap, compression or timed
 /// parts. user-service is left out when `user_pool` is `None`.
 pub fn start(
     cfg: &ServiceConfig,
@@ -66,17 +69,21 @@ pub fn start(
         (true, Some(c)) => Some(c),
         (true, None) => bail!("a TLS cell, but the run made no certificates"),
     };
+    if env.path.is_some() && (env.rtt_ms.is_some() || env.rate_mbit.is_some()) {
+        bail!("a cell runs on a packet path or through the delay proxy, not both");
+    }
     let ports = Ports::pick()?;
     if let Some(r) = env.replicas {
         if env.tls
             || env.rtt_ms.is_some()
+            || env.path.is_some()
             || env.rate_mbit.is_some()
             || env.gzip
             || env.zstd
             || env.breakdown
         {
             bail!(
-                "a cell with replicas runs in cleartext with no emulated RTT, bandwidth cap, compression or timed parts"
+                "a cell with replicas runs in cleartext with no emulated RTT or path, bandwidth cap, compression or timed parts"
             );
         }
         return replicas::start(cfg, user_pool, &r, ports, header, stop);

@@ -1,9 +1,10 @@
 //! A cell's pair: one order-service, then user-service pointed at it,
-//! directly or through the in-process delay proxy (an emulated round trip,
-//! a bandwidth cap), in cleartext or TLS, with compression or timed parts
+//! directly, through the in-process delay proxy (an emulated round trip,
+//! a bandwidth cap) or across a packet path (each service in its own
+//! network namespace), in cleartext or TLS, with compression or timed parts
 //! when the cell's environment asks for them.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use anyhow::Context as _;
 use tls::generate::LabCerts;
 
 use super::config::{Ports, ServiceConfig};
-use super::postgres::Databases;
+use super::path::OnPath;
 use super::process::{ChildGuard, check_pinned, command, env_of, log_file, wait_ready};
 use super::running::Running;
 use crate::measure::cell::Env;
@@ -27,31 +28,64 @@ use crate::measure::cell::Env;
 /// baseline at 0 pays the proxy's own cost too. With TLS, every listener of
 /// order-service serves TLS with the run's certificates and user-service
 /// dials it over TLS trusting the run's CA.
+///
+/// On a packet path, order-service runs in namespace B and user-service in
+/// namespace A, both listening on every address of their namespace;
+/// user-service dials order-service's path address, and the lab reaches
+/// each at its control address.
 pub(super) fn start(
     cfg: &ServiceConfig,
     user_pool: Option<u16>,
     env: &Env,
     certs: Option<&LabCerts>,
-    ports: Ports,
+    mut ports: Ports,
     header: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Running> {
+    let mut on_path = env.path.map(|p| OnPath::up(&p, 1)).transpose()?;
+    let databases = match (cfg.databases_for(env)?, on_path.as_mut()) {
+        (None, _) => None,
+        (Some(db), None) => Some((db.orders.clone(), db.users.clone())),
+        (Some(db), Some(p)) => Some((
+            p.database_url(netpath::Side::B, &db.orders)?,
+            p.database_url(netpath::Side::A, &db.users)?,
+        )),
+    };
+    if let Some(p) = &on_path {
+        ports.order_ip = p.path.control_addr(netpath::Side::B).into();
+        ports.user_ip = p.path.control_addr(netpath::Side::A).into();
+    }
     let pair = Pair {
         cfg,
         env,
         certs,
-        databases: cfg.databases_for(env)?,
+        databases,
         ports: &ports,
         header,
         stop,
+        ns: on_path.as_ref().map(|p| {
+            [
+                p.ns(netpath::Side::A).to_owned(),
+                p.ns(netpath::Side::B).to_owned(),
+            ]
+        }),
     };
     let (order, mut service_env) = pair.order()?;
-    let order_tcp = SocketAddr::from(([127, 0, 0, 1], ports.order_tcp));
+    let order_tcp = SocketAddr::new(ports.order_ip, ports.order_tcp);
     let proxy = delay_proxy(env, &ports, order_tcp)?;
-    // Where user-service dials order-service: its ports, or the proxy's.
-    let dial = match &proxy {
-        Some(p) => (p.local_addr(0), p.local_addr(1), p.local_addr(2)),
-        None => (ports.order_rest_addr(), ports.order_grpc_addr(), order_tcp),
+    // Where user-service dials order-service: its ports, the proxy's, or
+    // its address across the path.
+    let dial = match (&proxy, &on_path) {
+        (Some(p), _) => (p.local_addr(0), p.local_addr(1), p.local_addr(2)),
+        (None, Some(p)) => {
+            let b = IpAddr::from(p.path.path_addr(netpath::Side::B));
+            (
+                SocketAddr::new(b, ports.order_rest),
+                SocketAddr::new(b, ports.order_grpc),
+                SocketAddr::new(b, ports.order_tcp),
+            )
+        }
+        (None, None) => (ports.order_rest_addr(), ports.order_grpc_addr(), order_tcp),
     };
     let user = match user_pool {
         None => None,
@@ -71,7 +105,11 @@ pub(super) fn start(
         user,
         target: None,
         proxy,
-        env: service_env.into_iter().collect(),
+        env: service_env
+            .into_iter()
+            .chain(on_path.iter().flat_map(OnPath::stated))
+            .collect(),
+        path: on_path,
     })
 }
 
@@ -80,32 +118,58 @@ struct Pair<'a> {
     cfg: &'a ServiceConfig,
     env: &'a Env,
     certs: Option<&'a LabCerts>,
-    databases: Option<&'a Databases>,
+    /// order-service's and user-service's database URLs.
+    databases: Option<(String, String)>,
     ports: &'a Ports,
     header: &'a str,
     stop: &'a Arc<AtomicBool>,
+    /// On a packet path: user-service's namespace, then order-service's.
+    ns: Option<[String; 2]>,
 }
 
 /// A service started, with the variables it was started with.
 type Started = (ChildGuard, Vec<(String, String)>);
 
 impl Pair<'_> {
+    /// The address the services listen on: loopback, or every address of
+    /// their own namespace on a packet path.
+    fn bind(&self) -> IpAddr {
+        match self.ns {
+            Some(_) => Ipv4Addr::UNSPECIFIED.into(),
+            None => Ipv4Addr::LOCALHOST.into(),
+        }
+    }
+
+    fn ns(&self, i: usize) -> Option<&str> {
+        self.ns.as_ref().map(|n| n[i].as_str())
+    }
+
     /// order-service on the pair's ports, ready (and its pinning checked).
     fn order(&self) -> anyhow::Result<Started> {
         let (cfg, env, ports) = (self.cfg, self.env, self.ports);
         let order_log = log_file(&cfg.log_dir, "order-service", self.header)?;
-        let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log)?;
-        cmd.env("ORDER_REST_ADDR", format!("127.0.0.1:{}", ports.order_rest))
-            .env("ORDER_GRPC_ADDR", format!("127.0.0.1:{}", ports.order_grpc))
-            .env("ORDER_TCP_ADDR", format!("127.0.0.1:{}", ports.order_tcp));
+        let mut cmd = command(cfg, &cfg.bins.order, 0, &order_log, self.ns(1))?;
+        let ip = self.bind();
+        cmd.env(
+            "ORDER_REST_ADDR",
+            SocketAddr::new(ip, ports.order_rest).to_string(),
+        )
+        .env(
+            "ORDER_GRPC_ADDR",
+            SocketAddr::new(ip, ports.order_grpc).to_string(),
+        )
+        .env(
+            "ORDER_TCP_ADDR",
+            SocketAddr::new(ip, ports.order_tcp).to_string(),
+        );
         match self.certs {
             Some(c) => cmd
                 .env("ORDER_TLS_CERT", &c.server_cert)
                 .env("ORDER_TLS_KEY", &c.server_key),
             None => &mut cmd,
         };
-        match self.databases {
-            Some(db) => cmd.env("ORDER_DATABASE_URL", &db.orders),
+        match &self.databases {
+            Some((orders, _)) => cmd.env("ORDER_DATABASE_URL", orders),
             None => &mut cmd,
         };
         if env.gzip {
@@ -142,25 +206,37 @@ impl Pair<'_> {
     ) -> anyhow::Result<Started> {
         let (cfg, env, ports) = (self.cfg, self.env, self.ports);
         let user_log = log_file(&cfg.log_dir, "user-service", self.header)?;
-        let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log)?;
+        let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log, self.ns(0))?;
+        let ip = self.bind();
         let scheme = if self.certs.is_some() {
             "https"
         } else {
             "http"
         };
-        cmd.env("USER_REST_ADDR", format!("127.0.0.1:{}", ports.user_rest))
-            .env("USER_GRPC_ADDR", format!("127.0.0.1:{}", ports.user_grpc))
-            .env("USER_ORDER_REST_URL", format!("{scheme}://{order_rest}"))
-            .env("USER_ORDER_GRPC_URL", format!("{scheme}://{order_grpc}"))
-            .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
-            .env("USER_POOL_SIZE", pool.to_string())
-            .env("USER_LOG_FORMAT", "json");
-        match self.certs {
-            Some(c) => cmd.env("USER_ORDER_TLS_CA", &c.ca),
-            None => &mut cmd,
+        cmd.env(
+            "USER_REST_ADDR",
+            SocketAddr::new(ip, ports.user_rest).to_string(),
+        )
+        .env(
+            "USER_GRPC_ADDR",
+            SocketAddr::new(ip, ports.user_grpc).to_string(),
+        )
+        .env("USER_ORDER_REST_URL", format!("{scheme}://{order_rest}"))
+        .env("USER_ORDER_GRPC_URL", format!("{scheme}://{order_grpc}"))
+        .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
+        .env("USER_POOL_SIZE", pool.to_string())
+        .env("USER_LOG_FORMAT", "json");
+        match (self.certs, &self.ns) {
+            // Across a packet path order-service's address is the path's,
+            // which the certificate does not name; its service name it does.
+            (Some(c), Some(_)) => cmd
+                .env("USER_ORDER_TLS_CA", &c.ca)
+                .env("USER_ORDER_TLS_SERVER_NAME", "order-service"),
+            (Some(c), None) => cmd.env("USER_ORDER_TLS_CA", &c.ca),
+            (None, _) => &mut cmd,
         };
-        match self.databases {
-            Some(db) => cmd.env("USER_DATABASE_URL", &db.users),
+        match &self.databases {
+            Some((_, users)) => cmd.env("USER_DATABASE_URL", users),
             None => &mut cmd,
         };
         if env.gzip {

@@ -89,20 +89,25 @@ pub(super) fn log_file(dir: &Path, name: &str, header: &str) -> anyhow::Result<F
 /// A service's command with a cleared environment: the service sees only
 /// what the lab sets (an `ORDER_*`, `USER_*` or `OTEL_*` variable in the
 /// caller's shell would otherwise change a run without a trace), plus
-/// `PATH` for `taskset`.
+/// `PATH` for `taskset`. With `ns`, it runs in that network namespace
+/// (`ip netns exec`, which execs it: the child's pid is the service's).
 pub(super) fn command(
     cfg: &ServiceConfig,
     bin: &Path,
     cpu: u32,
     log: &File,
+    ns: Option<&str>,
 ) -> anyhow::Result<Command> {
-    let mut cmd = if cfg.pin {
-        let mut c = Command::new("taskset");
-        c.arg("-c").arg(cpu.to_string()).arg(bin);
-        c
-    } else {
-        Command::new(bin)
-    };
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(ns) = ns {
+        argv.extend(["ip", "netns", "exec", ns].map(Into::into));
+    }
+    if cfg.pin {
+        argv.extend(["taskset".into(), "-c".into(), cpu.to_string().into()]);
+    }
+    argv.push(bin.into());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
     cmd.env_clear();
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
@@ -221,7 +226,9 @@ fn tls_client(ca: &Path) -> anyhow::Result<Arc<rustls::ClientConfig>> {
 /// `GET /readyz` over HTTPS/1.1: does it answer 200?
 fn ready_over_tls(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> anyhow::Result<bool> {
     use std::io::{Read as _, Write as _};
-    let name = rustls_pki_types::ServerName::from(addr.ip());
+    // A name the lab certificate carries whatever address order-service is
+    // reached at (loopback, or a namespace's control address).
+    let name = rustls_pki_types::ServerName::try_from("order-service")?;
     let conn = rustls::ClientConnection::new(config.clone(), name)?;
     let tcp = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     tcp.set_read_timeout(Some(Duration::from_secs(2)))?;
@@ -255,7 +262,7 @@ mod tests {
             certs: None,
         };
         let log = log_file(&dir, "env", "test").unwrap();
-        let mut cmd = command(&cfg, Path::new("/usr/bin/env"), 0, &log).unwrap();
+        let mut cmd = command(&cfg, Path::new("/usr/bin/env"), 0, &log, None).unwrap();
         cmd.env("ORDER_REST_ADDR", "127.0.0.1:1");
         let set = env_of("order-service", &cmd);
         assert!(set.contains(&("order-service RUST_LOG".into(), "warn".into())));

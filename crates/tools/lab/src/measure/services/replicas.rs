@@ -69,7 +69,7 @@ pub(super) fn start(
         None => None,
         Some(pool) => {
             let user_log = log_file(&cfg.log_dir, "user-service", header)?;
-            let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log)?;
+            let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log, None)?;
             cmd.env("USER_REST_ADDR", format!("127.0.0.1:{}", ports.user_rest))
                 .env("USER_GRPC_ADDR", format!("127.0.0.1:{}", ports.user_grpc))
                 .env("USER_ORDER_REST_URL", format!("http://{order_rest}"))
@@ -108,6 +108,7 @@ pub(super) fn start(
         user,
         target: None,
         proxy: None,
+        path: None,
         env: service_env.into_iter().collect(),
     })
 }
@@ -140,7 +141,7 @@ fn start_replicas(
             "order-service",
             &format!("{header}, replica {i}"),
         )?;
-        let mut cmd = command(cfg, &cfg.bins.order, 0, &log)?;
+        let mut cmd = command(cfg, &cfg.bins.order, 0, &log, None)?;
         cmd.env("ORDER_REST_ADDR", at(own, ports.order_rest).to_string())
             .env("ORDER_GRPC_ADDR", at(own, ports.order_grpc).to_string())
             .env("ORDER_TCP_ADDR", at(own, ports.order_tcp).to_string());

@@ -44,6 +44,9 @@ pub struct Running {
     /// The delay proxy between them, in this process, when a round trip is
     /// emulated: one route per order-service port user-service dials.
     pub proxy: Option<delay_proxy::Proxy>,
+    /// The packet path between them, in this process, when the cell runs
+    /// on one (with the relays to the host's Postgres).
+    pub path: Option<super::path::OnPath>,
     /// Every variable each service was started with (`service NAME`).
     pub env: std::collections::BTreeMap<String, String>,
 }
@@ -71,6 +74,8 @@ impl Running {
                 order_tcp: 0,
                 user_rest: 0,
                 user_grpc: 0,
+                order_ip: super::config::LOCALHOST,
+                user_ip: super::config::LOCALHOST,
             },
             order: ChildGuard::absent("order-service"),
             more_orders: Vec::new(),
@@ -80,6 +85,7 @@ impl Running {
             user: None,
             target: Some(t.clone()),
             proxy: None,
+            path: None,
             env: std::collections::BTreeMap::new(),
         })
     }
@@ -96,7 +102,7 @@ impl Running {
     pub fn user_base_url(&self) -> String {
         match &self.target {
             Some(t) => t.user_url.trim_end_matches('/').to_owned(),
-            None => format!("http://127.0.0.1:{}", self.ports.user_rest),
+            None => format!("http://{}", self.ports.user_rest_addr()),
         }
     }
 
@@ -153,5 +159,7 @@ impl Running {
         for o in &mut self.more_orders {
             o.kill();
         }
+        // After the services, whose namespaces it removes.
+        self.path = None;
     }
 }
