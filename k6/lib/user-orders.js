@@ -99,6 +99,9 @@ export const params = {
   preVus: Math.max(int('PRE_VUS', 50), 1),
   maxVus: Math.max(int('MAX_VUS', 500), 1),
   duration: env('DURATION', '30s'),
+  // Closed loop only: each VU waits this long after an answer before its
+  // next request (0: at once), so that pooled connections sit idle.
+  thinkMs: Math.max(int('THINK_MS', 0), 0),
   gracefulStop: env('GRACEFUL_STOP', '5s'),
   summaryJson: env('SUMMARY_JSON', 'summary.json'),
   // The Content-Length every good answer has, when the caller knows it (the

@@ -198,6 +198,15 @@ fn hop_us(cell: &Cell, round: u32) -> (f64, f64) {
         };
         up_us += f64::from(rtt) * 1000.0 * queue;
     }
+    // A connection idle past its timeout starts its window again (cubic).
+    if let (Some(p), true) = (cell.env.path, cell.think_ms > 0) {
+        let again = if p.cc == netpath::CongestionControl::Cubic {
+            4.0
+        } else {
+            0.5
+        };
+        up_us += f64::from(p.rtt_ms) * 1000.0 * again;
+    }
     // Loss costs a retransmission's wait; one connection carrying every
     // call makes every call behind a lost packet wait too.
     if let Some(p) = cell.env.path {

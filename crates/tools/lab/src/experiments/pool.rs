@@ -46,6 +46,7 @@ impl PoolPlan {
             pool,
             users: 1,
             batch: false,
+            think_ms: 0,
             env: Env::default(),
         }
     }

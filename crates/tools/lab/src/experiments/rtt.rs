@@ -86,6 +86,11 @@ impl Experiment for Rtt {
                 vec![H1_JSON.to_owned(), transports::H1_JSON_CLOSE.to_owned(), GRPC.to_owned()]
             },
             hidden_orders: vec![1, 1000],
+            idle_ms: if knobs.taster || knobs.path == PathChoice::Proxy {
+                0
+            } else {
+                IDLE_MS
+            },
         }
     }
 
@@ -144,7 +149,23 @@ pub struct RttPlan {
     pub hidden_vias: Vec<String>,
     #[serde(default)]
     pub hidden_orders: Vec<u32>,
+    /// Each caller's idle time between calls in the idle-then-burst cells
+    /// (0: none): pooled connections idle past their retransmission
+    /// timeout, then a 1,000-order answer.
+    #[serde(default)]
+    pub idle_ms: u32,
 }
+
+/// The idle-then-burst cells' idle time, ms: well past a retransmission
+/// timeout at 20 ms (at least 200 ms).
+pub const IDLE_MS: u32 = 1000;
+/// Their callers: as many as the pool's connections, so that each
+/// connection sits idle between its calls.
+pub const IDLE_VUS: u32 = 4;
+/// Their transports: HTTP/1.1 and HTTP/2 pools.
+pub const IDLE_VIAS: [&str; 2] = [transports::H1_JSON, transports::GRPC];
+/// Their answer size.
+pub const IDLE_ORDERS: u32 = 1000;
 
 /// The round trip of the proxy-against-packets table, ms.
 pub const HIDDEN_RTT_MS: u32 = 20;
@@ -176,6 +197,20 @@ impl RttPlan {
     /// The pool of the proxy-against-packets cells: the largest planned.
     fn hidden_pool(&self) -> u16 {
         self.pools.iter().copied().max().unwrap_or(4)
+    }
+
+    /// An idle-then-burst cell on the packet path at [`HIDDEN_RTT_MS`]:
+    /// each caller idle `think_ms` between calls (0: the warm counterpart).
+    pub fn idle_cell(&self, via: &str, think_ms: u32) -> Cell {
+        let mut c = self.cell_on(
+            PathChoice::Packets,
+            via,
+            self.hidden_pool(),
+            IDLE_ORDERS,
+            HIDDEN_RTT_MS,
+        );
+        c.load = crate::measure::cell::Load::Closed { vus: IDLE_VUS };
+        c.thinking(think_ms)
     }
 
     /// The proxy-against-packets cells, on `path`.
@@ -214,6 +249,12 @@ pub fn cells(r: &RttPlan) -> Vec<Cell> {
             if !v.contains(&c) {
                 v.push(c);
             }
+        }
+    }
+    if r.idle_ms > 0 {
+        for via in IDLE_VIAS {
+            v.push(r.idle_cell(via, 0));
+            v.push(r.idle_cell(via, r.idle_ms));
         }
     }
     v
@@ -347,6 +388,9 @@ fn section(r: &RttPlan, cx: &Context) -> Section {
     }
     if !r.hidden_vias.is_empty() {
         s.table(hidden_table(r, cx));
+    }
+    if r.idle_ms > 0 {
+        s.table(idle_table(r, cx));
     }
     s.chart(Chart {
         file: "rtt-throughput.svg".into(),
@@ -553,6 +597,60 @@ fn path_table(r: &RttPlan, cx: &Context) -> Table {
     }
 }
 
+/// Pooled connections idle between calls, then a large answer, against the
+/// same calls back to back: slow start after idle, as the kernel runs it.
+fn idle_table(r: &RttPlan, cx: &Context) -> Table {
+    let d = cx.data;
+    let in_rtts = |c: &Cell| {
+        d.median(c, Metric::UpP50)
+            .map(|us| us / 1000.0 / f64::from(HIDDEN_RTT_MS))
+    };
+    let mut rows = Vec::new();
+    let mut said = Vec::new();
+    for via in IDLE_VIAS {
+        let (warm, idle) = (r.idle_cell(via, 0), r.idle_cell(via, r.idle_ms));
+        if let (Some(a), Some(b)) = (in_rtts(&warm), in_rtts(&idle)) {
+            said.push(format!(
+                "{via} {} round trips after idle against {} back to back",
+                f::num(b),
+                f::num(a)
+            ));
+        }
+        rows.push(vec![
+            Value::text(via),
+            Value::range(scaled(d.spread(&warm, Metric::UpP50), 1e-3), "ms"),
+            Value::range(scaled(d.spread(&idle, Metric::UpP50), 1e-3), "ms"),
+            Value::ratio(d.ratio(&idle, &warm, Metric::UpP50)),
+            Value::range(scaled(d.spread(&idle, Metric::UpP95), 1e-3), "ms"),
+        ]);
+    }
+    Table {
+        caption: format!(
+            "Idle, then a burst: {IDLE_VUS} callers on {} pooled connections, {} per call, each caller idle {} ms between calls or not at all; packet path, RTT {HIDDEN_RTT_MS} ms, {}",
+            r.hidden_pool(),
+            f::orders(IDLE_ORDERS),
+            r.idle_ms,
+            r.cc
+        ),
+        headers: vec![
+            "transport".into(),
+            "upstream p50, back to back, ms".into(),
+            "upstream p50, after idle, ms".into(),
+            "after idle / back to back".into(),
+            "upstream p95, after idle, ms".into(),
+        ],
+        rows,
+        reading: if said.is_empty() {
+            format!("Not measured both idle and back to back ({}).", f::MISSING)
+        } else {
+            format!(
+                "At p50: {}. With slow start after idle on (what the kernels reported is above), a connection idle past its retransmission timeout starts its window again from the initial one; how much that costs is the algorithm's: `--cc bbr` measures the other.",
+                said.join("; ")
+            )
+        },
+    }
+}
+
 /// The same calls through the delay proxy and across the packet path at
 /// [`HIDDEN_RTT_MS`]: what terminating TCP on both sides hides.
 fn hidden_table(r: &RttPlan, cx: &Context) -> Table {
@@ -628,7 +726,8 @@ mod tests {
         let c = cells(&r);
         // The grid on packets, then the proxy-against-packets cells (the
         // packet cells of h1-json and grpc at 1 order shared with the grid).
-        assert_eq!(c.len(), 4 * 3 + 3 * 2 * 2 - 2);
+        assert_eq!(c.len(), 4 * 3 + 3 * 2 * 2 - 2 + 2 * 2);
+        assert_eq!(c.iter().filter(|c| c.think_ms == IDLE_MS).count(), 2);
         assert!(c.iter().all(|c| c.pool == 4));
         assert!(
             c.iter()
@@ -641,7 +740,7 @@ mod tests {
                 .any(|c| c.env.rtt_ms == Some(20) && c.via == "h1-json-close" && c.orders == 1000)
         );
         let full = Rtt::plan(&Knobs::default());
-        assert_eq!(cells(&full).len(), 4 * 4 * 2 + 3 * 2 * 2 - 2);
+        assert_eq!(cells(&full).len(), 4 * 4 * 2 + 3 * 2 * 2 - 2 + 2 * 2);
         // On the proxy, no comparison.
         let on_proxy = Rtt::plan(&Knobs {
             quick: true,
@@ -711,6 +810,12 @@ mod tests {
             .find(|t| t.caption.starts_with("What the delay proxy hides"))
             .expect("a proxy-against-packets table");
         assert_eq!(hidden.rows.len(), 3 * 2);
+        let idle = tables
+            .iter()
+            .find(|t| t.caption.starts_with("Idle, then a burst"))
+            .expect("an idle-then-burst table");
+        assert_eq!(idle.rows.len(), 2);
+        assert!(idle.caption.ends_with("cubic"), "{}", idle.caption);
         assert!(hidden.reading.contains("more round trips"), "{}", hidden.reading);
         assert!(
             rtt.blocks

@@ -58,6 +58,11 @@ pub struct Cell {
     /// With several users, user-service makes one call that answers them all.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub batch: bool,
+    /// Closed loop: each caller waits this long after an answer before its
+    /// next request (`THINK_MS`), so that pooled connections sit idle; 0:
+    /// at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub think_ms: u32,
     /// What surrounds the two services in this cell: the launcher gets it
     /// whole. Flattened, so a cell's JSON keeps its fields at the top.
     #[serde(flatten)]
@@ -421,6 +426,7 @@ impl Cell {
             pool,
             users: 1,
             batch: false,
+            think_ms: 0,
             env: Env::default(),
         }
     }
@@ -430,6 +436,12 @@ impl Cell {
     pub fn many_users(mut self, users: u32, batch: bool) -> Cell {
         self.users = users;
         self.batch = batch;
+        self
+    }
+
+    /// The same cell with each caller idle `ms` between calls.
+    pub fn thinking(mut self, ms: u32) -> Cell {
+        self.think_ms = ms;
         self
     }
 
@@ -455,8 +467,12 @@ impl Cell {
             (true, false) => format!("-x{}", self.users),
             (true, true) => format!("-x{}-batch", self.users),
         };
+        let think = match self.think_ms {
+            0 => String::new(),
+            ms => format!("-think{ms}"),
+        };
         format!(
-            "{}-o{}-{fields}-{load}-p{}{users}{}",
+            "{}-o{}-{fields}-{load}{think}-p{}{users}{}",
             self.via,
             self.orders,
             self.pool,
@@ -482,6 +498,10 @@ impl Cell {
             }
         }
         match self.load {
+            Load::Closed { vus } if self.think_ms > 0 => s.push_str(&format!(
+                ", {vus} VUs idle {} ms between calls",
+                self.think_ms
+            )),
             Load::Closed { vus } => s.push_str(&format!(", {vus} VUs")),
             Load::Open { rate, .. } => s.push_str(&format!(", open loop {rate}/s")),
         }

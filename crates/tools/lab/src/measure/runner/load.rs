@@ -38,6 +38,9 @@ impl Lab {
                     .unwrap_or_default(),
             ),
         ];
+        if cell.think_ms > 0 {
+            env.push(("THINK_MS".to_owned(), cell.think_ms.to_string()));
+        }
         match cell.load {
             Load::Closed { vus } => env.push(("VUS".to_owned(), vus.to_string())),
             Load::Open { rate, max_vus } => {
