@@ -390,3 +390,74 @@ fn k6_fails_a_bad_run_on_its_thresholds_unless_they_are_off() {
     assert!(text.contains("THRESHOLDS must be on or off"), "{text}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The loss experiment for real, on a packet path the lab makes for every
+/// round (root and /dev/net/tun, as CI has): what the kernels and the calls
+/// show, not what the lab asked for.
+#[test]
+fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
+    common::require_k6();
+    let bins = common::service_binaries();
+    let out = common::temp_dir("loss");
+    let root = common::root();
+    let opts = RunOptions {
+        transports: Some(vec!["grpc".into()]),
+        sizes: Some(vec![100]),
+        rounds: Some(1),
+        ..tiny("loss", &out, &bins)
+    };
+    let run = session::run(opts, &root, Arc::new(AtomicBool::new(false))).expect("the loss run");
+    assert_eq!(run.failures, 0, "see {}", run.dir.display());
+    let (info, results) = load(&run.dir).unwrap();
+    assert!(info.skipped.is_empty(), "{:?}", info.skipped);
+    // grpc on 1 and on 4 connections × 0%, 1%, 1% bursty (cubic), 1% bbr.
+    assert_eq!(results.records.len(), 2 * 4);
+    for r in &results.records {
+        let what = r.cell.label();
+        let path = r.cell.env.path.expect("every loss cell is on the path");
+        let m = Measures::of(r);
+        assert!(m.requests > 5.0 && m.bad_answers == 0.0, "{what}: {m:?}");
+        // A call crosses the path at least once each way: never under its
+        // round trip.
+        let p50 = m.upstream_us.expect("upstream time").p50;
+        assert!(
+            p50 >= 19_500.0,
+            "{what}: upstream p50 {p50} µs across 20 ms"
+        );
+        // Both kernels' word on the algorithm, read from a socket.
+        for side in ["user-service side", "order-service side"] {
+            assert_eq!(
+                r.service_env
+                    .get(&format!("path {side} tcp_congestion_control"))
+                    .map(String::as_str),
+                Some(path.cc.name()),
+                "{what}"
+            );
+        }
+        let rec = r.path.expect("the path's record");
+        let retrans = rec.retrans_user + rec.retrans_order;
+        if path.loss_pcm == 0 {
+            assert_eq!(rec.lost, 0.0, "{what}");
+        } else {
+            // The kernels retransmitted what the path lost.
+            assert!(rec.lost > 0.0 && retrans > 0.0, "{what}: {rec:?}");
+        }
+    }
+    let report = build_report(&info, &results).markdown();
+    assert!(
+        report.contains("was the one its column names on both sides in 8 of 8 rounds"),
+        "{report}"
+    );
+    // The lab's namespaces are gone with the rounds.
+    let ns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let mine = format!("netpath-{}-", std::process::id());
+    assert!(
+        !String::from_utf8_lossy(&ns.stdout).contains(&mine),
+        "{}",
+        String::from_utf8_lossy(&ns.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
