@@ -180,8 +180,7 @@ pub fn require_chromium() -> PathBuf {
 /// Builds both services (debug: the smoke tests check the pipeline, not
 /// speed) and returns the folder of their binaries, as cargo reports it.
 pub fn service_binaries() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = std::process::Command::new(cargo)
+    let out = lab::measure::services::build::cargo()
         .current_dir(root())
         .args([
             "build",
