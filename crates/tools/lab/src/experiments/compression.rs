@@ -176,6 +176,9 @@ fn section(p: &CompressionPlan, cx: &Context) -> Section {
             SLOW_MBIT
         ),
     ));
+    if p.path == PathChoice::Packets {
+        s.para(crate::experiments::tables::path_facts(cx, Compression::NAME));
+    }
     for (m, caption) in [
         (Metric::BytesIn, "Answer bytes per call (user-service's socket counter)"),
         (Metric::Rate, "Throughput, req/s (higher is better)"),

@@ -193,6 +193,7 @@ fn section(p: &TlsPlan, cx: &Context) -> Section {
         s.table(t);
     }
     if let (Some(&orders), false) = (p.orders.first(), p.path_vias.is_empty()) {
+        s.para(crate::experiments::tables::path_facts(cx, Tls::NAME));
         s.table(path_table(p, cx, orders));
     }
     s
