@@ -131,6 +131,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         info.skipped.extend(skipped);
         write_json(&dir.join("run.json"), &info)?;
     }
+    for (cc, why) in preflight::unusable_algorithms(&work.cells) {
+        let (keep, skipped) = preflight::without_algorithm(work.cells, cc, &why);
+        work.cells = keep;
+        info.skipped.extend(skipped);
+        write_json(&dir.join("run.json"), &info)?;
+    }
     let planned = work.announce(&timing);
     let t0 = Instant::now();
     let mut lab = Lab::new(root.to_path_buf(), k6_bin, svc, timing, dir.clone(), stop);

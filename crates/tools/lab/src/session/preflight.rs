@@ -265,6 +265,54 @@ pub fn packet_path_missing(cells: &[(String, Cell)]) -> Option<String> {
     }
 }
 
+/// The congestion controls the planned packet cells ask for that a path on
+/// this machine cannot run (it comes up only when a socket across it reports
+/// the algorithm asked for), each with the one line saying why.
+pub fn unusable_algorithms(cells: &[(String, Cell)]) -> Vec<(netpath::CongestionControl, String)> {
+    let wanted: std::collections::BTreeSet<netpath::CongestionControl> = cells
+        .iter()
+        .filter_map(|(_, c)| c.env.path.map(|p| p.cc))
+        .collect();
+    wanted
+        .into_iter()
+        .filter_map(|cc| {
+            let config = netpath::PathConfig {
+                cc,
+                ..netpath::PathConfig::default()
+            };
+            match netpath::Path::up(&config) {
+                Ok(_) => None,
+                Err(e) => {
+                    let why = format!("congestion control {cc} cannot be used here: {e:#}");
+                    println!("packet path: {why}; its cells are skipped and listed in the report");
+                    Some((cc, why))
+                }
+            }
+        })
+        .collect()
+}
+
+/// The cells on a packet path under `cc` taken out of `cells`, each as
+/// skipped with `why`.
+pub fn without_algorithm(
+    cells: Vec<(String, Cell)>,
+    cc: netpath::CongestionControl,
+    why: &str,
+) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let (skip, keep): (Vec<_>, Vec<_>) = cells
+        .into_iter()
+        .partition(|(_, c)| c.env.path.is_some_and(|p| p.cc == cc));
+    let skipped = skip
+        .into_iter()
+        .map(|(experiment, c)| Skipped {
+            experiment,
+            what: c.label(),
+            why: why.to_owned(),
+        })
+        .collect();
+    (keep, skipped)
+}
+
 /// The cells on a packet path taken out of `cells`, each as skipped with
 /// `why`.
 pub fn without_packet_path(
@@ -385,5 +433,42 @@ mod tests {
             md.contains("Planned cells not measured on this machine"),
             "{md}"
         );
+    }
+
+    fn on_path(cc: netpath::CongestionControl) -> (String, Cell) {
+        let env = crate::measure::cell::Env {
+            path: Some(crate::measure::cell::PacketPath {
+                cc,
+                ..crate::measure::cell::PacketPath::rtt(20)
+            }),
+            ..Default::default()
+        };
+        (
+            "loss".to_owned(),
+            Cell::closed("grpc", 1, 16, 1).with_env(env),
+        )
+    }
+
+    #[test]
+    fn cells_of_an_algorithm_that_cannot_run_are_skipped_and_said_why() {
+        use netpath::CongestionControl::{Bbr, Cubic};
+        let cells = vec![
+            on_path(Cubic),
+            on_path(Bbr),
+            ("payload".to_owned(), Cell::closed("grpc", 1, 8, 8)),
+        ];
+        let (keep, skipped) = without_algorithm(cells, Bbr, "bbr: not here");
+        assert_eq!(keep.len(), 2);
+        assert_eq!(skipped.len(), 1);
+        assert!(skipped[0].what.contains("bbr") && skipped[0].why == "bbr: not here");
+    }
+
+    #[test]
+    fn the_algorithms_the_plans_ask_for_come_up_on_this_machine() {
+        // Root and /dev/net/tun, as CI has: a path comes up under each and
+        // a socket across it reports the algorithm.
+        use netpath::CongestionControl::{Bbr, Cubic, Reno};
+        let cells = vec![on_path(Cubic), on_path(Bbr), on_path(Reno)];
+        assert!(unusable_algorithms(&cells).is_empty());
     }
 }
