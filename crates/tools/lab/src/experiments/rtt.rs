@@ -587,7 +587,7 @@ fn path_table(r: &RttPlan, cx: &Context) -> Table {
                     None => format!("Retransmissions were not recorded ({}).", f::MISSING),
                     Some(0.0) => "No segment was retransmitted: the path lost nothing.".to_owned(),
                     Some(x) => format!(
-                        "The path's loss model is off here, yet up to {} segments per 1,000 calls were retransmitted: packets the kernel dropped before the emulator read them (a full TUN queue) or retransmission timers that fired early, the emulation's error rather than the transport's.",
+                        "The path lost nothing here (its loss model is off), yet up to {} segments per 1,000 calls were retransmitted: Linux also resends when an acknowledgement is late (a tail loss probe, a timer), so this is the floor to read the loss experiment's counts against.",
                         f::num(x)
                     ),
                 }
