@@ -233,13 +233,22 @@ pub fn without_haproxy(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<
             .replicas
             .is_some_and(|r| matches!(r.balance, Balance::L4 | Balance::L7))
     };
-    let (skip, keep): (Vec<_>, Vec<_>) = cells.into_iter().partition(|(_, c)| behind(c));
+    skip_where(cells, behind, haproxy::INSTALL_HINT)
+}
+
+/// The cells `skip` picks taken out of `cells`, each as skipped with `why`.
+fn skip_where(
+    cells: Vec<(String, Cell)>,
+    skip: impl Fn(&Cell) -> bool,
+    why: &str,
+) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let (skip, keep): (Vec<_>, Vec<_>) = cells.into_iter().partition(|(_, c)| skip(c));
     let skipped = skip
         .into_iter()
         .map(|(experiment, c)| Skipped {
             experiment,
             what: c.label(),
-            why: haproxy::INSTALL_HINT.to_owned(),
+            why: why.to_owned(),
         })
         .collect();
     (keep, skipped)
@@ -299,18 +308,7 @@ pub fn without_algorithm(
     cc: netpath::CongestionControl,
     why: &str,
 ) -> (Vec<(String, Cell)>, Vec<Skipped>) {
-    let (skip, keep): (Vec<_>, Vec<_>) = cells
-        .into_iter()
-        .partition(|(_, c)| c.env.path.is_some_and(|p| p.cc == cc));
-    let skipped = skip
-        .into_iter()
-        .map(|(experiment, c)| Skipped {
-            experiment,
-            what: c.label(),
-            why: why.to_owned(),
-        })
-        .collect();
-    (keep, skipped)
+    skip_where(cells, |c| c.env.path.is_some_and(|p| p.cc == cc), why)
 }
 
 /// The cells on a packet path taken out of `cells`, each as skipped with
@@ -319,16 +317,7 @@ pub fn without_packet_path(
     cells: Vec<(String, Cell)>,
     why: &str,
 ) -> (Vec<(String, Cell)>, Vec<Skipped>) {
-    let (skip, keep): (Vec<_>, Vec<_>) = cells.into_iter().partition(|(_, c)| c.env.path.is_some());
-    let skipped = skip
-        .into_iter()
-        .map(|(experiment, c)| Skipped {
-            experiment,
-            what: c.label(),
-            why: why.to_owned(),
-        })
-        .collect();
-    (keep, skipped)
+    skip_where(cells, |c| c.env.path.is_some(), why)
 }
 
 /// The cells that ask for Postgres taken out of `cells`, each as skipped
@@ -337,18 +326,7 @@ pub fn without_postgres(
     cells: Vec<(String, Cell)>,
     why: &str,
 ) -> (Vec<(String, Cell)>, Vec<Skipped>) {
-    let (skip, keep): (Vec<_>, Vec<_>) = cells
-        .into_iter()
-        .partition(|(_, c)| c.env.store == Some(Store::Postgres));
-    let skipped = skip
-        .into_iter()
-        .map(|(experiment, c)| Skipped {
-            experiment,
-            what: c.label(),
-            why: why.to_owned(),
-        })
-        .collect();
-    (keep, skipped)
+    skip_where(cells, |c| c.env.store == Some(Store::Postgres), why)
 }
 
 #[cfg(test)]
