@@ -94,6 +94,8 @@ pub struct Path {
     threads: Vec<JoinHandle<()>>,
     counters: [Arc<forward::Counters>; 2],
     devices: Vec<Arc<tun::Device>>,
+    /// How many of the plan's more addresses are taken.
+    extra: u32,
 }
 
 impl std::fmt::Debug for Path {
@@ -132,6 +134,7 @@ impl Path {
             threads: Vec::new(),
             counters: Default::default(),
             devices: Vec::new(),
+            extra: 0,
         };
         // From here on, a failure drops `path`, which removes what exists.
         path.wire()?;
@@ -228,6 +231,48 @@ impl Path {
     /// A side's address on the path: what the other side dials.
     pub fn path_addr(&self, side: Side) -> Ipv4Addr {
         self.plan.path[side.i()]
+    }
+
+    /// Gives `side` one more address on the path, as a second host behind
+    /// the same link (a replica beside a service, a balancer in front of
+    /// them): the other side reaches it through the emulator with the
+    /// path's congestion control and initial window, and the host reaches
+    /// it over `side`'s control link, unshaped. At most [`ns::EXTRA`] per
+    /// path.
+    pub fn add_addr(&mut self, side: Side) -> anyhow::Result<Ipv4Addr> {
+        let p = &self.plan;
+        let Some(addr) = p.extra(self.extra) else {
+            bail!("a path has at most {} more addresses", ns::EXTRA);
+        };
+        let (i, o) = (side.i(), 1 - side.i());
+        let (me, cc) = (format!("{addr}/32"), self.config.cc.name());
+        ns::ip(&["-n", &p.ns[i], "addr", "add", &me, "dev", &p.tun[i]])?;
+        ns::ip(&[
+            "-n",
+            &p.ns[o],
+            "route",
+            "replace",
+            &me,
+            "dev",
+            &p.tun[o],
+            "src",
+            &p.path[o].to_string(),
+            "congctl",
+            cc,
+            "initcwnd",
+            &INITCWND.to_string(),
+        ])?;
+        ns::ip(&[
+            "route",
+            "replace",
+            &me,
+            "via",
+            &p.control[i].to_string(),
+            "dev",
+            &p.veth[i],
+        ])?;
+        self.extra += 1;
+        Ok(addr)
     }
 
     /// A side's address on its control link: what the host dials.

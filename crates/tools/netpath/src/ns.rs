@@ -120,9 +120,10 @@ pub fn free_index() -> anyhow::Result<u32> {
         .context("every netpath index is in use")
 }
 
-/// The names and addresses of path `index`: within 10.96.0.0/12, 16
+/// The names and addresses of path `index`: within 10.96.0.0/12, 32
 /// addresses each: .1/.2 the path's ends (A, B), .5/.6 the host and A on
-/// A's control link, .9/.10 the host and B on B's.
+/// A's control link, .9/.10 the host and B on B's, and .16 to .31 more
+/// addresses a side can take on the path ([`Plan::extra`]).
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub index: u32,
@@ -136,7 +137,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn new(index: u32) -> Plan {
-        let base = u32::from(Ipv4Addr::new(10, 96, 0, 0)) + index * 16;
+        let base = u32::from(Ipv4Addr::new(10, 96, 0, 0)) + index * BLOCK;
         let at = |o: u32| Ipv4Addr::from(base + o);
         let pid = std::process::id();
         Plan {
@@ -152,7 +153,20 @@ impl Plan {
             host: [at(5), at(9)],
         }
     }
+
+    /// The `k`-th more address on the path (0 to [`EXTRA`] - 1).
+    pub fn extra(&self, k: u32) -> Option<Ipv4Addr> {
+        (k < EXTRA).then(|| {
+            Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 96, 0, 0)) + self.index * BLOCK + 16 + k)
+        })
+    }
 }
+
+/// Addresses per path.
+const BLOCK: u32 = 32;
+
+/// More addresses a path's sides can take, beyond one each.
+pub const EXTRA: u32 = 16;
 
 /// Runs `f` on a new thread that has entered namespace `ns`: sockets it
 /// creates belong to that namespace for their whole life, whichever thread
@@ -181,10 +195,29 @@ mod tests {
         assert_eq!(parse(&p.ns[1]), Some((std::process::id(), 7, 'b')));
         assert!(p.tun.iter().chain(&p.veth).all(|n| n.len() <= 15));
         let q = Plan::new(8);
-        let mine: Vec<_> = p.path.iter().chain(&p.control).chain(&p.host).collect();
-        for a in q.path.iter().chain(&q.control).chain(&q.host) {
-            assert!(!mine.contains(&a));
+        let all = |p: &Plan| -> Vec<Ipv4Addr> {
+            let mut v: Vec<Ipv4Addr> = p
+                .path
+                .iter()
+                .chain(&p.control)
+                .chain(&p.host)
+                .copied()
+                .collect();
+            v.extend((0..EXTRA).map(|k| p.extra(k).unwrap()));
+            v
+        };
+        let (mine, next) = (all(&p), all(&q));
+        for a in &next {
+            assert!(!mine.contains(a), "{a}");
         }
-        assert_eq!(Plan::new(4095).host[1], Ipv4Addr::new(10, 96, 255, 249));
+        let mut distinct = mine.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), mine.len());
+        assert_eq!(p.extra(EXTRA), None);
+        // The last path's last address is still in 10.96.0.0/12.
+        let last = Plan::new(MAX_INDEX - 1);
+        assert_eq!(last.extra(EXTRA - 1), Some(Ipv4Addr::new(10, 97, 255, 255)));
+        assert_eq!(last.host[1], Ipv4Addr::new(10, 97, 255, 233));
     }
 }

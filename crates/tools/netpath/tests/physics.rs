@@ -330,3 +330,62 @@ fn a_dropped_path_leaves_nothing_behind() {
         "{listed}"
     );
 }
+
+/// Median connect time, ms, of 50 connects to `to` made on the calling
+/// thread's namespace.
+fn connect_ms(to: SocketAddr) -> f64 {
+    median(
+        (0..50)
+            .map(|_| {
+                let t = Instant::now();
+                let s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                drop(s);
+                ms
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn an_added_address_is_across_the_path_from_a_and_beside_it_from_the_host() {
+    let mut path = up("delay=10ms", CongestionControl::Bbr);
+    let extra = [
+        path.add_addr(Side::B).unwrap(),
+        path.add_addr(Side::B).unwrap(),
+    ];
+    assert_ne!(extra[0], extra[1]);
+    for at in extra {
+        let listener = path
+            .in_ns(Side::B, || TcpListener::bind((at, 0)))
+            .unwrap()
+            .unwrap();
+        let to = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                drop(s)
+            }
+        });
+        let across = path.in_ns(Side::A, || connect_ms(to)).unwrap();
+        let beside = connect_ms(to);
+        eprintln!("{at}: from A {across:.3} ms, from the host {beside:.3} ms");
+        assert!(
+            (across - 20.0).abs() <= 0.3,
+            "from A {across:.3} ms, configured 20 ms"
+        );
+        assert!(
+            beside < 2.0,
+            "from the host {beside:.3} ms: it crossed the path"
+        );
+        // The path's congestion control reaches the added address too.
+        let s = path
+            .in_ns(Side::A, || {
+                TcpStream::connect_timeout(&to, Duration::from_secs(5))
+            })
+            .unwrap()
+            .unwrap();
+        let cc =
+            nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::TcpCongestion).unwrap();
+        assert_eq!(cc.to_string_lossy().trim_end_matches('\0'), "bbr");
+    }
+}
