@@ -14,7 +14,7 @@
 //! it, and [`Haproxy::start`] says how to install it when it is missing.
 
 use std::fmt::Write as _;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,8 +54,30 @@ pub fn binary() -> Option<PathBuf> {
 pub const INSTALL_HINT: &str =
     "HAProxy is not installed: `apt-get install haproxy` (Debian's package, 2.6 or later)";
 
-/// The configuration for `frontends`, each listening on its port of `ports`.
-pub fn config(frontends: &[Frontend], ports: &[u16]) -> String {
+/// Where HAProxy runs and listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place<'a> {
+    /// A network namespace to run in (`ip netns exec`), or the caller's.
+    pub netns: Option<&'a str>,
+    /// The address every frontend binds.
+    pub bind: IpAddr,
+    /// Where the caller reaches the frontends (the bind address, or an
+    /// address of the namespace routed from the caller's).
+    pub reach: IpAddr,
+}
+
+impl Place<'_> {
+    /// On the caller's loopback.
+    pub const LOCAL: Place<'static> = Place {
+        netns: None,
+        bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        reach: IpAddr::V4(Ipv4Addr::LOCALHOST),
+    };
+}
+
+/// The configuration for `frontends`, each listening on `bind` at its port
+/// of `ports`.
+pub fn config(frontends: &[Frontend], bind: IpAddr, ports: &[u16]) -> String {
     let mut c = String::new();
     let _ = writeln!(
         c,
@@ -67,7 +89,7 @@ pub fn config(frontends: &[Frontend], ports: &[u16]) -> String {
             Mode::Tcp => {
                 let _ = writeln!(
                     c,
-                    "frontend {name}\n    mode tcp\n    bind 127.0.0.1:{port}\n    default_backend {name}\n"
+                    "frontend {name}\n    mode tcp\n    bind {bind}:{port}\n    default_backend {name}\n"
                 );
                 backend(&mut c, name, "tcp", &f.backends, "");
             }
@@ -75,7 +97,7 @@ pub fn config(frontends: &[Frontend], ports: &[u16]) -> String {
                 let proto = if h2_only { " proto h2" } else { "" };
                 let _ = writeln!(
                     c,
-                    "frontend {name}\n    mode http\n    bind 127.0.0.1:{port}{proto}\n    use_backend {name}_h2 if {{ req.ver 2.0 }}\n    default_backend {name}_h1\n"
+                    "frontend {name}\n    mode http\n    bind {bind}:{port}{proto}\n    use_backend {name}_h2 if {{ req.ver 2.0 }}\n    default_backend {name}_h1\n"
                 );
                 backend(&mut c, &format!("{name}_h1"), "http", &f.backends, "");
                 backend(
@@ -111,23 +133,25 @@ impl Haproxy {
     /// Writes the config for `frontends` into `dir`, starts HAProxy on it,
     /// and waits (10 s at most) until every frontend accepts connections.
     pub fn start(frontends: &[Frontend], dir: &Path) -> anyhow::Result<Haproxy> {
-        Haproxy::start_avoiding(frontends, dir, &[])
+        Haproxy::start_avoiding(frontends, dir, &[], Place::LOCAL)
     }
 
     /// [`Haproxy::start`], on none of the ports in `avoid`: ports the caller
     /// picked for other listeners and released, which the kernel may hand
     /// out again. HAProxy binds with `SO_REUSEPORT`, so a service binding
     /// the same port later fails while HAProxy answers in its place.
+    /// `place` says where it runs and listens, and where it is reached.
     pub fn start_avoiding(
         frontends: &[Frontend],
         dir: &Path,
         avoid: &[u16],
+        place: Place<'_>,
     ) -> anyhow::Result<Haproxy> {
         let bin = binary().context(INSTALL_HINT)?;
         let ports = free_ports(frontends.len(), avoid).context("finding free ports for HAProxy")?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let cfg = dir.join("haproxy.cfg");
-        std::fs::write(&cfg, config(frontends, &ports))
+        std::fs::write(&cfg, config(frontends, place.bind, &ports))
             .with_context(|| format!("writing {}", cfg.display()))?;
         let check = Command::new(&bin)
             .arg("-c")
@@ -142,7 +166,17 @@ impl Haproxy {
             String::from_utf8_lossy(&check.stdout) + String::from_utf8_lossy(&check.stderr)
         );
         let log = std::fs::File::create(dir.join("haproxy.log"))?;
-        let child = Command::new(&bin)
+        let mut cmd = match place.netns {
+            // `ip netns exec` enters the namespace and execs HAProxy, so the
+            // child is HAProxy itself.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        let child = cmd
             // In the foreground, so that it is this child and stops with it.
             .arg("-db")
             .arg("-f")
@@ -154,7 +188,7 @@ impl Haproxy {
             .with_context(|| format!("starting {}", bin.display()))?;
         let addrs: Vec<SocketAddr> = ports
             .iter()
-            .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+            .map(|p| SocketAddr::new(place.reach, *p))
             .collect();
         let mut h = Haproxy {
             child,
@@ -276,6 +310,7 @@ mod tests {
                     backends,
                 },
             ],
+            Place::LOCAL.bind,
             &[1000, 1001],
         );
         assert!(c.contains("bind 127.0.0.1:1000\n"), "{c}");
@@ -314,7 +349,11 @@ mod tests {
                 backends: b,
             },
         ];
-        std::fs::write(&cfg, config(&frontends, &[1, 2, 3])).unwrap();
+        std::fs::write(
+            &cfg,
+            config(&frontends, "0.0.0.0".parse().unwrap(), &[1, 2, 3]),
+        )
+        .unwrap();
         let out = Command::new(bin)
             .arg("-c")
             .arg("-f")

@@ -74,7 +74,11 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         calls: before.calls + calls,
         errors: 0.0,
         connections_opened: before.connections_opened + if close { calls } else { 0.0 },
-        connections_open: if close { 0.0 } else { f64::from(cell.pool) },
+        connections_open: if close {
+            0.0
+        } else {
+            f64::from(upstream_connections(cell))
+        },
         bytes_read: before.bytes_read + bytes_in * calls,
         bytes_written: before.bytes_written + 150.0 * calls,
         // Over TLS a new connection per call resumes its session every time.
@@ -210,8 +214,8 @@ fn hop_us(cell: &Cell, round: u32) -> (f64, f64) {
     // Loss costs a retransmission's wait; one connection carrying every
     // call makes every call behind a lost packet wait too.
     if let Some(p) = cell.env.path {
-        let one_connection =
-            cell.pool == 1 && !cell.via.starts_with("h1-") || cell.via == "grpc-bidi";
+        let one_connection = upstream_connections(cell) == 1 && !cell.via.starts_with("h1-")
+            || cell.via == "grpc-bidi";
         let spread = if one_connection { 12.0 } else { 4.0 };
         up_us *= 1.0 + spread * p.loss_pct() / 100.0 * if p.bursty { 1.5 } else { 1.0 };
         if p.cc == netpath::CongestionControl::Bbr {
@@ -388,4 +392,14 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
         ],
     };
     (info, results)
+}
+
+/// The connections user-service holds upstream: its pool, per replica when
+/// it balances them itself.
+fn upstream_connections(cell: &Cell) -> u32 {
+    let per = match cell.env.replicas {
+        Some(r) if r.balance.by_client() => u32::from(r.n),
+        _ => 1,
+    };
+    u32::from(cell.pool) * per
 }

@@ -410,8 +410,10 @@ fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
     assert_eq!(run.failures, 0, "see {}", run.dir.display());
     let (info, results) = load(&run.dir).unwrap();
     assert!(info.skipped.is_empty(), "{:?}", info.skipped);
-    // grpc on 1 and on 4 connections × 0%, 1%, 1% bursty (cubic), 1% bbr.
-    assert_eq!(results.records.len(), 2 * 4);
+    // grpc on 1 and on 4 connections × 0%, 1%, 1% bursty (cubic), 1% bbr;
+    // then grpc to 4 replicas, balanced by user-service and by HAProxy L7,
+    // at 0% and 1%.
+    assert_eq!(results.records.len(), 2 * 4 + 2 * 2);
     for r in &results.records {
         let what = r.cell.label();
         let path = r.cell.env.path.expect("every loss cell is on the path");
@@ -436,6 +438,28 @@ fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
         }
         let rec = r.path.expect("the path's record");
         let retrans = rec.retrans_user + rec.retrans_order;
+        if let Some(setup) = r.cell.env.replicas {
+            // Each replica, at its own address on the path, answered its
+            // share of the calls, by its own count; and the calls crossed
+            // the path (the emulator carried them) whoever balanced them.
+            let reps = r.replicas.as_ref().expect("the replicas' records");
+            assert_eq!(reps.len(), usize::from(setup.n), "{what}");
+            let calls: f64 = reps.iter().map(|x| x.calls).sum();
+            for x in reps {
+                assert!(x.addr.starts_with("10.9"), "{what}: {x:?}");
+                assert!(x.calls > calls / 8.0, "{what}: uneven {reps:?}");
+            }
+            assert!(rec.packets_up >= m.requests, "{what}: {rec:?}");
+            // What user-service holds: a connection to each replica, or
+            // one to HAProxy.
+            let held = m.connections_held;
+            let want = if setup.balance.by_client() { 4.0 } else { 1.0 };
+            assert_eq!(held, want, "{what}");
+            assert!(
+                r.balancer_cpu_us.is_some() != setup.balance.by_client(),
+                "{what}"
+            );
+        }
         if path.loss_pcm == 0 {
             assert_eq!(rec.lost, 0.0, "{what}");
         } else {
@@ -445,7 +469,7 @@ fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
     }
     let report = build_report(&info, &results).markdown();
     assert!(
-        report.contains("was the one its column names on both sides in 8 of 8 rounds"),
+        report.contains("was the one its column names on both sides in 12 of 12 rounds"),
         "{report}"
     );
     // The lab's namespaces are gone with the rounds.

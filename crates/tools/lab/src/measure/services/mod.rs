@@ -55,8 +55,9 @@ use crate::measure::cell::Env;
 
 /// Starts a cell's services on fresh ports in its environment `env`: the
 /// pair ([`pair::start`]), or the replicas ([`replicas::start`]), which run
-/// in cleartext with no emulated RTT or path, bandwidth cap, compression or timed
-/// parts. user-service is left out when `user_pool` is `None`.
+/// in cleartext on loopback or a packet path, with no delay proxy,
+/// compression or timed parts. user-service is left out when `user_pool`
+/// is `None`.
 pub fn start(
     cfg: &ServiceConfig,
     user_pool: Option<u16>,
@@ -76,17 +77,16 @@ pub fn start(
     if let Some(r) = env.replicas {
         if env.tls
             || env.rtt_ms.is_some()
-            || env.path.is_some()
             || env.rate_mbit.is_some()
             || env.gzip
             || env.zstd
             || env.breakdown
         {
             bail!(
-                "a cell with replicas runs in cleartext with no emulated RTT or path, bandwidth cap, compression or timed parts"
+                "a cell with replicas runs in cleartext, on loopback or a packet path, with no delay proxy, compression or timed parts"
             );
         }
-        return replicas::start(cfg, user_pool, &r, ports, header, stop);
+        return replicas::start(cfg, user_pool, &r, env, ports, header, stop);
     }
     pair::start(cfg, user_pool, env, certs, ports, header, stop)
 }

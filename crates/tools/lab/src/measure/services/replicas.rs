@@ -3,18 +3,27 @@
 //! addresses), the slow one behind a delay proxy, HAProxy in front of them
 //! for an L4 or L7 balancer, and user-service pointed at the first, at
 //! HAProxy, or at all of them.
+//!
+//! On a packet path the replicas, the slow one's delay proxy and HAProxy
+//! are all in namespace B, each replica at an address of its own on the
+//! path (as pods behind one link), and user-service is in A: whatever
+//! user-service dials crosses the path, and HAProxy reaches the replicas
+//! inside B, as a balancer beside them would. The lab reaches every
+//! replica over B's control link, and HAProxy at B's control address.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use netpath::Side;
 
 use super::config::{Ports, ServiceConfig};
+use super::path::OnPath;
 use super::process::{ChildGuard, check_pinned, command, env_of, log_file, wait_ready};
 use super::running::{ReplicaInfo, Running};
-use crate::measure::cell::{Balance, MAX_REPLICAS, ROTATION_AGE_MS, Replicas, SLOW_RTT_MS};
+use crate::measure::cell::{Balance, Env, MAX_REPLICAS, ROTATION_AGE_MS, Replicas, SLOW_RTT_MS};
 
 /// The address of replica `i` (1-based): 127.0.0.i.
 pub fn replica_ip(i: u8) -> IpAddr {
@@ -25,17 +34,80 @@ fn at(ip: IpAddr, port: u16) -> SocketAddr {
     SocketAddr::new(ip, port)
 }
 
+/// Where a cell's replicas, HAProxy and user-service are: on loopback, or
+/// on the two sides of a packet path.
+struct Layout {
+    path: Option<OnPath>,
+    /// Replica `i`'s (0-based) address its clients dial, then its own when
+    /// it is the slow one, behind the delay proxy.
+    publics: Vec<IpAddr>,
+    slow_own: Option<IpAddr>,
+    /// The databases' URLs as each side dials them: order-service's,
+    /// user-service's.
+    databases: Option<(String, String)>,
+}
+
+impl Layout {
+    fn new(cfg: &ServiceConfig, r: &Replicas, env: &Env) -> anyhow::Result<Layout> {
+        let db = cfg.databases_for(env)?;
+        let Some(p) = &env.path else {
+            return Ok(Layout {
+                path: None,
+                publics: (1..=r.n).map(replica_ip).collect(),
+                slow_own: r.slow.then(|| replica_ip(100 + r.n)),
+                databases: db.map(|d| (d.orders.clone(), d.users.clone())),
+            });
+        };
+        let mut on = OnPath::up(p, 1)?;
+        let publics = (0..r.n)
+            .map(|_| on.path.add_addr(Side::B).map(IpAddr::from))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let slow_own = if r.slow {
+            Some(IpAddr::from(on.path.add_addr(Side::B)?))
+        } else {
+            None
+        };
+        let databases = match db {
+            None => None,
+            Some(d) => Some((
+                on.database_url(Side::B, &d.orders)?,
+                on.database_url(Side::A, &d.users)?,
+            )),
+        };
+        Ok(Layout {
+            path: Some(on),
+            publics,
+            slow_own,
+            databases,
+        })
+    }
+
+    /// The namespace of user-service (A) or of the replicas (B).
+    fn ns(&self, side: Side) -> Option<&str> {
+        self.path.as_ref().map(|p| p.ns(side))
+    }
+
+    /// Where replica `i` (0-based) listens.
+    fn own(&self, r: &Replicas, i: usize) -> IpAddr {
+        match self.slow_own {
+            Some(own) if i + 1 == usize::from(r.n) => own,
+            _ => self.publics[i],
+        }
+    }
+}
+
 /// Starts `r.n` order-service replicas on the same ports at 127.0.0.1, .2,
-/// …; the slow one (the last) really listens at 127.0.0.(100 + i), behind a
-/// delay proxy at its public address adding [`SLOW_RTT_MS`] per round trip.
-/// Then HAProxy in front of them for `l4` and `l7`, and user-service
-/// pointed at the first replica (`direct`), at HAProxy, or at all of them
-/// (`client`).
+/// … (or at addresses of their own on the packet path of `env`); the slow
+/// one (the last) really listens at another address, behind a delay proxy
+/// at its public address adding [`SLOW_RTT_MS`] per round trip. Then
+/// HAProxy in front of them for `l4` and `l7`, and user-service pointed at
+/// the first replica (`direct`), at HAProxy, or at all of them (`client`).
 pub(super) fn start(
     cfg: &ServiceConfig,
     user_pool: Option<u16>,
     r: &Replicas,
-    ports: Ports,
+    env: &Env,
+    mut ports: Ports,
     header: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Running> {
@@ -48,37 +120,53 @@ pub(super) fn start(
     if matches!(r.balance, Balance::L4 | Balance::L7) && haproxy::binary().is_none() {
         bail!("{}", haproxy::INSTALL_HINT);
     }
+    let layout = Layout::new(cfg, r, env)?;
     let Started {
         children,
         replicas,
         mut service_env,
-    } = start_replicas(cfg, r, &ports, header, stop)?;
-    let slow_proxy = slow_proxy(r, &ports)?;
-    let publics: Vec<IpAddr> = replicas.iter().map(|r| r.public).collect();
-    let balancer = balancer(cfg, r, &ports, &publics)?;
-    let first = replica_ip(1);
+    } = start_replicas(cfg, r, &layout, &ports, header, stop)?;
+    let slow_proxy = slow_proxy(r, &layout, &ports)?;
+    let balancer = balancer(cfg, r, &layout, &ports)?;
+    let first = layout.publics[0];
+    // What user-service dials for HAProxy: its port, at B's path address
+    // across a path.
+    let across = |a: SocketAddr| match &layout.path {
+        Some(p) => SocketAddr::new(p.path.path_addr(Side::B).into(), a.port()),
+        None => a,
+    };
     let (order_rest, order_grpc, order_tcp) = match &balancer {
-        Some(h) => (h.addr(0), h.addr(1), h.addr(2)),
+        Some(h) => (across(h.addr(0)), across(h.addr(1)), across(h.addr(2))),
         None => (
             at(first, ports.order_rest),
             at(first, ports.order_grpc),
             at(first, ports.order_tcp),
         ),
     };
+    // The lab reaches user-service at A's control address, and the first
+    // replica at its own address over B's control link.
+    let bind = match &layout.path {
+        Some(p) => {
+            ports.user_ip = p.path.control_addr(Side::A).into();
+            ports.order_ip = first;
+            IpAddr::from(Ipv4Addr::UNSPECIFIED)
+        }
+        None => IpAddr::from(Ipv4Addr::LOCALHOST),
+    };
     let user = match user_pool {
         None => None,
         Some(pool) => {
             let user_log = log_file(&cfg.log_dir, "user-service", header)?;
-            let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log, None)?;
-            cmd.env("USER_REST_ADDR", format!("127.0.0.1:{}", ports.user_rest))
-                .env("USER_GRPC_ADDR", format!("127.0.0.1:{}", ports.user_grpc))
+            let mut cmd = command(cfg, &cfg.bins.user, 1, &user_log, layout.ns(Side::A))?;
+            cmd.env("USER_REST_ADDR", at(bind, ports.user_rest).to_string())
+                .env("USER_GRPC_ADDR", at(bind, ports.user_grpc).to_string())
                 .env("USER_ORDER_REST_URL", format!("http://{order_rest}"))
                 .env("USER_ORDER_GRPC_URL", format!("http://{order_grpc}"))
                 .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
                 .env("USER_POOL_SIZE", pool.to_string())
                 .env("USER_LOG_FORMAT", "json");
             if r.balance.by_client() {
-                let list: Vec<String> = publics.iter().map(IpAddr::to_string).collect();
+                let list: Vec<String> = layout.publics.iter().map(IpAddr::to_string).collect();
                 cmd.env("USER_ORDER_REPLICAS", list.join(","));
                 let pick = match r.balance {
                     Balance::ClientP2c => "p2c",
@@ -86,8 +174,8 @@ pub(super) fn start(
                 };
                 cmd.env("USER_ORDER_PICK", pick);
             }
-            if let Some(db) = &cfg.databases {
-                cmd.env("USER_DATABASE_URL", &db.users);
+            if let Some((_, users)) = &layout.databases {
+                cmd.env("USER_DATABASE_URL", users);
             }
             service_env.extend(env_of("user-service", &cmd));
             let mut user = ChildGuard::spawn(cmd, "user-service")?;
@@ -108,8 +196,11 @@ pub(super) fn start(
         user,
         target: None,
         proxy: None,
-        path: None,
-        env: service_env.into_iter().collect(),
+        env: service_env
+            .into_iter()
+            .chain(layout.path.iter().flat_map(OnPath::stated))
+            .collect(),
+        path: layout.path,
     })
 }
 
@@ -125,6 +216,7 @@ struct Started {
 fn start_replicas(
     cfg: &ServiceConfig,
     r: &Replicas,
+    layout: &Layout,
     ports: &Ports,
     header: &str,
     stop: &Arc<AtomicBool>,
@@ -133,23 +225,22 @@ fn start_replicas(
     let mut replicas = Vec::new();
     let mut service_env = Vec::new();
     for i in 1..=r.n {
-        let public = replica_ip(i);
-        let slow = r.slow && i == r.n;
-        let own = if slow { replica_ip(100 + i) } else { public };
+        let public = layout.publics[usize::from(i) - 1];
+        let own = layout.own(r, usize::from(i) - 1);
         let log = log_file(
             &cfg.log_dir,
             "order-service",
             &format!("{header}, replica {i}"),
         )?;
-        let mut cmd = command(cfg, &cfg.bins.order, 0, &log, None)?;
+        let mut cmd = command(cfg, &cfg.bins.order, 0, &log, layout.ns(Side::B))?;
         cmd.env("ORDER_REST_ADDR", at(own, ports.order_rest).to_string())
             .env("ORDER_GRPC_ADDR", at(own, ports.order_grpc).to_string())
             .env("ORDER_TCP_ADDR", at(own, ports.order_tcp).to_string());
         if r.rotation {
             cmd.env("ORDER_MAX_CONNECTION_AGE_MS", ROTATION_AGE_MS.to_string());
         }
-        if let Some(db) = &cfg.databases {
-            cmd.env("ORDER_DATABASE_URL", &db.orders);
+        if let Some((orders, _)) = &layout.databases {
+            cmd.env("ORDER_DATABASE_URL", orders);
         }
         if i == 1 {
             service_env.extend(env_of("order-service", &cmd));
@@ -178,12 +269,17 @@ fn start_replicas(
     })
 }
 
-/// The delay proxy in front of the slow replica, at its public address.
-fn slow_proxy(r: &Replicas, ports: &Ports) -> anyhow::Result<Option<delay_proxy::Proxy>> {
-    if !r.slow {
+/// The delay proxy in front of the slow replica, at its public address
+/// (inside B on a packet path, where its threads and sockets stay).
+fn slow_proxy(
+    r: &Replicas,
+    layout: &Layout,
+    ports: &Ports,
+) -> anyhow::Result<Option<delay_proxy::Proxy>> {
+    let Some(own) = layout.slow_own else {
         return Ok(None);
-    }
-    let (public, own) = (replica_ip(r.n), replica_ip(100 + r.n));
+    };
+    let public = layout.publics[usize::from(r.n) - 1];
     let routes: Vec<delay_proxy::Route> = [ports.order_rest, ports.order_grpc, ports.order_tcp]
         .into_iter()
         .map(|p| delay_proxy::Route {
@@ -191,13 +287,15 @@ fn slow_proxy(r: &Replicas, ports: &Ports) -> anyhow::Result<Option<delay_proxy:
             upstream: at(own, p),
         })
         .collect();
-    Ok(Some(
-        delay_proxy::Proxy::start(
-            delay_proxy::Config::one_way(Duration::from_micros(u64::from(SLOW_RTT_MS) * 500)),
-            &routes,
-        )
-        .context("starting the delay proxy in front of the slow replica")?,
-    ))
+    let config = delay_proxy::Config::one_way(Duration::from_micros(u64::from(SLOW_RTT_MS) * 500));
+    let start = || delay_proxy::Proxy::start(config, &routes);
+    let proxy = match &layout.path {
+        Some(p) => p.path.in_ns(Side::B, start)?,
+        None => start(),
+    };
+    Ok(Some(proxy.context(
+        "starting the delay proxy in front of the slow replica",
+    )?))
 }
 
 /// HAProxy in front of the replicas (`publics`), for an L4 or L7 balancer:
@@ -205,9 +303,10 @@ fn slow_proxy(r: &Replicas, ports: &Ports) -> anyhow::Result<Option<delay_proxy:
 fn balancer(
     cfg: &ServiceConfig,
     r: &Replicas,
+    layout: &Layout,
     ports: &Ports,
-    publics: &[IpAddr],
 ) -> anyhow::Result<Option<haproxy::Haproxy>> {
+    let publics = &layout.publics;
     let backends = |port: u16| publics.iter().map(|ip| at(*ip, port)).collect::<Vec<_>>();
     let balancer = match r.balance {
         Balance::Direct | Balance::Client | Balance::ClientP2c => None,
@@ -242,6 +341,14 @@ fn balancer(
                     &frontends,
                     &cfg.log_dir.join("haproxy"),
                     &ports.all(),
+                    match &layout.path {
+                        Some(p) => haproxy::Place {
+                            netns: Some(p.ns(Side::B)),
+                            bind: Ipv4Addr::UNSPECIFIED.into(),
+                            reach: p.path.control_addr(Side::B).into(),
+                        },
+                        None => haproxy::Place::LOCAL,
+                    },
                 )
                 .context("starting HAProxy")?,
             )
