@@ -326,7 +326,7 @@ mod tests {
         assert_eq!(spread.rows.len(), 4, "{:?}", spread.rows);
         assert!(
             spread.reading.contains("the tail follows the connections that cross the lossy path")
-                && spread.reading.contains("4 replicas through HAProxy L7 beside them ×"),
+                && spread.reading.contains("(grpc ×1, 4 replicas through HAProxy L7 beside them, rate ×"),
             "{}",
             spread.reading
         );

@@ -121,15 +121,15 @@ pub(super) fn spread_table(p: &LossPlan, cx: &Context, orders: u32) -> Option<Ta
 /// crossing connection against those on several, and where each balancer
 /// falls.
 fn reading(cx: &Context, rows: &[Row], lossy: &str) -> String {
-    let growth = |r: &Row| {
-        let clean = cx.data.median(&r.cells[0], Metric::UpP99)?;
-        let lossy = cx.data.median(&r.cells[1], Metric::UpP99)?;
+    let change = |r: &Row, m: Metric| {
+        let clean = cx.data.median(&r.cells[0], m)?;
+        let lossy = cx.data.median(&r.cells[1], m)?;
         (clean > 0.0).then_some(lossy / clean)
     };
-    let of = |c: Crossing| -> Vec<(&Row, f64)> {
+    let of = |c: Crossing| -> Vec<(&Row, f64, Option<f64>)> {
         rows.iter()
             .filter(|r| r.crossing == c)
-            .filter_map(|r| Some((r, growth(r)?)))
+            .filter_map(|r| Some((r, change(r, Metric::UpP99)?, change(r, Metric::Rate))))
             .collect()
     };
     let (one, several) = (of(Crossing::One), of(Crossing::Several));
@@ -139,25 +139,32 @@ fn reading(cx: &Context, rows: &[Row], lossy: &str) -> String {
             f::MISSING
         );
     }
-    let list = |v: &[(&Row, f64)]| {
+    let list = |v: &[(&Row, f64, Option<f64>)]| {
         v.iter()
-            .map(|(r, g)| format!("{} {}", r.name, times(*g)))
+            .map(|(r, g, rate)| {
+                let kept = rate.map_or(String::new(), |k| format!(", rate {}", times(k)));
+                format!("{} ({}{kept})", times(*g), r.name)
+            })
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(" and ")
     };
-    let mean = |v: &[(&Row, f64)]| v.iter().map(|x| x.1).sum::<f64>() / v.len() as f64;
+    let mean = |v: &[(&Row, f64, Option<f64>)]| v.iter().map(|x| x.1).sum::<f64>() / v.len() as f64;
     let (m1, ms) = (mean(&one), mean(&several));
     let verdict = if m1 > ms {
         format!(
-            "the tail follows the connections that cross the lossy path, not the servers behind it: a balancer beside the replicas leaves one connection exposed (p99 ×{m1:.2} on average against ×{ms:.2})"
+            "the tail follows the connections that cross the lossy path, not the servers behind it: a balancer beside the replicas leaves one connection exposed (p99 {} on average against {})",
+            times(m1),
+            times(ms)
         )
     } else {
         format!(
-            "spreading calls over more connections across the path did not shorten the tail here (p99 ×{ms:.2} on average against ×{m1:.2} on one connection)"
+            "spreading calls over more connections across the path did not shorten the tail here (p99 {} on average against {} on one connection)",
+            times(ms),
+            times(m1)
         )
     };
     format!(
-        "From no loss to {lossy}, the p99 grew: on one connection across the path, {}; on several, {}; {verdict}.",
+        "From no loss to {lossy}, the p99 grew on one connection across the path {}; on several, {}. So {verdict}.",
         list(&one),
         list(&several)
     )
