@@ -40,10 +40,13 @@
 //! - `activity`: what a connection is doing, read off its socket, and the
 //!   watchdog that closes it when a bound passes;
 //! - `tracked`: the service around the router that counts requests and
-//!   ends HTTP/1.1 answers with `Connection: close` once closing.
+//!   ends HTTP/1.1 answers with `Connection: close` once closing;
+//! - [`leftover`]: an HTTP/1.1 request body left unread by an early answer,
+//!   read within a bound so that the client sees the answer.
 
 mod activity;
 mod connection;
+pub mod leftover;
 pub mod limits;
 mod tracked;
 

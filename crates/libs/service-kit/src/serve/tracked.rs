@@ -12,13 +12,16 @@ use axum::response::Response;
 use hyper_util::service::TowerToHyperService;
 
 use super::activity::Activity;
+use super::leftover;
 
 /// The connection's service: counts requests in service in its
 /// [`Activity`], gives each request's body `body_read` to arrive, marks
 /// the requests of a TLS connection with [`tls::OverTls`], and once the
 /// server is `closing`, ends each HTTP/1.x answer with `Connection: close`,
 /// so that a keep-alive client opens its next request elsewhere rather than
-/// on a connection about to close.
+/// on a connection about to close. An HTTP/1.1 answer given before its
+/// request's body was read waits until the rest is read (see
+/// [`super::leftover`]), or says `Connection: close`.
 ///
 /// It wraps the router once, where an axum middleware would wrap each of its
 /// routes and add a box and a clone to every request.
@@ -39,19 +42,36 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Tra
 
     fn call(&self, req: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
         self.activity.request_started();
-        let mut req = req
-            .map(|b| axum::body::Body::new(crate::deadline::DeadlineBody::new(b, self.body_read)));
+        let h1 = req.version() <= Version::HTTP_11;
+        // A client waiting for `100 Continue` sends no body unless asked:
+        // reading one it never sends would only wait.
+        let expects = req.headers().contains_key(header::EXPECT);
+        let slot: leftover::Slot<_> = Arc::default();
+        let body_read = self.body_read;
+        let mut req = req.map(|b| {
+            let b = crate::deadline::DeadlineBody::new(b, body_read);
+            if h1 {
+                axum::body::Body::new(leftover::Leftover::new(b, slot.clone()))
+            } else {
+                axum::body::Body::new(b)
+            }
+        });
         if self.over_tls {
             req.extensions_mut().insert(tls::OverTls);
         }
-        let h1 = req.version() <= Version::HTTP_11;
         let answer = hyper::service::Service::call(&self.inner, req);
         let activity = self.activity.clone();
         let closing = self.closing.clone();
         Box::pin(async move {
             let Ok(mut res) = answer.await;
+            let unread = slot.lock().ok().and_then(|mut s| s.take());
+            let reusable = match unread {
+                None => true,
+                Some(_) if expects => false,
+                Some(body) => leftover::drain(body).await,
+            };
             activity.request_answered();
-            if h1 && closing.load(Ordering::SeqCst) {
+            if h1 && (!reusable || closing.load(Ordering::SeqCst)) {
                 res.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }

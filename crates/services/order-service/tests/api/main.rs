@@ -14,6 +14,7 @@ mod compression;
 mod connect;
 mod create;
 mod create_retries;
+mod early_answers;
 mod flood;
 mod fuzz;
 mod helpers;
