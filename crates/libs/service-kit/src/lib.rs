@@ -1,8 +1,8 @@
 //! The server skeleton both services run the same way: content
 //! negotiation, the wire-level errors and their problem bodies, one limit of
 //! work in service, serving with time bounds, connection caps and a bounded
-//! drain, gRPC health, the shutdown signal, listener supervision, Postgres
-//! pools, and renamed settings.
+//! drain, gRPC health and reflection, the shutdown signal, listener
+//! supervision, Postgres pools, and renamed settings.
 //!
 //! # Layout
 //! - [`negotiate`]: [`negotiate::Format`] (JSON or protobuf, by `Accept`
@@ -16,7 +16,10 @@
 //!   shutdown that loses no request and ends in time; [`cap`]: the cap on
 //!   a listener's open connections;
 //! - [`preface`]: the same bounds for tonic listeners, and their bounded
-//!   drain; [`health`]: gRPC health that follows readiness;
+//!   drain; [`health`]: gRPC health that follows readiness (its service,
+//!   which keeps a `Watch` of an unknown name open, in `health/service.rs`);
+//!   [`reflection`]: gRPC reflection, v1 and v1alpha, listing what a port
+//!   serves;
 //! - [`signal`], [`supervise`]: the shutdown signal, and the listeners run
 //!   together;
 //! - [`db`]: the Postgres pool opened and bounded, errors classified, rows
@@ -31,6 +34,7 @@ pub mod health;
 pub mod negotiate;
 pub mod preface;
 pub mod problem;
+pub mod reflection;
 pub mod serve;
 pub mod settings;
 pub mod shed;

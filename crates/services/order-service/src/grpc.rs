@@ -439,10 +439,18 @@ pub async fn serve(
         shutdown.clone(),
     )
     .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    // Lists exactly what is added below, not user.v1 from the shared set.
+    let (reflection, reflection_v1alpha) = service_kit::reflection::serving(
+        &[
+            proto::FILE_DESCRIPTOR_SET,
+            tonic_health::pb::FILE_DESCRIPTOR_SET,
+        ],
+        &[
+            tonic_health::pb::health_server::SERVICE_NAME,
+            pb2::order_service_server::SERVICE_NAME,
+            pb1::order_service_server::SERVICE_NAME,
+        ],
+    )?;
     let mut v2 = pb2::order_service_server::OrderServiceServer::new(OrderServiceV2 {
         orders: orders.clone(),
         limits: limits.clone(),
@@ -501,6 +509,7 @@ pub async fn serve(
         ))
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .add_service(v2)
         .add_service(v1);
     let served =

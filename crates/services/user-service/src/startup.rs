@@ -234,11 +234,18 @@ impl Application {
             stop.clone(),
         )
         .await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .context("building the reflection service")?;
+        // Lists exactly what is added below, not order's APIs from the shared set.
+        let (reflection, reflection_v1alpha) = service_kit::reflection::serving(
+            &[
+                proto::FILE_DESCRIPTOR_SET,
+                tonic_health::pb::FILE_DESCRIPTOR_SET,
+            ],
+            &[
+                tonic_health::pb::health_server::SERVICE_NAME,
+                proto::user::v1::user_service_server::SERVICE_NAME,
+            ],
+        )
+        .context("building the reflection service")?;
         let conn = self.conn;
         let grpc = tonic::transport::Server::builder()
             .max_concurrent_streams(conn.max_streams)
@@ -259,6 +266,7 @@ impl Application {
             )
             .add_service(health_service)
             .add_service(reflection)
+            .add_service(reflection_v1alpha)
             .add_service(UserApi::server(
                 self.state.service.clone(),
                 self.state.max_request_bytes,

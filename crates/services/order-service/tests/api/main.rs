@@ -17,6 +17,7 @@ mod create_retries;
 mod early_answers;
 mod flood;
 mod fuzz;
+mod health_reflection;
 mod helpers;
 mod metrics;
 mod modules;

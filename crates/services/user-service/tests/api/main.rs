@@ -12,6 +12,7 @@ mod compose;
 mod dashboard;
 mod flood;
 mod gzip;
+mod health_reflection;
 mod helpers;
 mod k8s;
 mod many_users;
