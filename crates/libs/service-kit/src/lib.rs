@@ -8,7 +8,8 @@
 //! - [`negotiate`]: [`negotiate::Format`] (JSON or protobuf, by `Accept`
 //!   and `Content-Type`), [`negotiate::read_body`] (the bounded body read)
 //!   and [`negotiate::WireError`] (what is wrong with a request on the
-//!   wire); [`deadline`]: the body read's time bound;
+//!   wire); [`deadline`]: the body read's time bound; [`call_deadline`]:
+//!   the caller's deadline of a gRPC or Connect call, enforced;
 //! - [`problem`]: the `application/problem+json` body of every error, the
 //!   problem types both services share, and the pages that describe them;
 //! - [`shed`]: load shedding, the one limit of work in service;
@@ -27,6 +28,7 @@
 //! - [`settings`]: renamed settings kept working for a release, and the
 //!   defaults without the environment.
 
+pub mod call_deadline;
 pub mod cap;
 pub mod db;
 pub mod deadline;

@@ -252,10 +252,50 @@ impl<B> tower_http::trace::OnResponse<B> for OnHttpResponse {
     fn on_response(self, res: &http::Response<B>, latency: Duration, span: &tracing::Span) {
         let status = res.status();
         span.record("http.response.status_code", status.as_u16());
-        if status.is_server_error() {
+        if status.is_server_error() && !asked_for_the_unimplemented(status) {
             error(span, &status.to_string());
         }
         self.0.on_response(res, latency, span);
+    }
+}
+
+/// 501 Not Implemented: the client asked for something this server does
+/// not do (a compression, a method form). It is the client's mistake, not a
+/// failure of the server: neither an error on the span nor an ERROR log.
+fn asked_for_the_unimplemented(status: http::StatusCode) -> bool {
+    status == http::StatusCode::NOT_IMPLEMENTED
+}
+
+/// tower-http's `on_failure` for the REST listeners: a server error logged
+/// at ERROR as tower-http does, except a 501 ([`asked_for_the_unimplemented`]),
+/// logged at DEBUG.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OnHttpFailure;
+
+impl tower_http::trace::OnFailure<tower_http::classify::ServerErrorsFailureClass>
+    for OnHttpFailure
+{
+    fn on_failure(
+        &mut self,
+        class: tower_http::classify::ServerErrorsFailureClass,
+        latency: Duration,
+        _span: &tracing::Span,
+    ) {
+        use tower_http::classify::ServerErrorsFailureClass as C;
+        let ms = latency.as_millis();
+        match class {
+            C::StatusCode(s) if asked_for_the_unimplemented(s) => {
+                tracing::debug!(
+                    status = s.as_u16(),
+                    latency_ms = ms,
+                    "the client asked for what this server does not implement"
+                );
+            }
+            C::StatusCode(s) => {
+                tracing::error!(classification = %s, latency_ms = ms, "response failed");
+            }
+            C::Error(e) => tracing::error!(classification = %e, latency_ms = ms, "response failed"),
+        }
     }
 }
 
@@ -530,6 +570,54 @@ mod tests {
     use tracing_subscriber::layer::SubscriberExt as _;
 
     use super::*;
+
+    /// The level of every event logged while `f` runs.
+    fn levels_logged(f: impl FnOnce()) -> Vec<tracing::Level> {
+        #[derive(Clone, Default)]
+        struct Levels(Arc<Mutex<Vec<tracing::Level>>>);
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Levels {
+            fn on_event(
+                &self,
+                e: &tracing::Event<'_>,
+                _: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                self.0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(*e.metadata().level());
+            }
+        }
+        let seen = Levels::default();
+        let sub = tracing_subscriber::registry().with(seen.clone());
+        tracing::subscriber::with_default(sub, f);
+        let v = seen
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        v
+    }
+
+    #[test]
+    fn a_501_is_logged_as_the_clients_mistake_and_a_500_as_an_error() {
+        use tower_http::classify::ServerErrorsFailureClass as C;
+        use tower_http::trace::OnFailure as _;
+        let span = tracing::Span::none();
+        let ms = Duration::from_millis(3);
+        let at = |class| levels_logged(|| OnHttpFailure.on_failure(class, ms, &span));
+        assert_eq!(
+            at(C::StatusCode(http::StatusCode::NOT_IMPLEMENTED)),
+            [tracing::Level::DEBUG]
+        );
+        assert_eq!(
+            at(C::StatusCode(http::StatusCode::INTERNAL_SERVER_ERROR)),
+            [tracing::Level::ERROR]
+        );
+        assert_eq!(
+            at(C::StatusCode(http::StatusCode::SERVICE_UNAVAILABLE)),
+            [tracing::Level::ERROR]
+        );
+    }
 
     /// Every value recorded on a span after its creation, as text.
     #[derive(Debug, Clone, Default)]

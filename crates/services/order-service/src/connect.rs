@@ -11,13 +11,22 @@
 //! say where they are served.
 //!
 //! connect-rust also answers the gRPC and gRPC-web protocols on these paths;
-//! responses are never compressed, as on the REST routes.
+//! responses are never compressed, as on the REST routes, while a request
+//! compressed with gzip or zstd is read. The caller's deadline
+//! (`Connect-Timeout-Ms`, or `grpc-timeout`) bounds decoding, the handler
+//! and a stream; a unary answer still being sent at it is cut.
+//! `Connect-Protocol-Version` is not required: the protocol lets a server
+//! require it, to tell a Connect call from a stray POST, but every call here
+//! is also told apart by its route and content type, and a plain `curl` of a
+//! unary call then works.
 
 use std::sync::Arc;
 
+use axum::http;
+use axum::response::IntoResponse as _;
 use connectrpc::{
-    CompressionPolicy, CompressionRegistry, ConnectError, ConnectRpcService, ErrorDetail,
-    RequestContext, Response, ServiceRequest, ServiceResult, ServiceStream,
+    CompressionPolicy, CompressionRegistry, ConnectError, ConnectRpcService, DeadlinePolicy,
+    ErrorDetail, RequestContext, Response, ServiceRequest, ServiceResult, ServiceStream,
 };
 use futures::StreamExt as _;
 use model::connect as mc;
@@ -206,8 +215,118 @@ pub fn service(orders: Orders, max_body_bytes: usize) -> ConnectRpcService {
                 .with_max_request_body_size(max_body_bytes)
                 .with_max_message_size(max_body_bytes),
         )
-        // Nothing compressed: no surface of this service compresses unless
-        // asked to, and a byte count must not mix wires and gzip.
-        .with_compression(CompressionRegistry::new())
+        // Answers never compressed: no surface of this service compresses
+        // unless asked to, and a byte count must not mix wires and gzip. A
+        // request a client compressed (gzip or zstd) is read, as every
+        // Connect server must for the encodings it lists in
+        // `Accept-Encoding`.
+        .with_compression(CompressionRegistry::default())
         .with_compression_policy(CompressionPolicy::disabled())
+        // The caller's deadline ends its stream too, not only the handler
+        // (a unary answer still being sent at it is cut by
+        // `service_kit::call_deadline::ConnectDeadlineLayer`).
+        .with_deadline_policy(DeadlinePolicy::new().with_enforce_on_streams(true))
+}
+
+/// Whether a request that matched no route is an RPC call (Connect, or
+/// gRPC on this port): a POST to `/package.Service/Method`.
+pub fn is_rpc_call(method: &http::Method, path: &str) -> bool {
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.split('.').all(|p| {
+                p.chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+    };
+    let mut parts = path.strip_prefix('/').unwrap_or("").split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(service), Some(m), None) => {
+            method == http::Method::POST && service.contains('.') && ident(service) && ident(m)
+        }
+        _ => false,
+    }
+}
+
+/// What this port serves over Connect, for an error naming it.
+fn served() -> String {
+    format!(
+        "over Connect this port serves {}{{GetOrder, ListOrders, StreamOrders}}",
+        PREFIX
+    )
+}
+
+/// The answer to an RPC call of a method this port does not serve:
+/// `unimplemented`, as a Connect error (HTTP 404, as the protocol maps it)
+/// or, for a gRPC call, trailers-only `grpc-status: 12`.
+pub fn not_served(path: &str, headers: &http::HeaderMap) -> axum::response::Response {
+    let message = format!("no method {path} here; {}", served());
+    let grpc = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/grpc"));
+    if grpc {
+        return tonic::Status::unimplemented(message)
+            .into_http::<axum::body::Body>()
+            .map(axum::body::Body::new);
+    }
+    connect_error(http::StatusCode::NOT_FOUND, "unimplemented", &message)
+}
+
+/// A Connect error as the protocol writes it for a unary call: a JSON
+/// object with its code and message.
+fn connect_error(status: http::StatusCode, code: &str, message: &str) -> axum::response::Response {
+    let body = serde_json::json!({ "code": code, "message": message }).to_string();
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+/// The request encodings read (connect-rust's default registry).
+const ENCODINGS: &str = "gzip, zstd";
+
+/// In front of the Connect routes, what connect-rust leaves out:
+/// - a GET of a method not marked free of side effects (none here is)
+///   answers 405 with `Allow: POST` and the Connect code `unimplemented`,
+///   where connect-rust's code is `unknown`;
+/// - a request in an encoding not read is refused (`unimplemented`) with
+///   the encodings that are, in `Accept-Encoding` (unary) or
+///   `Connect-Accept-Encoding` (streams), as the protocol asks.
+pub async fn edges(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if req.method() != http::Method::GET {
+        let streaming = req.headers().contains_key("connect-content-encoding");
+        let encoded = streaming || req.headers().contains_key(http::header::CONTENT_ENCODING);
+        let mut res = next.run(req).await;
+        let refused = res.status() == http::StatusCode::NOT_IMPLEMENTED
+            || res.headers().get("grpc-status").is_some_and(|s| s == "12");
+        if encoded && refused {
+            let name = if streaming {
+                "connect-accept-encoding"
+            } else {
+                "accept-encoding"
+            };
+            res.headers_mut()
+                .entry(name)
+                .or_insert(http::HeaderValue::from_static(ENCODINGS));
+        }
+        return res;
+    }
+    let mut res = connect_error(
+        http::StatusCode::METHOD_NOT_ALLOWED,
+        "unimplemented",
+        &format!(
+            "{} takes POST: Connect's GET is for methods marked free of side effects, and this one is not",
+            req.uri().path()
+        ),
+    );
+    res.headers_mut()
+        .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+    res
 }

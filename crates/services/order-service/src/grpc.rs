@@ -503,6 +503,9 @@ pub async fn serve(
             service_kit::shed::ShedLayer::shared(&limits.limiter, overloaded)
                 .exempt(&["/grpc.health.", "/grpc.reflection."]),
         )
+        // The caller's deadline, enforced: inside the status layer, so that
+        // a call past it is counted as DEADLINE_EXCEEDED.
+        .layer(service_kit::call_deadline::GrpcDeadlineLayer)
         // Innermost: from the call routed to its trailers (see `crate::timing`).
         .layer(tower::util::option_layer(
             server_timing.then_some(crate::timing::GrpcTimingLayer),

@@ -264,6 +264,8 @@ impl Application {
                 service_kit::shed::ShedLayer::shared(&self.state.limiter, crate::grpc::overloaded)
                     .exempt(&["/grpc.health.", "/grpc.reflection."]),
             )
+            // The caller's deadline, enforced (order-service's gRPC does the same).
+            .layer(service_kit::call_deadline::GrpcDeadlineLayer)
             .add_service(health_service)
             .add_service(reflection)
             .add_service(reflection_v1alpha)

@@ -9,8 +9,13 @@
 //! a keep-alive client still writing the body, or sending its next request
 //! on the connection, gets a broken pipe (`EPIPE`) instead of the answer.
 //! RFC 9112 §9.6 asks a server that closes early to say so and to keep
-//! reading for a while (hyper's and nginx's lingering close). HTTP/2 needs
-//! none of this: it resets the one stream and the connection goes on.
+//! reading for a while (hyper's and nginx's lingering close).
+//!
+//! HTTP/2 resets the one stream, but a client may go on sending the body it
+//! had started (connect-node does), and the bytes that arrive still count
+//! against the connection's flow-control window: unread, a few refused
+//! 5 MB requests left every later call on the connection waiting for a
+//! window that never opened. The body is read there too.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};

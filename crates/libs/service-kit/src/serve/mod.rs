@@ -41,7 +41,7 @@
 //!   watchdog that closes it when a bound passes;
 //! - `tracked`: the service around the router that counts requests and
 //!   ends HTTP/1.1 answers with `Connection: close` once closing;
-//! - [`leftover`]: an HTTP/1.1 request body left unread by an early answer,
+//! - [`leftover`]: a request body left unread by an early answer,
 //!   read within a bound so that the client sees the answer.
 
 mod activity;

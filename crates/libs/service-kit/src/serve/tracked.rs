@@ -19,9 +19,9 @@ use super::leftover;
 /// the requests of a TLS connection with [`tls::OverTls`], and once the
 /// server is `closing`, ends each HTTP/1.x answer with `Connection: close`,
 /// so that a keep-alive client opens its next request elsewhere rather than
-/// on a connection about to close. An HTTP/1.1 answer given before its
-/// request's body was read waits until the rest is read (see
-/// [`super::leftover`]), or says `Connection: close`.
+/// on a connection about to close. An answer given before its request's
+/// body was read waits until the rest is read (see [`super::leftover`]);
+/// past the bound, an HTTP/1.1 one says `Connection: close`.
 ///
 /// It wraps the router once, where an axum middleware would wrap each of its
 /// routes and add a box and a clone to every request.
@@ -49,12 +49,10 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Tra
         let slot: leftover::Slot<_> = Arc::default();
         let body_read = self.body_read;
         let mut req = req.map(|b| {
-            let b = crate::deadline::DeadlineBody::new(b, body_read);
-            if h1 {
-                axum::body::Body::new(leftover::Leftover::new(b, slot.clone()))
-            } else {
-                axum::body::Body::new(b)
-            }
+            axum::body::Body::new(leftover::Leftover::new(
+                crate::deadline::DeadlineBody::new(b, body_read),
+                slot.clone(),
+            ))
         });
         if self.over_tls {
             req.extensions_mut().insert(tls::OverTls);

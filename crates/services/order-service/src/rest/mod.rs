@@ -58,7 +58,13 @@ pub struct RestState {
 pub fn router(state: RestState) -> Router {
     // Connect shares this listener (see `crate::connect`): one route per
     // method, so that the metrics' route label names the method.
-    let connect = crate::connect::service(state.orders.clone(), state.max_body_bytes);
+    let connect = tower::ServiceBuilder::new()
+        .layer(axum::middleware::from_fn(crate::connect::edges))
+        .layer(service_kit::call_deadline::ConnectDeadlineLayer)
+        .service(crate::connect::service(
+            state.orders.clone(),
+            state.max_body_bytes,
+        ));
     let mut router = Router::new();
     for method in crate::connect::METHODS {
         router = router.route_service(
@@ -89,7 +95,8 @@ pub fn router(state: RestState) -> Router {
     }
     let trace = tower_http::trace::TraceLayer::new_for_http()
         .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
-        .on_response(telemetry::spans::OnHttpResponse::default());
+        .on_response(telemetry::spans::OnHttpResponse::default())
+        .on_failure(telemetry::spans::OnHttpFailure);
     // Names the server span after the matched route (`GET /v2/orders/{id}`,
     // or `order.v2.OrderService/ListOrders` for Connect).
     let route_span = telemetry::spans::RouteLayer::new().connect(crate::connect::PREFIX);
@@ -461,6 +468,15 @@ async fn readyz(State(st): State<RestState>) -> Result<&'static str, RestError> 
     Ok("ready")
 }
 
-async fn not_found(uri: axum::http::Uri) -> Response {
+/// No route: a Connect (or gRPC) error for an RPC call, so that its client
+/// reads `unimplemented`; a problem for anything else.
+async fn not_found(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    if crate::connect::is_rpc_call(&method, uri.path()) {
+        return crate::connect::not_served(uri.path(), &headers);
+    }
     WireError::NoRoute(uri.path().to_owned()).into_response()
 }
