@@ -369,8 +369,11 @@ fn an_added_address_is_across_the_path_from_a_and_beside_it_from_the_host() {
         let across = path.in_ns(Side::A, || connect_ms(to)).unwrap();
         let beside = connect_ms(to);
         eprintln!("{at}: from A {across:.3} ms, from the host {beside:.3} ms");
+        // Which way the packets go, not the emulator's precision (the idle
+        // round-trip test holds that to ±0.3 ms on a quiet machine): one
+        // crossing is 20 ms, and nothing but the path adds that much.
         assert!(
-            (across - 20.0).abs() <= 0.3,
+            (across - 20.0).abs() <= 1.0,
             "from A {across:.3} ms, configured 20 ms"
         );
         assert!(
