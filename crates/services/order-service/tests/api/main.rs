@@ -21,6 +21,7 @@ mod flood;
 mod fuzz;
 mod health_reflection;
 mod helpers;
+mod interop;
 mod metrics;
 mod modules;
 mod orders_db;

@@ -14,6 +14,7 @@ mod flood;
 mod gzip;
 mod health_reflection;
 mod helpers;
+mod interop;
 mod k8s;
 mod many_users;
 mod modules;

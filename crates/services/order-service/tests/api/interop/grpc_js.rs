@@ -1,0 +1,78 @@
+//! @grpc/grpc-js (Node, proto/ loaded at run time by @grpc/proto-loader)
+//! against order-service's gRPC port: unary, server and bidi streams, an
+//! error, a deadline.
+
+use model::FieldSet;
+use serde_json::Value;
+
+use super::kit::node_client;
+use super::oracle::{assert_orders, error_of, ok_of, orders_of};
+use crate::helpers::{Backend, spawn};
+
+async fn gets_the_data_sets_orders_errors_and_deadlines(backend: Backend) {
+    let app = spawn(backend).await;
+    let got = node_client("grpc_js.mjs", &["orders", &app.grpc.to_string()]).await;
+
+    assert_orders(
+        ok_of(&got["unary"], "unary"),
+        &orders_of(100),
+        FieldSet::ALL,
+        "grpc-js ListOrders",
+    );
+    assert_orders(
+        ok_of(&got["stream"], "stream"),
+        &orders_of(1000),
+        FieldSet::ALL,
+        "grpc-js StreamOrders",
+    );
+    let bidi = ok_of(&got["bidi"], "bidi").as_array().unwrap();
+    assert_eq!(bidi.len(), 2, "{bidi:?}");
+    assert_eq!(
+        (&bidi[0]["request_id"], &bidi[1]["request_id"]),
+        (&7.into(), &8.into())
+    );
+    assert_orders(
+        &bidi[0]["orders"],
+        &orders_of(10),
+        FieldSet::ALL,
+        "grpc-js lookup 7",
+    );
+    assert_eq!(bidi[0]["error"], Value::Null);
+    assert_eq!(bidi[1]["error"]["code"], 3, "a bad lookup fails alone");
+
+    let bad = error_of(&got["bad_user_id"], "bad_user_id");
+    assert_eq!(bad["code"], "INVALID_ARGUMENT");
+    assert_eq!(bad["message"], "user_id: \"nope\" is not a UUID");
+    assert_eq!(
+        bad["has_status_details"], true,
+        "the BadRequest rides in grpc-status-details-bin"
+    );
+    assert_eq!(
+        error_of(&got["unknown_order"], "unknown_order")["code"],
+        "NOT_FOUND"
+    );
+
+    for what in ["unary_1ms", "stream_1ms"] {
+        assert_eq!(
+            error_of(&got[what], what)["code"],
+            "DEADLINE_EXCEEDED",
+            "{what}"
+        );
+    }
+    assert_eq!(
+        ok_of(&got["after"], "after"),
+        10,
+        "the channel still answers"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_js_gets_the_data_sets_orders_errors_and_deadlines_in_memory() {
+    gets_the_data_sets_orders_errors_and_deadlines(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn grpc_js_gets_the_data_sets_orders_errors_and_deadlines_on_postgres() {
+    gets_the_data_sets_orders_errors_and_deadlines(Backend::Postgres).await;
+}

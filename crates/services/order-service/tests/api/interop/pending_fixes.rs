@@ -1,0 +1,150 @@
+//! What third-party clients are owed and, when these tests were written, did
+//! not yet get: each check is a test of its own, so that a run shows which
+//! hold. Letters are the ones the fixes are tracked by.
+//!
+//! - (a) a health Watch of an unknown service says SERVICE_UNKNOWN and stays
+//!   open;
+//! - (b) reflection lists only the services the port serves, over v1 and
+//!   v1alpha;
+//! - (c) the server itself ends a call past its deadline (`grpc-timeout`,
+//!   `Connect-Timeout-Ms`) with DEADLINE_EXCEEDED, not an answer;
+//! - (d) over Connect, an unknown method and a request over the cap reach
+//!   connect-node as Unimplemented and ResourceExhausted, every time;
+//! - (e) a gzip Connect request is refused with the encodings that are
+//!   accepted listed; GET on a unary route gets a code other than unknown.
+
+use serde_json::Value;
+
+use super::connect_node::connect_node;
+use super::grpcio::SERVED;
+use super::kit::node_client;
+use super::standard_services as std_services;
+use crate::helpers::{Backend, spawn};
+
+#[tokio::test]
+async fn a_health_watch_of_an_unknown_service_says_service_unknown_and_stays_open() {
+    let app = spawn(Backend::Memory).await;
+    std_services::assert_watch_of_unknown_says_service_unknown(app.grpc).await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn reflection_v1_lists_only_the_services_the_port_serves() {
+    let app = spawn(Backend::Memory).await;
+    let got = std_services::reflect(app.grpc, "v1").await;
+    std_services::assert_lists_only(&got, &SERVED);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn reflection_v1alpha_is_answered_and_lists_only_the_services_the_port_serves() {
+    let app = spawn(Backend::Memory).await;
+    let got = std_services::reflect(app.grpc, "v1alpha").await;
+    assert!(
+        got.get("error").is_none(),
+        "grpcio-reflection's v1alpha client: {got}"
+    );
+    std_services::assert_describes(&got, &SERVED);
+    std_services::assert_lists_only(&got, &SERVED);
+    app.stop().await;
+}
+
+/// The server's own answer to a call whose deadline the client sent but does
+/// not keep itself: a status other than DEADLINE_EXCEEDED (or an answer)
+/// means the server let the deadline pass.
+fn assert_server_says_deadline_exceeded(got: &Value, code: &str, what: &str) {
+    assert!(
+        got.get("ok").is_none(),
+        "{what}: the server answered {} orders in {} ms, past a 1 ms deadline",
+        got["ok"],
+        got["took_ms"]
+    );
+    assert_eq!(got["error"]["code"], code, "{what}: {got}");
+}
+
+#[tokio::test]
+async fn a_grpc_timeout_of_1ms_on_10000_orders_is_answered_deadline_exceeded_by_the_server() {
+    let app = spawn(Backend::Memory).await;
+    // grpc-js sends `grpc-timeout: 1m` as metadata and keeps no timer: the
+    // status it reports is the server's, from its trailers.
+    let got = node_client("grpc_js.mjs", &["server-deadline", &app.grpc.to_string()]).await;
+    assert_server_says_deadline_exceeded(&got, "DEADLINE_EXCEEDED", "gRPC ListOrders");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_connect_timeout_ms_of_1_on_10000_orders_is_answered_deadline_exceeded_by_the_server() {
+    let app = spawn(Backend::Memory).await;
+    // connect-node sends `Connect-Timeout-Ms: 1` as a header and keeps no
+    // timer: the code it reports is the server's.
+    let got = connect_node(&app, "server-deadline").await;
+    for t in ["h1-binary", "h2c-binary"] {
+        assert_server_says_deadline_exceeded(&got[t], "DeadlineExceeded", &format!("Connect {t}"));
+    }
+    app.stop().await;
+}
+
+/// Ten codes, every one `want`.
+fn assert_ten_times(got: &Value, want: &str, what: &str) {
+    let codes = got["codes"].as_array().unwrap();
+    let right = codes.iter().filter(|c| *c == want).count();
+    assert!(
+        codes.len() == 10 && right == 10,
+        "{what}: {right} of 10 were {want}; connect-node saw {codes:?} (DeadlineExceeded: the \
+         call hung until connect-node's own 5 s timeout, and the rest were not tried)"
+    );
+}
+
+#[tokio::test]
+async fn a_connect_call_to_an_unknown_method_over_http1_is_unimplemented_ten_times_out_of_ten() {
+    let app = spawn(Backend::Memory).await;
+    let got = connect_node(&app, "unknown-method-h1").await;
+    assert_ten_times(&got, "Unimplemented", "an unknown method over HTTP/1.1");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_5mb_connect_request_over_http1_is_resource_exhausted_ten_times_out_of_ten() {
+    let app = spawn(Backend::Memory).await;
+    let got = connect_node(&app, "oversized-h1").await;
+    assert_ten_times(&got, "ResourceExhausted", "5 MB over HTTP/1.1");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_5mb_connect_request_over_h2c_is_resource_exhausted_ten_times_out_of_ten() {
+    let app = spawn(Backend::Memory).await;
+    let got = connect_node(&app, "oversized-h2c").await;
+    assert_ten_times(&got, "ResourceExhausted", "5 MB over h2c, one connection");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_gzip_connect_request_is_refused_with_the_accepted_encodings_listed() {
+    let app = spawn(Backend::Memory).await;
+    let got = connect_node(&app, "gzip").await;
+    for t in ["h1-binary", "h2c-binary"] {
+        let e = &got[t]["error"];
+        assert_eq!(e["code"], "Unimplemented", "{t}: {}", got[t]);
+        assert!(
+            e["accept_encoding"].is_string(),
+            "{t}: the refusal lists what is accepted in Accept-Encoding: {e}"
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_connect_get_on_a_unary_route_gets_a_code_other_than_unknown() {
+    let app = spawn(Backend::Memory).await;
+    let got = connect_node(&app, "get").await;
+    for t in ["h1-json", "h2c-binary"] {
+        let code = &got[t]["error"]["code"];
+        assert!(
+            code.is_string() && code != "Unknown",
+            "{t}: GET on ListOrders (not side-effect free): {}",
+            got[t]
+        );
+    }
+    app.stop().await;
+}
