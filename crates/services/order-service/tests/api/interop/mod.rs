@@ -10,7 +10,9 @@
 //! - `oracle`: the data set in the clients' JSON form.
 //! - `standard_services`: health and reflection checks (both services).
 //! - `grpcio`, `grpc_js`, `connect_node`: one file per client.
-//! - `pending_fixes`: checks of fixes not yet in, one test each.
+//! - `protocol_edges`: what the protocols specify at their edges (health
+//!   Watch of an unknown name, reflection's list, deadlines the server keeps,
+//!   Connect's refusals), one test each.
 
 pub mod kit;
 pub mod oracle;
@@ -19,4 +21,4 @@ pub mod standard_services;
 mod connect_node;
 mod grpc_js;
 mod grpcio;
-mod pending_fixes;
+mod protocol_edges;

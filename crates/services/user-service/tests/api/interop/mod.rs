@@ -15,7 +15,7 @@ pub mod oracle;
 #[path = "../../../../order-service/tests/api/interop/standard_services.rs"]
 pub mod standard_services;
 
-mod pending_fixes;
+mod protocol_edges;
 
 use model::{FieldSet, OrderField};
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
-//! What third-party clients are owed by user-service and, when these tests
-//! were written, did not yet get; each check a test of its own, lettered as
-//! order-service's (its tests/api/interop/pending_fixes.rs):
+//! What the gRPC protocols specify at their edges, checked on user-service,
+//! each a test of its own and lettered as order-service's (its
+//! tests/api/interop/protocol_edges.rs):
 //!
 //! - (a) a health Watch of an unknown service says SERVICE_UNKNOWN and stays
 //!   open;
