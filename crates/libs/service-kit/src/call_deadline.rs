@@ -289,6 +289,9 @@ where
                 // dropped.
                 return Ok(deadline_exceeded());
             }
+            // An error (connect-rust's own `deadline_exceeded` among them)
+            // goes out whole: it is short, and it says why.
+            let deadline = deadline.filter(|_| res.status().is_success());
             Ok(res.map(|b| axum::body::Body::new(DeadlineBody::new(b, deadline, AtDeadline::Cut))))
         })
     }
