@@ -176,8 +176,39 @@ pub fn now() -> chrono::DateTime<chrono::Utc> {
 }
 
 /// A database URL with its password, if any, replaced by `***`: for logs
-/// and errors.
+/// and errors. The password may be in the user information
+/// (`postgres://app:secret@db/x`) or in the query (`?password=secret`, and
+/// `sslpassword`, as libpq and sqlx read them).
 pub fn redact(url: &str) -> String {
+    // The query starts after the user information, whose password may
+    // hold a `?` of its own.
+    let from = url.rfind('@').unwrap_or(0);
+    let (base, query) = match url[from..].find('?') {
+        Some(i) => (&url[..from + i], Some(&url[from + i + 1..])),
+        None => (url, None),
+    };
+    let base = redact_userinfo(base);
+    match query {
+        None => base,
+        Some(q) => {
+            let params: Vec<String> = q
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _))
+                        if k.eq_ignore_ascii_case("password")
+                            || k.eq_ignore_ascii_case("sslpassword") =>
+                    {
+                        format!("{k}=***")
+                    }
+                    _ => p.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
+    }
+}
+
+fn redact_userinfo(url: &str) -> String {
     let Some((scheme, after)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -207,6 +238,19 @@ mod tests {
         );
         assert_eq!(redact("postgres://postgres@h/x"), "postgres://postgres@h/x");
         assert_eq!(redact("not a url"), "not a url");
+        // In the query, as libpq and sqlx also read it.
+        assert_eq!(
+            redact("postgres://app@db/orders?sslmode=disable&password=secret&sslpassword=k"),
+            "postgres://app@db/orders?sslmode=disable&password=***&sslpassword=***"
+        );
+        assert_eq!(
+            redact("postgres://app:p?ss@db/x"),
+            "postgres://app:***@db/x"
+        );
+        assert_eq!(
+            redact("postgres://app:a@db/x?PASSWORD=b"),
+            "postgres://app:***@db/x?PASSWORD=***"
+        );
         let url: DatabaseUrl = "postgres://app:secret@db/orders".parse().unwrap();
         assert_eq!(format!("{url:?}"), "postgres://app:***@db/orders");
     }

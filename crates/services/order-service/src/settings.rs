@@ -65,7 +65,7 @@ pub struct Settings {
 
     /// Postgres URL. Unset: the in-memory store, loaded with the data set.
     /// Set: migrations/orders is applied at start.
-    #[arg(long, env = "ORDER_DATABASE_URL")]
+    #[arg(long, env = "ORDER_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<DatabaseUrl>,
 
     /// With Postgres, load the data set at start (as `seed` does) before serving.

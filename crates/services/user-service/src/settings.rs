@@ -76,7 +76,7 @@ pub struct Settings {
     /// Postgres URL of the users database. Unset: users live in memory,
     /// seeded from the data set (as the Spring Boot post measured: no
     /// database behind the hop).
-    #[arg(long, env = "USER_DATABASE_URL")]
+    #[arg(long, env = "USER_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<DatabaseUrl>,
 
     /// Postgres connections in the pool.

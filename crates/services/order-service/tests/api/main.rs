@@ -31,6 +31,7 @@ mod python_client;
 mod renamed;
 mod rotation;
 mod schemathesis;
+mod secrets;
 mod seed;
 mod shutdown;
 mod sigterm;

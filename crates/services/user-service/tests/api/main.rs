@@ -25,6 +25,7 @@ mod renamed;
 mod replicas;
 mod resilience;
 mod schemathesis;
+mod secrets;
 mod sigterm;
 mod slow_clients;
 mod traces;
