@@ -510,9 +510,10 @@ pub async fn serve(
         .layer(tower::util::option_layer(
             server_timing.then_some(crate::timing::GrpcTimingLayer),
         ))
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(reflection_v1alpha)
+        // The request cap of the APIs, not tonic's 4 MiB default.
+        .add_service(health_service.max_decoding_message_size(limits.max_request_bytes))
+        .add_service(reflection.max_decoding_message_size(limits.max_request_bytes))
+        .add_service(reflection_v1alpha.max_decoding_message_size(limits.max_request_bytes))
         .add_service(v2)
         .add_service(v1);
     let served =

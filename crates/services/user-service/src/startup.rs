@@ -266,9 +266,10 @@ impl Application {
             )
             // The caller's deadline, enforced (order-service's gRPC does the same).
             .layer(service_kit::call_deadline::GrpcDeadlineLayer)
-            .add_service(health_service)
-            .add_service(reflection)
-            .add_service(reflection_v1alpha)
+            // The request cap of the API, not tonic's 4 MiB default.
+            .add_service(health_service.max_decoding_message_size(self.state.max_request_bytes))
+            .add_service(reflection.max_decoding_message_size(self.state.max_request_bytes))
+            .add_service(reflection_v1alpha.max_decoding_message_size(self.state.max_request_bytes))
             .add_service(UserApi::server(
                 self.state.service.clone(),
                 self.state.max_request_bytes,

@@ -255,3 +255,44 @@ pub async fn assert_lists_exactly(channel: &Channel, serves: &[&str], not_here: 
         );
     }
 }
+
+/// A 2 MiB health check and a 2 MiB reflection request, over the 1 MiB
+/// request cap of the port's APIs, are not decoded under tonic's 4 MiB
+/// default: the check is refused `RESOURCE_EXHAUSTED`, the reflection
+/// stream gets no answer.
+pub async fn assert_over_the_cap_refused(channel: &Channel) {
+    let big = "x".repeat(2 << 20);
+    let err = check(channel, &big).await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        tonic::Code::ResourceExhausted,
+        "health: {err:?}"
+    );
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    let req = ServerReflectionRequest {
+        host: big,
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let got = async {
+        ServerReflectionClient::new(channel.clone())
+            .server_reflection_info(futures::stream::iter([req]))
+            .await?
+            .into_inner()
+            .message()
+            .await
+    }
+    .await;
+    // tonic-reflection ends its stream when a request cannot be decoded,
+    // with status OK: what counts is that nothing was answered.
+    match got {
+        Ok(None) => {}
+        Err(e) => assert_eq!(
+            e.code(),
+            tonic::Code::ResourceExhausted,
+            "reflection: {e:?}"
+        ),
+        Ok(Some(answer)) => panic!("a 2 MiB reflection request was answered: {answer:?}"),
+    }
+}

@@ -109,3 +109,13 @@ async fn past_the_limit_health_and_both_reflection_versions_still_answer() {
     drop(hold);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn health_and_reflection_refuse_a_request_over_the_request_cap() {
+    let app = spawn(Backend::Memory).await;
+    let ch = channel(app.grpc).await;
+    assert_over_the_cap_refused(&ch).await;
+    // The port still serves.
+    assert_eq!(check(&ch, "").await.unwrap(), ServingStatus::Serving);
+    app.stop().await;
+}

@@ -76,3 +76,12 @@ async fn reflection_lists_exactly_the_services_the_grpc_port_serves_over_v1_and_
     .await;
     users.stop().await;
 }
+
+#[tokio::test]
+async fn health_and_reflection_refuse_a_request_over_the_request_cap() {
+    let users = spawn_users_on(user_service::Settings::default(), None).await;
+    let ch = channel(users.grpc).await;
+    assert_over_the_cap_refused(&ch).await;
+    // The port still serves.
+    assert_eq!(check(&ch, "").await.unwrap(), ServingStatus::Serving);
+}
