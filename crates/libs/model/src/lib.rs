@@ -41,6 +41,23 @@ pub fn quoted(s: &str) -> String {
     }
 }
 
+/// The most bytes of text an error carries (a problem's `detail`, a
+/// `grpc-message`): whatever a request held, its error stays small.
+pub const MAX_ERROR_TEXT: usize = 512;
+
+/// `s` whole when it is at most [`MAX_ERROR_TEXT`] bytes, else its start
+/// (cut at a character boundary) and its length.
+pub fn capped(s: String) -> String {
+    if s.len() <= MAX_ERROR_TEXT {
+        return s;
+    }
+    let mut end = MAX_ERROR_TEXT;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..end], s.len())
+}
+
 /// A request field that could not be parsed, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -88,6 +105,15 @@ impl PageToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_text_is_capped_at_a_character_boundary_with_its_length() {
+        assert_eq!(capped("short".into()), "short");
+        let long = "é".repeat(1000);
+        let c = capped(long);
+        assert!(c.ends_with("… (2000 bytes)"), "{c}");
+        assert!(c.len() <= MAX_ERROR_TEXT + 20);
+    }
 
     #[test]
     fn page_tokens_round_trip_and_garbage_is_refused() {

@@ -264,3 +264,103 @@ pub fn oversize_is_resource_exhausted<B>(
     }
     res
 }
+
+/// A `grpc-message` (percent-encoded, as gRPC sends it) over 1 KiB is cut
+/// to about that, at a whole character, and says how long it was: whatever
+/// a request held, its error stays small (a client's metadata limit is
+/// often 8 KiB). Applied to trailers-only answers, which is how every
+/// refusal and every handler error goes out.
+pub fn capped_grpc_message<B>(mut res: axum::http::Response<B>) -> axum::http::Response<B> {
+    const MAX: usize = 1024;
+    let Some(m) = res.headers().get("grpc-message") else {
+        return res;
+    };
+    let encoded = m.as_bytes();
+    if encoded.len() <= MAX {
+        return res;
+    }
+    let text = String::from_utf8_lossy(&percent_decode(encoded)).into_owned();
+    // Each character takes at most 3 × 4 bytes encoded.
+    let mut out = Vec::with_capacity(MAX + 64);
+    for c in text.chars() {
+        let mut buf = [0u8; 4];
+        let piece = percent_encode(c.encode_utf8(&mut buf).as_bytes());
+        if out.len() + piece.len() > MAX - 48 {
+            break;
+        }
+        out.extend_from_slice(&piece);
+    }
+    out.extend_from_slice(&percent_encode(
+        format!("… ({} bytes encoded)", encoded.len()).as_bytes(),
+    ));
+    if let Ok(v) = axum::http::HeaderValue::from_bytes(&out) {
+        res.headers_mut().insert("grpc-message", v);
+    }
+    res
+}
+
+/// gRPC's percent-decoding of `grpc-message`.
+fn percent_decode(b: &[u8]) -> Vec<u8> {
+    let hex = |c: u8| (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push(h * 16 + l);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// gRPC's percent-encoding: every byte outside printable ASCII, and `%`.
+fn percent_encode(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len());
+    for &c in b {
+        if (0x20..=0x7e).contains(&c) && c != b'%' {
+            out.push(c);
+        } else {
+            out.extend_from_slice(format!("%{c:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_message(m: &str) -> axum::http::Response<()> {
+        let mut r = axum::http::Response::new(());
+        r.headers_mut().insert(
+            "grpc-message",
+            axum::http::HeaderValue::from_str(m).unwrap(),
+        );
+        r
+    }
+
+    #[test]
+    fn a_long_grpc_message_is_cut_at_a_whole_escape_and_says_its_length() {
+        // "é" encoded is `%C3%A9`: 6 bytes, so 1024 falls inside an escape.
+        let long = "%C3%A9".repeat(1000);
+        let res = capped_grpc_message(with_message(&long));
+        let m = res.headers()["grpc-message"].to_str().unwrap();
+        assert!(m.len() < 1100, "{}", m.len());
+        assert!(m.ends_with("%E2%80%A6 (6000 bytes encoded)"), "{m}");
+        let head = m.split("%E2%80%A6").next().unwrap();
+        assert!(head.len() <= 1024 && head.len().is_multiple_of(6), "{head}");
+        // What a client decodes is whole characters.
+        assert!(String::from_utf8(percent_decode(head.as_bytes())).is_ok());
+        // A short one is left as it is.
+        let res = capped_grpc_message(with_message("bad%20id"));
+        assert_eq!(res.headers()["grpc-message"], "bad%20id");
+    }
+}

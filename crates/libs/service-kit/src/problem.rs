@@ -49,8 +49,9 @@ impl ProblemType {
             type_uri: self.uri(),
             title: self.title.to_owned(),
             status: status.as_u16(),
-            detail,
-            field,
+            // Whatever a request held, its error stays small.
+            detail: model::capped(detail),
+            field: field.map(model::capped),
             error: self.kind.to_owned(),
         }
     }

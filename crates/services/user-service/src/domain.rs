@@ -159,7 +159,10 @@ impl NewUser {
         let birth_date = NaiveDate::parse_from_str(birth_date, "%Y-%m-%d").map_err(|_| {
             ParseError::new(
                 "birth_date",
-                format!("{birth_date:?} is not a date like 1990-04-21"),
+                format!(
+                    "{} is not a date like 1990-04-21",
+                    model::quoted(birth_date)
+                ),
             )
         })?;
         let earliest = NaiveDate::from_ymd_opt(1900, 1, 1).unwrap_or(NaiveDate::MIN);

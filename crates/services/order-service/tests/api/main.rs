@@ -36,5 +36,6 @@ mod seed;
 mod shutdown;
 mod sigterm;
 mod slow_clients;
+mod small_errors;
 mod traces;
 mod transports;

@@ -28,6 +28,7 @@ mod schemathesis;
 mod secrets;
 mod sigterm;
 mod slow_clients;
+mod small_errors;
 mod traces;
 mod transports;
 mod users;

@@ -1,0 +1,76 @@
+//! Whatever a request holds, its error stays small: no problem body and no
+//! `grpc-message` over about 1 KiB, where each of these echoed its input
+//! whole (a 60 KB path, a 60 KB header, a 100 KB JSON key).
+
+use crate::helpers::{Backend, spawn};
+
+/// The most an error may take, bytes: the 512-byte cap of its text and the
+/// rest of the problem around it.
+const SMALL: usize = 1536;
+
+#[tokio::test]
+async fn errors_about_huge_input_stay_small() {
+    let app = spawn(Backend::Memory).await;
+    let c = app.h1();
+    let huge = "a".repeat(60_000);
+    let mut answers = Vec::new();
+    answers.push((
+        "unknown route",
+        c.get(app.url(&format!("/{huge}"))).send().await.unwrap(),
+    ));
+    answers.push((
+        "problem page",
+        c.get(app.url(&format!("/problems/{huge}")))
+            .send()
+            .await
+            .unwrap(),
+    ));
+    answers.push((
+        "406",
+        c.get(app.url("/v2/orders?user_id=00000000-0000-0000-0000-000000000010"))
+            .header("accept", format!("text/{huge}"))
+            .send()
+            .await
+            .unwrap(),
+    ));
+    answers.push((
+        "415",
+        c.post(app.url("/v2/orders"))
+            .header("content-type", format!("text/{huge}"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap(),
+    ));
+    let key = "k".repeat(100_000);
+    answers.push((
+        "unknown JSON key",
+        c.post(app.url("/v2/orders"))
+            .header("content-type", "application/json")
+            .body(format!("{{\"{key}\": 1}}"))
+            .send()
+            .await
+            .unwrap(),
+    ));
+    answers.push((
+        "wrong-type JSON string",
+        c.post(app.url("/v2/orders"))
+            .header("content-type", "application/json")
+            .body(format!("{{\"quantity\": \"{key}\"}}"))
+            .send()
+            .await
+            .unwrap(),
+    ));
+    for (what, res) in answers {
+        let status = res.status();
+        assert!(status.is_client_error(), "{what}: {status}");
+        let body = res.bytes().await.unwrap();
+        assert!(
+            body.len() <= SMALL,
+            "{what}: a {status} of {} bytes: {}…",
+            body.len(),
+            String::from_utf8_lossy(&body[..200.min(body.len())])
+        );
+    }
+    app.stop().await;
+}
