@@ -286,6 +286,36 @@ fn connect_error(status: http::StatusCode, code: &str, message: &str) -> axum::r
         .into_response()
 }
 
+/// A unary Connect error (a JSON body on a status other than 200) with its
+/// `message` capped as every error's text is (see [`model::capped`]):
+/// connect-rust quotes a bad JSON body whole, 100 KB of it.
+async fn small_error(res: axum::response::Response) -> axum::response::Response {
+    let json = res
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if res.status().is_success() || !json {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    // An error body is short unless it quotes its input; past 1 MiB it
+    // is not one connect-rust wrote.
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return connect_error(parts.status, "internal", "the error could not be read");
+    };
+    let capped = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|mut v| {
+            let m = v.get_mut("message")?;
+            let text = m.as_str()?.to_owned();
+            *m = serde_json::Value::String(model::capped(text));
+            serde_json::to_vec(&v).ok()
+        });
+    let out = capped.unwrap_or_else(|| bytes.to_vec());
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    axum::response::Response::from_parts(parts, axum::body::Body::from(out))
+}
+
 /// The request encodings read (connect-rust's default registry).
 const ENCODINGS: &str = "gzip, zstd";
 
@@ -316,7 +346,7 @@ pub async fn edges(
                 .entry(name)
                 .or_insert(http::HeaderValue::from_static(ENCODINGS));
         }
-        return res;
+        return small_error(res).await;
     }
     let mut res = connect_error(
         http::StatusCode::METHOD_NOT_ALLOWED,

@@ -74,3 +74,24 @@ async fn errors_about_huge_input_stay_small() {
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_connect_error_about_a_huge_body_stays_small() {
+    let app = spawn(Backend::Memory).await;
+    let key = "k".repeat(100_000);
+    for client in [app.h1(), app.h2c()] {
+        let res = client
+            .post(app.url("/order.v2.OrderService/ListOrders"))
+            .header("content-type", "application/json")
+            .body(format!("{{\"pageSize\": \"{key}\"}}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400);
+        let body = res.bytes().await.unwrap();
+        assert!(body.len() <= SMALL, "a 400 of {} bytes", body.len());
+        let e: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(e["code"], "invalid_argument", "{e}");
+    }
+    app.stop().await;
+}
