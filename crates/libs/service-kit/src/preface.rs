@@ -334,6 +334,29 @@ fn percent_encode(b: &[u8]) -> Vec<u8> {
     out
 }
 
+/// tonic answers a request message that does not decode (bytes that are
+/// not the message, a string that is not UTF-8) with INTERNAL, as if the
+/// server had failed; it is the client's fault, INVALID_ARGUMENT, as
+/// grpc-go and grpc-java answer it. The refusal comes before any handler
+/// runs, as a trailers-only response. (A compressed flag with no encoding
+/// stays INTERNAL: the gRPC compression spec says it MUST.)
+pub fn bad_bytes_are_invalid_argument<B>(
+    mut res: axum::http::Response<B>,
+) -> axum::http::Response<B> {
+    let h = res.headers();
+    let undecodable = h.get("grpc-status").is_some_and(|s| s == "13")
+        && h.get("grpc-message").is_some_and(|m| {
+            let m = m.as_bytes();
+            m.starts_with(b"failed to decode Protobuf message")
+                || m.starts_with(b"failed%20to%20decode%20Protobuf%20message")
+        });
+    if undecodable {
+        res.headers_mut()
+            .insert("grpc-status", axum::http::HeaderValue::from_static("3"));
+    }
+    res
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

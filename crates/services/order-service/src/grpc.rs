@@ -501,6 +501,9 @@ pub async fn serve(
         .layer(tower::util::MapResponseLayer::new(
             service_kit::preface::capped_grpc_message::<tonic::body::Body>,
         ))
+        .layer(tower::util::MapResponseLayer::new(
+            service_kit::preface::bad_bytes_are_invalid_argument::<tonic::body::Body>,
+        ))
         // Inside gRPC-web, so a gRPC-web caller gets its own framing of the refusal.
         .layer(
             service_kit::shed::ShedLayer::shared(&limits.limiter, overloaded)

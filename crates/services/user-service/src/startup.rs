@@ -263,6 +263,9 @@ impl Application {
             .layer(tower::util::MapResponseLayer::new(
                 service_kit::preface::capped_grpc_message::<tonic::body::Body>,
             ))
+            .layer(tower::util::MapResponseLayer::new(
+                service_kit::preface::bad_bytes_are_invalid_argument::<tonic::body::Body>,
+            ))
             .layer(
                 service_kit::shed::ShedLayer::shared(&self.state.limiter, crate::grpc::overloaded)
                     .exempt(&["/grpc.health.", "/grpc.reflection."]),

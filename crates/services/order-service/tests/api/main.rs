@@ -9,6 +9,7 @@
 mod bad_input;
 mod batch;
 mod caps;
+mod client_faults;
 mod compose;
 mod compression;
 mod connect;

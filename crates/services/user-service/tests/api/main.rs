@@ -8,6 +8,7 @@ mod balancers;
 mod breakdown;
 mod budget;
 mod caps;
+mod client_faults;
 mod compose;
 mod dashboard;
 mod flood;
