@@ -38,25 +38,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// tonic's `CANCELLED`.
 pub const MARGIN: Duration = Duration::from_millis(1);
 
-/// A `grpc-timeout` value: up to 8 digits and a unit (`H`, `M`, `S`, `m`,
-/// `u`, `n`), as the gRPC over HTTP/2 spec writes it.
-pub fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n * 3600),
-        "M" => Duration::from_secs(n * 60),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
+pub use telemetry::spans::grpc_timeout;
 
 /// A `Connect-Timeout-Ms` value: up to 10 digits, as the Connect protocol
 /// writes it.

@@ -279,7 +279,7 @@ pub fn capped_grpc_message<B>(mut res: axum::http::Response<B>) -> axum::http::R
     if encoded.len() <= MAX {
         return res;
     }
-    let text = String::from_utf8_lossy(&percent_decode(encoded)).into_owned();
+    let text = telemetry::spans::percent_decoded(encoded);
     // Each character takes at most 3 × 4 bytes encoded.
     let mut out = Vec::with_capacity(MAX + 64);
     for c in text.chars() {
@@ -297,28 +297,6 @@ pub fn capped_grpc_message<B>(mut res: axum::http::Response<B>) -> axum::http::R
         res.headers_mut().insert("grpc-message", v);
     }
     res
-}
-
-/// gRPC's percent-decoding of `grpc-message`.
-fn percent_decode(b: &[u8]) -> Vec<u8> {
-    let hex = |c: u8| (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok());
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && let (Some(h), Some(l)) = (
-                b.get(i + 1).copied().and_then(hex),
-                b.get(i + 2).copied().and_then(hex),
-            )
-        {
-            out.push(h * 16 + l);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
 }
 
 /// gRPC's percent-encoding: every byte outside printable ASCII, and `%`.
@@ -381,7 +359,7 @@ mod tests {
         let head = m.split("%E2%80%A6").next().unwrap();
         assert!(head.len() <= 1024 && head.len().is_multiple_of(6), "{head}");
         // What a client decodes is whole characters.
-        assert!(String::from_utf8(percent_decode(head.as_bytes())).is_ok());
+        assert!(!telemetry::spans::percent_decoded(head.as_bytes()).contains('\u{FFFD}'));
         // A short one is left as it is.
         let res = capped_grpc_message(with_message("bad%20id"));
         assert_eq!(res.headers()["grpc-message"], "bad%20id");

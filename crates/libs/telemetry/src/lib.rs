@@ -12,11 +12,14 @@
 //! - [`spans`]: server spans named and described by the OpenTelemetry
 //!   semantic conventions (`GET /v2/orders`, `order.v2.OrderService/ListOrders`,
 //!   `http.route`, `rpc.grpc.status_code`, error status).
+//! - [`http_failure`]: how the REST listeners log a failed answer (501 at
+//!   DEBUG, 503s once a second).
 //! - [`sampling`]: `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
 //! - [`metrics`]: per-route request statistics and process CPU / memory, as
 //!   Prometheus text.
 //! - `receiver` (feature `receiver`): an OTLP collector for tests.
 
+pub mod http_failure;
 mod log_fields;
 mod log_ids;
 pub mod metrics;

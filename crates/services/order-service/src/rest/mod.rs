@@ -96,7 +96,7 @@ pub fn router(state: RestState) -> Router {
     let trace = tower_http::trace::TraceLayer::new_for_http()
         .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
         .on_response(telemetry::spans::OnHttpResponse::default())
-        .on_failure(telemetry::spans::OnHttpFailure);
+        .on_failure(telemetry::http_failure::OnHttpFailure);
     // Names the server span after the matched route (`GET /v2/orders/{id}`,
     // or `order.v2.OrderService/ListOrders` for Connect).
     let route_span = telemetry::spans::RouteLayer::new().connect(crate::connect::PREFIX);
