@@ -1,18 +1,10 @@
-//! The database password never leaves the process: not in `--help` (which
-//! shows the environment's values of the other settings), not in what
-//! start-up prints when the database cannot be reached, whether the
-//! password is in the URL's user information or in its query.
+//! The database password stays out of user-service's `--help` and of
+//! what a failed start prints (the checks: `password_kept_out.rs`).
 
 use std::path::Path;
-use std::time::Duration;
 
-const IN_USERINFO: &str = "s3cret-in-userinfo";
-const IN_QUERY: &str = "s3cret-in-query";
-
-fn url() -> String {
-    // Port 1: nothing listens there, so start-up fails on it.
-    format!("postgres://postgres:{IN_USERINFO}@127.0.0.1:1/x?sslmode=disable&password={IN_QUERY}")
-}
+#[path = "../../../order-service/tests/api/password_kept_out.rs"]
+mod password_kept_out;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_user-service"))
@@ -20,39 +12,10 @@ fn bin() -> &'static Path {
 
 #[test]
 fn help_does_not_show_the_database_password() {
-    let out = std::process::Command::new(bin())
-        .arg("--help")
-        .env("USER_DATABASE_URL", url())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("USER_DATABASE_URL"), "{text}");
-    for s in [IN_USERINFO, IN_QUERY] {
-        assert!(!text.contains(s), "--help shows {s}:\n{text}");
-    }
+    password_kept_out::help_does_not_show_it(bin(), "USER");
 }
 
 #[test]
 fn a_failed_start_does_not_print_the_database_password() {
-    let url = url();
-    let out = testkit::process::run_to_exit(
-        bin(),
-        &[
-            ("USER_DATABASE_URL", url.as_str()),
-            ("USER_DATABASE_ACQUIRE_TIMEOUT_MS", "500"),
-            ("USER_REST_ADDR", "127.0.0.1:0"),
-            ("USER_GRPC_ADDR", "127.0.0.1:0"),
-        ],
-        Duration::from_secs(60),
-    );
-    assert!(!out.status.success(), "it started on a database at port 1");
-    let all = format!("{}{}", out.stdout, out.stderr);
-    assert!(
-        all.contains("127.0.0.1:1"),
-        "nothing names the database: {all}"
-    );
-    for s in [IN_USERINFO, IN_QUERY] {
-        assert!(!all.contains(s), "start-up printed {s}:\n{all}");
-    }
+    password_kept_out::a_failed_start_does_not_print_it(bin(), "USER");
 }
