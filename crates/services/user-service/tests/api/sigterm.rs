@@ -3,8 +3,8 @@
 //! callers on keep-alive connections (HTTP/1.1, h2c and gRPC, over several
 //! upstream transports) and is sent SIGTERM. Every request that was sent gets
 //! its answer; each caller ends on a request that was never sent (refused at
-//! connect, or, on gRPC, handed back unsent after the server's GOAWAY); the
-//! process exits 0.
+//! connect, or, on gRPC, handed back unsent or refused by the server's
+//! GOAWAY); the process exits 0.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,10 +19,14 @@ use crate::helpers::{OrderService, start_binary, users_database};
 /// on both services, so at any moment several are in service.
 const ORDERS: u32 = 1_000;
 
-/// Whether `e` says the request never left the client: a refused TCP
-/// connect, or hyper handing the request back unsent because its connection
-/// closed first (the server's GOAWAY came before the client sent it; hyper's
-/// "canceled" is only ever that).
+/// Whether `e` says the server never took the request up: a refused TCP
+/// connect; hyper handing the request back unsent because its connection
+/// closed first (hyper's "canceled" is only ever that); or h2 failing a
+/// stream with the server's own graceful GOAWAY (reason NO_ERROR, from the
+/// remote). h2 gives that error only to a stream above the GOAWAY's last
+/// stream id or to one opened after the GOAWAY arrived, and RFC 9113 §6.8
+/// says such a stream was not processed; a stream cut mid-answer gets a
+/// broken pipe instead, which counts as lost.
 fn never_sent(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(e) = cur {
@@ -33,6 +37,13 @@ fn never_sent(e: &(dyn std::error::Error + 'static)) -> bool {
         }
         if e.downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && h2.is_go_away()
+            && h2.is_remote()
+            && h2.reason() == Some(h2::Reason::NO_ERROR)
         {
             return true;
         }
