@@ -53,3 +53,60 @@ pub fn serving(
     };
     Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }
+
+/// Every method of the services `serves` and of reflection itself, as the
+/// paths a gRPC call names (`/package.Service/Method`), read from
+/// `descriptor_sets` (encoded `FileDescriptorSet`s): what a port answers,
+/// for labelling its metrics by method and nothing else.
+pub fn method_paths(descriptor_sets: &[&[u8]], serves: &[&str]) -> Vec<String> {
+    use prost::Message as _;
+    let sets = descriptor_sets
+        .iter()
+        .copied()
+        .chain([v1::FILE_DESCRIPTOR_SET, v1alpha::FILE_DESCRIPTOR_SET]);
+    let mut paths = Vec::new();
+    for set in sets {
+        let Ok(set) = prost_types::FileDescriptorSet::decode(set) else {
+            continue;
+        };
+        for file in &set.file {
+            for service in &file.service {
+                let name = match file.package() {
+                    "" => service.name().to_owned(),
+                    p => format!("{p}.{}", service.name()),
+                };
+                if !serves.iter().chain(&SERVICES).any(|s| *s == name) {
+                    continue;
+                }
+                for method in &service.method {
+                    paths.push(format!("/{name}/{}", method.name()));
+                }
+            }
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_paths_are_the_methods_of_the_services_served_and_no_others() {
+        let paths = super::method_paths(
+            &[tonic_health::pb::FILE_DESCRIPTOR_SET],
+            &[tonic_health::pb::health_server::SERVICE_NAME],
+        );
+        assert_eq!(
+            paths,
+            [
+                "/grpc.health.v1.Health/Check",
+                "/grpc.health.v1.Health/Watch",
+                "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            ]
+        );
+        // A service in the sets but not served is not listed.
+        assert!(super::method_paths(&[tonic_health::pb::FILE_DESCRIPTOR_SET], &[]).len() == 2);
+    }
+}

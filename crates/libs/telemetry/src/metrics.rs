@@ -10,6 +10,7 @@
 //! handshakes, connection caps, a store's pool) join the same exposition as
 //! [`Collector`]s, read at each scrape.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -397,28 +398,52 @@ pub fn outcome_of<B>(res: &http::Response<B>) -> Outcome {
 pub const UNMATCHED: &str = "unmatched";
 
 /// The `route` label of a request: its matched route template, else its
-/// path, unless nothing answered to that path (HTTP 404, gRPC
-/// UNIMPLEMENTED): then [`UNMATCHED`], so that a client sending made-up
-/// paths cannot grow the series without bound.
-fn route_label(matched: Option<String>, path: String, outcome: Outcome) -> String {
-    match matched {
-        Some(route) => route,
-        None if outcome.http == Some(404) || outcome.grpc == Some(12) => UNMATCHED.to_owned(),
-        None => path,
+/// path if the server is known to serve it, else [`UNMATCHED`], so that a
+/// client sending made-up paths cannot grow the series without bound. With
+/// no list of the paths served (`known` is `None`), a path is taken as
+/// served unless nothing answered to it (HTTP 404, gRPC UNIMPLEMENTED).
+fn route_label(
+    matched: Option<String>,
+    path: String,
+    outcome: Outcome,
+    known: Option<&HashSet<String>>,
+) -> String {
+    match (matched, known) {
+        (Some(route), _) => route,
+        (None, Some(known)) if known.contains(&path) => path,
+        (None, Some(_)) => UNMATCHED.to_owned(),
+        (None, None) if outcome.http == Some(404) || outcome.grpc == Some(12) => {
+            UNMATCHED.to_owned()
+        }
+        (None, None) => path,
     }
 }
 
 /// A tower layer that records every request in a [`RequestMetrics`]. On an
 /// axum router, add it with `route_layer` so that it sees the matched route.
+/// On a gRPC server, give it the methods served ([`RecordLayer::serving`]):
+/// a call answered before routing (shed, past its deadline) is then labelled
+/// by its path only if that path is a method.
 #[derive(Debug, Clone)]
 pub struct RecordLayer {
     metrics: Arc<RequestMetrics>,
+    known: Option<Arc<HashSet<String>>>,
 }
 
 impl RecordLayer {
     /// Records into `metrics`.
     pub fn new(metrics: Arc<RequestMetrics>) -> Self {
-        RecordLayer { metrics }
+        RecordLayer {
+            metrics,
+            known: None,
+        }
+    }
+
+    /// The same, labelling by path only the `paths` given (gRPC methods as
+    /// `/package.Service/Method`); every other path is [`UNMATCHED`].
+    pub fn serving(mut self, paths: impl IntoIterator<Item = String>) -> Self {
+        self.known = Some(Arc::new(paths.into_iter().collect()));
+        self
     }
 }
 
@@ -428,6 +453,7 @@ impl<S> tower::Layer<S> for RecordLayer {
         Record {
             inner,
             metrics: self.metrics.clone(),
+            known: self.known.clone(),
         }
     }
 }
@@ -437,6 +463,7 @@ impl<S> tower::Layer<S> for RecordLayer {
 pub struct Record<S> {
     inner: S,
     metrics: Arc<RequestMetrics>,
+    known: Option<Arc<HashSet<String>>>,
 }
 
 impl<S, B, RB> tower::Service<http::Request<B>> for Record<S>
@@ -465,6 +492,7 @@ where
             .map(|p| p.as_str().to_owned());
         let path = req.uri().path().to_owned();
         let metrics = self.metrics.clone();
+        let known = self.known.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
             let res = fut.await;
@@ -472,7 +500,7 @@ where
                 Ok(r) => outcome_of(r),
                 Err(_) => Outcome::failed(),
             };
-            let route = route_label(matched, path, outcome);
+            let route = route_label(matched, path, outcome, known.as_deref());
             metrics.record(protocol, &route, outcome, started.elapsed());
             res
         })

@@ -440,17 +440,19 @@ pub async fn serve(
     )
     .await;
     // Lists exactly what is added below, not user.v1 from the shared set.
-    let (reflection, reflection_v1alpha) = service_kit::reflection::serving(
-        &[
-            proto::FILE_DESCRIPTOR_SET,
-            tonic_health::pb::FILE_DESCRIPTOR_SET,
-        ],
-        &[
-            tonic_health::pb::health_server::SERVICE_NAME,
-            pb2::order_service_server::SERVICE_NAME,
-            pb1::order_service_server::SERVICE_NAME,
-        ],
-    )?;
+    let descriptors = [
+        proto::FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+    ];
+    let served = [
+        tonic_health::pb::health_server::SERVICE_NAME,
+        pb2::order_service_server::SERVICE_NAME,
+        pb1::order_service_server::SERVICE_NAME,
+    ];
+    let (reflection, reflection_v1alpha) = service_kit::reflection::serving(&descriptors, &served)?;
+    // A call answered before routing (shed, past its deadline) is labelled
+    // by its path only if the path is one of these methods.
+    let methods = service_kit::reflection::method_paths(&descriptors, &served);
     let mut v2 = pb2::order_service_server::OrderServiceServer::new(OrderServiceV2 {
         orders: orders.clone(),
         limits: limits.clone(),
@@ -491,7 +493,7 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(service_kit::preface::KEEPALIVE_TIMEOUT))
         .trace_fn(telemetry::spans::grpc_server::<()>)
         // Outermost, so that gRPC-web calls are counted as such.
-        .layer(RecordLayer::new(metrics))
+        .layer(RecordLayer::new(metrics).serving(methods))
         .layer(tonic_web::GrpcWebLayer::new())
         // Inside gRPC-web, so that a gRPC-web call's status is in real trailers.
         .layer(telemetry::spans::GrpcStatusLayer::new(Some(conn.body_read)))

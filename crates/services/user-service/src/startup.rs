@@ -235,17 +235,19 @@ impl Application {
         )
         .await;
         // Lists exactly what is added below, not order's APIs from the shared set.
-        let (reflection, reflection_v1alpha) = service_kit::reflection::serving(
-            &[
-                proto::FILE_DESCRIPTOR_SET,
-                tonic_health::pb::FILE_DESCRIPTOR_SET,
-            ],
-            &[
-                tonic_health::pb::health_server::SERVICE_NAME,
-                proto::user::v1::user_service_server::SERVICE_NAME,
-            ],
-        )
-        .context("building the reflection service")?;
+        let descriptors = [
+            proto::FILE_DESCRIPTOR_SET,
+            tonic_health::pb::FILE_DESCRIPTOR_SET,
+        ];
+        let served = [
+            tonic_health::pb::health_server::SERVICE_NAME,
+            proto::user::v1::user_service_server::SERVICE_NAME,
+        ];
+        let (reflection, reflection_v1alpha) =
+            service_kit::reflection::serving(&descriptors, &served)
+                .context("building the reflection service")?;
+        // Metrics label a call by its path only if it is one of these.
+        let methods = service_kit::reflection::method_paths(&descriptors, &served);
         let conn = self.conn;
         let grpc = tonic::transport::Server::builder()
             .max_concurrent_streams(conn.max_streams)
@@ -253,9 +255,10 @@ impl Application {
             .http2_keepalive_interval(Some(conn.idle))
             .http2_keepalive_timeout(Some(service_kit::preface::KEEPALIVE_TIMEOUT))
             .trace_fn(telemetry::spans::grpc_server::<()>)
-            .layer(telemetry::metrics::RecordLayer::new(
-                self.state.metrics.requests.clone(),
-            ))
+            .layer(
+                telemetry::metrics::RecordLayer::new(self.state.metrics.requests.clone())
+                    .serving(methods),
+            )
             .layer(telemetry::spans::GrpcStatusLayer::new(Some(conn.body_read)))
             .layer(tower::util::MapResponseLayer::new(
                 service_kit::preface::oversize_is_resource_exhausted::<tonic::body::Body>,

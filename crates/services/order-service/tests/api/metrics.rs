@@ -3,7 +3,7 @@
 
 use proto::order::v2 as pb2;
 
-use crate::helpers::{Backend, spawn};
+use crate::helpers::{Backend, spawn, spawn_with};
 
 const USER: &str = "00000000-0000-0000-0000-000000000010";
 
@@ -63,5 +63,53 @@ async fn metrics_count_requests_per_protocol_and_route() {
         .find_map(|l| l.strip_prefix("order_db_pool_connections "))
         .unwrap();
     assert!(in_use.parse::<f64>().unwrap() >= 1.0);
+    app.stop().await;
+}
+
+/// Calls shed before routing are labelled by their path only when it is a
+/// method the port serves: 200 made-up paths add no series (a flood of them
+/// once added one each, 7,400 lines).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shed_calls_to_made_up_paths_share_one_series() {
+    use tokio::io::AsyncWriteExt as _;
+    let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 1).await;
+    // The only slot taken: a create whose body stops short.
+    let mut hold = tokio::net::TcpStream::connect(app.rest).await.unwrap();
+    hold.write_all(
+        b"POST /v2/orders HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nidempotency-key: k\r\ncontent-length: 100\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let call = |path: String| {
+        let client = app.h2c();
+        async move {
+            let res = client
+                .post(path)
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(vec![0u8; 5])
+                .send()
+                .await
+                .unwrap();
+            res.headers()["grpc-status"].to_str().unwrap().to_owned()
+        }
+    };
+    for i in 0..200 {
+        let status = call(format!("http://{}/made.Up{i}/Method", app.grpc)).await;
+        assert_eq!(status, "8", "shed");
+    }
+    let real = format!("http://{}/order.v2.OrderService/ListOrders", app.grpc);
+    assert_eq!(call(real).await, "8");
+
+    let text = app.metrics_text().await;
+    assert!(!text.contains("made.Up"), "{text}");
+    for line in [
+        "order_requests_total{protocol=\"grpc\",route=\"unmatched\",code=\"200\",grpc_code=\"RESOURCE_EXHAUSTED\"} 200",
+        "order_requests_total{protocol=\"grpc\",route=\"/order.v2.OrderService/ListOrders\",code=\"200\",grpc_code=\"RESOURCE_EXHAUSTED\"} 1",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    drop(hold);
     app.stop().await;
 }
