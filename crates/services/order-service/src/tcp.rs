@@ -17,6 +17,13 @@
 //! no lookup in flight, is closed; the drain at shutdown ends `grace` plus
 //! 1 s after the signal.
 //!
+//! Raw TCP has no GOAWAY, so at the signal each connection sends one of its
+//! own: an error frame (request id 0, UNAVAILABLE, [`GOING_AWAY`]). It goes
+//! on reading until the client closes its side (or `grace` passes), and
+//! answers every lookup it reads from then on with UNAVAILABLE and the
+//! lookup's id, not processed: a lookup already on the wire at the signal
+//! gets an answer instead of a bare close.
+//!
 //! At most `max_connections` connections are served at once: the next one
 //! gets one error frame (`RESOURCE_EXHAUSTED`, request id 0) and is closed,
 //! and the refusal is counted in `/metrics` (protocol `tcp`, route `connect`).
@@ -156,6 +163,34 @@ async fn read_frame_timed<R: AsyncRead + Unpin>(
     }
 }
 
+/// What a connection sends at the signal, as request id 0: no lookup sent
+/// from now on is processed; the answers to those already read follow.
+pub const GOING_AWAY: &str = "order-service is shutting down: this connection takes no new lookup \
+     (the ones already read are answered); close it and open another";
+
+/// The frame that says [`GOING_AWAY`].
+fn going_away() -> Bytes {
+    error_frame(tonic::Code::Unavailable, GOING_AWAY.to_owned())
+}
+
+/// The answer to a lookup read after the signal: UNAVAILABLE, and it was
+/// not processed, so it is safe to send again on another connection.
+pub fn refused_at_shutdown(request_id: u64) -> pb2::LookupOrdersResponse {
+    pb2::LookupOrdersResponse {
+        request_id,
+        error: Some(pb2::LookupError {
+            code: tonic::Code::Unavailable as i32,
+            message: "order-service is shutting down: the lookup was not processed".to_owned(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A deadline that never comes, for a `select!` branch that is off.
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600)
+}
+
 fn error_frame(code: tonic::Code, message: String) -> Bytes {
     encode_frame(&pb2::LookupOrdersResponse {
         request_id: 0,
@@ -273,10 +308,25 @@ where
         let slots = slots.clone();
         move || slots.available_permits() == limits.max_in_flight
     };
+    // Set at the signal: reading goes on until the client closes its side
+    // or this passes, and every lookup read is refused, not lost.
+    let mut draining: Option<tokio::time::Instant> = None;
     loop {
-        let frame = tokio::select! {
-            () = shutdown.cancelled() => break,
-            f = read_frame_timed(&mut rd, limits.max_frame_bytes, &limits.conn, &quiet) => f,
+        let next = read_frame_timed(&mut rd, limits.max_frame_bytes, &limits.conn, &quiet);
+        tokio::pin!(next);
+        // A frame half read is never abandoned at the signal (the bytes
+        // after it would be misread): the read goes on, and only the drain's
+        // end stops it.
+        let frame = loop {
+            let end = draining.unwrap_or_else(far_future);
+            tokio::select! {
+                f = &mut next => break f,
+                () = shutdown.cancelled(), if draining.is_none() => {
+                    draining = Some(tokio::time::Instant::now() + limits.conn.grace);
+                    let _ = tx.send(going_away()).await;
+                }
+                () = tokio::time::sleep_until(end), if draining.is_some() => break Ok(None),
+            }
         };
         let payload = match frame {
             Ok(Some(p)) => p,
@@ -314,6 +364,12 @@ where
                 break;
             }
         };
+        if draining.is_some() {
+            let answer = refused_at_shutdown(request.request_id);
+            crate::grpc::record_lookup(&metrics, "tcp", &answer, Duration::ZERO);
+            let _ = tx.send(encode_frame(&answer)).await;
+            continue;
+        }
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };

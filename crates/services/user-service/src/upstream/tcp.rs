@@ -146,6 +146,16 @@ impl TcpSource {
             let why = loop {
                 match frames.next().await {
                     Some(Ok(frame)) => match timed_decode(breakdown, frame) {
+                        // Request id 0 is the connection's own: an error
+                        // there (order-service shutting down) ends it for
+                        // new lookups, and the pending ones are answered.
+                        Ok((answer, _)) if answer.request_id == 0 => {
+                            let why = answer.error.map_or_else(
+                                || "order-service sent an answer to no lookup".to_owned(),
+                                |e| format!("order-service: {}", e.message),
+                            );
+                            reader_pending.going_away(&why);
+                        }
                         Ok((answer, took)) => reader_pending.deliver_decoded(answer, took),
                         Err(e) => {
                             break format!(
@@ -166,6 +176,17 @@ impl TcpSource {
     }
 }
 
+/// Whether a lookup came back UNAVAILABLE, as an answer or as a failure.
+fn unavailable(answer: &Result<LookupOrdersResponse, UpstreamError>) -> bool {
+    match answer {
+        Ok(a) => a
+            .error
+            .as_ref()
+            .is_some_and(|e| e.code == tonic::Code::Unavailable as i32),
+        Err(e) => matches!(e, UpstreamError::Unavailable(_)),
+    }
+}
+
 impl OrderSource for TcpSource {
     fn transport(&self) -> Transport {
         Transport::TcpProto
@@ -178,9 +199,9 @@ impl OrderSource for TcpSource {
         Box::pin(async move {
             self.peer.record();
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-            let link = self.slots[i]
-                .get(|| Self::open(self.dial.clone(), self.metrics.clone(), self.breakdown))
-                .await?;
+            let slot = &self.slots[i];
+            let open = || Self::open(self.dial.clone(), self.metrics.clone(), self.breakdown);
+            let link = slot.get(open).await?;
             let req = LookupOrdersRequest {
                 request_id: self.ids.next(),
                 user_id: q.user_id.to_string(),
@@ -190,7 +211,16 @@ impl OrderSource for TcpSource {
                 trace_context: telemetry::propagation::context_map(),
             };
             let _on_wire = self.metrics.in_flight();
-            answer_to_orders(link.call(req).await?)
+            let answer = link.call(req.clone()).await;
+            // A lookup the server refused because its connection was going
+            // away was not processed (order-service's raw-TCP drain says
+            // so): sent once more, on a new connection. Nothing else is
+            // retried.
+            if link.went_away() && unavailable(&answer) {
+                let link = slot.get(open).await?;
+                return answer_to_orders(link.call(req).await?);
+            }
+            answer_to_orders(answer?)
         })
     }
 }

@@ -2,7 +2,8 @@
 //! quickly on every transport and every transport recovers when it returns;
 //! one that never answers is a 504 within the timeout; a connection that
 //! breaks with lookups pending fails them at once; the timeout travels as the
-//! gRPC deadline.
+//! gRPC deadline; a raw-TCP lookup refused by a connection going away is
+//! sent again on a new one.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -220,6 +221,110 @@ async fn the_upstream_timeout_travels_as_the_grpc_deadline() {
     for t in seen {
         // 700 ms, in the most precise unit that fits gRPC's 8 digits.
         assert_eq!(t, "700000u", "grpc-timeout header");
+    }
+    users.stop().await;
+}
+
+/// A raw-TCP order-service stand-in: on its first connection it reads one
+/// lookup, says the connection is going away (request id 0) and refuses
+/// that lookup as not processed, as order-service does at its signal, then
+/// waits for the client to close; on every later connection it answers
+/// each lookup with `ORDERS` orders. Returns its address, the connections
+/// it accepted and whether the first was closed by the client.
+async fn going_away_once() -> (
+    SocketAddr,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    use order_service::tcp::{encode_frame, read_frame, refused_at_shutdown};
+    use std::sync::atomic::Ordering;
+    use tokio::io::AsyncWriteExt as _;
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (count, first_closed) = (accepted.clone(), closed.clone());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            let first_closed = first_closed.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(frame)) = read_frame(&mut s, 1 << 20).await {
+                    let req =
+                        <proto::order::v2::LookupOrdersRequest as prost::Message>::decode(frame)
+                            .unwrap();
+                    let answer = if n == 0 {
+                        let bye = proto::order::v2::LookupOrdersResponse {
+                            error: Some(proto::order::v2::LookupError {
+                                code: tonic::Code::Unavailable as i32,
+                                message: order_service::tcp::GOING_AWAY.into(),
+                            }),
+                            ..Default::default()
+                        };
+                        s.write_all(&encode_frame(&bye)).await.unwrap();
+                        refused_at_shutdown(req.request_id)
+                    } else {
+                        proto::order::v2::LookupOrdersResponse {
+                            request_id: req.request_id,
+                            orders: dataset::all_orders()
+                                .take(ORDERS)
+                                .map(|o| model::v2::order_to_pb(&o, model::FieldSet::ALL))
+                                .collect(),
+                            ..Default::default()
+                        }
+                    };
+                    s.write_all(&encode_frame(&answer)).await.unwrap();
+                }
+                if n == 0 {
+                    first_closed.store(true, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    (addr, accepted, closed)
+}
+
+const ORDERS: usize = 3;
+
+#[tokio::test]
+async fn a_raw_tcp_lookup_refused_by_a_connection_going_away_is_sent_again_on_a_new_one() {
+    use std::sync::atomic::Ordering;
+    let (addr, accepted, closed) = going_away_once().await;
+    let mut settings = user_service::Settings {
+        pool_size: 1,
+        ..Default::default()
+    };
+    point_at(&mut settings, addr, addr, addr);
+    let users = spawn_users_on(settings, None).await;
+    let id = dataset::fixed_user_id(1);
+    let res = users.orders(id, Transport::TcpProto, "").await;
+    let status = res.status();
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["orders"].as_array().map(Vec::len),
+        Some(ORDERS),
+        "{body}"
+    );
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "one retry, on a new connection"
+    );
+    // The next call uses the new connection.
+    assert_eq!(
+        users.orders(id, Transport::TcpProto, "").await.status(),
+        200
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    // Once nothing waits on it, the client closes the connection that went away.
+    let started = Instant::now();
+    while !closed.load(Ordering::SeqCst) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the old connection is still open"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     users.stop().await;
 }

@@ -29,6 +29,8 @@ struct State {
     pending: HashMap<u64, Reply>,
     /// Why the carrier broke; once set, no lookup is registered again.
     broken: Option<String>,
+    /// The server said it takes no new lookup on this carrier.
+    going_away: bool,
 }
 
 /// The pending lookups of one carrier.
@@ -76,6 +78,22 @@ impl Pending {
         for reply in drained {
             let _ = reply.send(Err(UpstreamError::Unavailable(why.to_owned())));
         }
+    }
+
+    /// The server said the carrier takes no new lookup (raw TCP's own
+    /// GOAWAY): no lookup is registered on it again, so the next call builds
+    /// a new carrier, and the pending ones wait for their answers.
+    pub fn going_away(&self, why: &str) {
+        let mut st = self.lock();
+        st.going_away = true;
+        if st.broken.is_none() {
+            st.broken = Some(why.to_owned());
+        }
+    }
+
+    /// Whether the server said the carrier takes no new lookup.
+    pub fn went_away(&self) -> bool {
+        self.lock().going_away
     }
 
     /// Whether the carrier broke.
@@ -126,6 +144,12 @@ impl Link {
     /// Whether the carrier broke (or its writer is gone).
     pub fn is_broken(&self) -> bool {
         self.pending.is_broken() || self.tx.is_closed()
+    }
+
+    /// Whether the server said this carrier takes no new lookup: what it
+    /// refuses from then on was not processed.
+    pub fn went_away(&self) -> bool {
+        self.pending.went_away()
     }
 
     /// Sends one lookup and waits for its answer.
