@@ -168,6 +168,15 @@ pub struct Settings {
     #[arg(long, env = "ORDER_MAX_TCP_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tcp_connections: u32,
 
+    /// Bytes of raw-TCP frames being received at once, over every
+    /// connection (never less than one frame of the largest request): a
+    /// frame over 8 KiB takes its announced length from it until it is
+    /// read and decoded. A frame that finds it spent gets a
+    /// RESOURCE_EXHAUSTED frame and the connection is closed, so clients
+    /// that send frames almost whole and stop cannot hold memory past it.
+    #[arg(long, env = "ORDER_TCP_FRAME_BUDGET_BYTES", default_value_t = 32 << 20, value_parser = clap::value_parser!(u32).range(64..))]
+    pub tcp_frame_budget_bytes: u32,
+
     /// At shutdown, how long an idle HTTP/1.1 keep-alive connection is given
     /// to send one more request (answered with `Connection: close`) before it
     /// is closed: closing it at once could lose a request already on the wire.

@@ -202,6 +202,9 @@ impl Application {
                 max_frame_bytes: s.max_request_bytes as usize,
                 max_in_flight: s.max_lookups_in_flight,
                 max_connections: s.max_tcp_connections as usize,
+                frame_budget: crate::tcp::FrameBudget::new(
+                    s.tcp_frame_budget_bytes.max(s.max_request_bytes) as usize,
+                ),
                 conn: limits,
                 limiter,
             },

@@ -53,12 +53,53 @@ pub struct TcpLimits {
     /// Connections open at once; the next one gets a RESOURCE_EXHAUSTED
     /// error frame and is closed.
     pub max_connections: usize,
+    /// Bytes of large frames being received at once, over every connection.
+    pub frame_budget: FrameBudget,
     /// Time bounds: a frame whole within `header_read`, a connection
     /// idle no longer than `idle`, the drain within `grace` plus 1 s.
     pub conn: service_kit::serve::ConnLimits,
     /// The service's one limit of work in service: each lookup takes a
     /// slot; past it, RESOURCE_EXHAUSTED in the lookup's answer.
     pub limiter: service_kit::shed::Limiter,
+}
+
+/// The bytes of raw-TCP frames being received at once, shared by every
+/// connection: a frame over [`FIRST_CHUNK`] takes its announced length
+/// before its payload is read, and gives it back once decoded.
+#[derive(Debug, Clone)]
+pub struct FrameBudget {
+    bytes: Arc<Semaphore>,
+    total: usize,
+}
+
+impl FrameBudget {
+    pub fn new(total: usize) -> Self {
+        // A semaphore counts at most `Semaphore::MAX_PERMITS`.
+        let total = total.min(Semaphore::MAX_PERMITS);
+        FrameBudget {
+            bytes: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// `announced` bytes of it, or why not.
+    fn take(
+        &self,
+        announced: usize,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, FrameError> {
+        if announced <= FIRST_CHUNK {
+            return Ok(None);
+        }
+        let n = u32::try_from(announced).unwrap_or(u32::MAX);
+        self.bytes
+            .clone()
+            .try_acquire_many_owned(n)
+            .map(Some)
+            .map_err(|_| FrameError::OverBudget {
+                announced,
+                budget: self.total,
+            })
+    }
 }
 
 /// A frame holding `msg`.
@@ -87,6 +128,11 @@ pub fn lookup_frame(answer: pb2::LookupOrdersResponse) -> Bytes {
 pub enum FrameError {
     #[error("the frame announces {announced} bytes, over the limit of {max}")]
     TooLarge { announced: usize, max: usize },
+    #[error(
+        "the frame announces {announced} bytes, and frames being received on every connection \
+         already hold the budget of {budget} bytes (ORDER_TCP_FRAME_BUDGET_BYTES); retry later"
+    )]
+    OverBudget { announced: usize, budget: usize },
     #[error("a frame was begun and not finished within {} ms", .0.as_millis())]
     Slow(Duration),
     #[error(transparent)]
@@ -127,16 +173,20 @@ async fn read_payload<R: AsyncRead + Unpin>(
 /// The buffer a frame starts with, whatever length it announces.
 const FIRST_CHUNK: usize = 8 * 1024;
 
-/// [`read_frame`] under the connection's time bounds: the length may take
+/// A frame's payload, and its share of the [`FrameBudget`] (held until the
+/// payload is decoded).
+type Framed = (Bytes, Option<tokio::sync::OwnedSemaphorePermit>);
+
+/// [`read_frame`] under the connection's time bounds and the frame budget: the length may take
 /// up to `idle` to start arriving when `quiet()` says no lookup is in
 /// flight (forever otherwise), and a frame begun must be whole within
 /// `header_read`. `Ok(None)` at a clean end of stream or when idle.
 async fn read_frame_timed<R: AsyncRead + Unpin>(
     r: &mut R,
-    max: usize,
+    (max, budget): (usize, &FrameBudget),
     conn: &service_kit::serve::ConnLimits,
     quiet: impl Fn() -> bool,
-) -> Result<Option<Bytes>, FrameError> {
+) -> Result<Option<Framed>, FrameError> {
     // The first byte, waited for in idle-long slices (cancel-safe: one byte).
     let mut first = [0u8; 1];
     loop {
@@ -155,7 +205,8 @@ async fn read_frame_timed<R: AsyncRead + Unpin>(
         if announced > max {
             return Err(FrameError::TooLarge { announced, max });
         }
-        read_payload(r, announced).await
+        let held = budget.take(announced)?;
+        Ok((read_payload(r, announced).await?, held))
     };
     match tokio::time::timeout(conn.header_read, rest).await {
         Ok(r) => r.map(Some),
@@ -312,23 +363,30 @@ where
     // or this passes, and every lookup read is refused, not lost.
     let mut draining: Option<tokio::time::Instant> = None;
     loop {
-        let next = read_frame_timed(&mut rd, limits.max_frame_bytes, &limits.conn, &quiet);
-        tokio::pin!(next);
-        // A frame half read is never abandoned at the signal (the bytes
-        // after it would be misread): the read goes on, and only the drain's
-        // end stops it.
-        let frame = loop {
-            let end = draining.unwrap_or_else(far_future);
-            tokio::select! {
-                f = &mut next => break f,
-                () = shutdown.cancelled(), if draining.is_none() => {
-                    draining = Some(tokio::time::Instant::now() + limits.conn.grace);
-                    let _ = tx.send(going_away()).await;
+        let frame = {
+            let next = read_frame_timed(
+                &mut rd,
+                (limits.max_frame_bytes, &limits.frame_budget),
+                &limits.conn,
+                &quiet,
+            );
+            tokio::pin!(next);
+            // A frame half read is never abandoned at the signal (the bytes
+            // after it would be misread): the read goes on, and only the drain's
+            // end stops it.
+            loop {
+                let end = draining.unwrap_or_else(far_future);
+                tokio::select! {
+                    f = &mut next => break f,
+                    () = shutdown.cancelled(), if draining.is_none() => {
+                        draining = Some(tokio::time::Instant::now() + limits.conn.grace);
+                        let _ = tx.send(going_away()).await;
+                    }
+                    () = tokio::time::sleep_until(end), if draining.is_some() => break Ok(None),
                 }
-                () = tokio::time::sleep_until(end), if draining.is_some() => break Ok(None),
             }
         };
-        let payload = match frame {
+        let (payload, held) = match frame {
             Ok(Some(p)) => p,
             Ok(None) => break,
             Err(FrameError::TooLarge { announced, max }) => {
@@ -336,6 +394,15 @@ where
                 let _ = tx
                     .send(error_frame(tonic::Code::ResourceExhausted, msg))
                     .await;
+                break;
+            }
+            Err(e @ FrameError::OverBudget { announced, .. }) => {
+                let _ = tx
+                    .send(error_frame(tonic::Code::ResourceExhausted, e.to_string()))
+                    .await;
+                // Read the frame's bytes off (not kept) so that the close
+                // does not reset the connection ahead of the error frame.
+                discard(&mut rd, announced).await;
                 break;
             }
             Err(e @ FrameError::Slow(_)) => {
@@ -354,7 +421,9 @@ where
         } else {
             0
         };
-        let request = match pb2::LookupOrdersRequest::decode(payload) {
+        let decoded = pb2::LookupOrdersRequest::decode(payload);
+        drop(held);
+        let request = match decoded {
             Ok(r) => r,
             Err(e) => {
                 let msg = format!("the frame is not a LookupOrdersRequest: {e}");
@@ -396,6 +465,21 @@ where
     }
     drop(tx);
     writer.await.map_err(std::io::Error::other)?
+}
+
+/// Reads up to `n` bytes off `rd` and drops them, for at most a second.
+async fn discard<R: AsyncRead + Unpin>(rd: &mut R, n: usize) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut buf = [0u8; 8192];
+        let mut left = n;
+        while left > 0 {
+            match rd.read(&mut buf[..left.min(8192)]).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => left -= k,
+            }
+        }
+    })
+    .await;
 }
 
 /// Refuses a connection over the limit: one RESOURCE_EXHAUSTED frame

@@ -18,28 +18,34 @@ pub enum Kind {
     Trickle { first: &'static [u8] },
     /// A raw-TCP length announcing `bytes`, and one byte of it.
     LargeFrame { bytes: u32 },
+    /// A raw-TCP length announcing `bytes`, and all of it but the last
+    /// byte: a frame the server must hold, or refuse, almost whole.
+    AlmostWholeFrame { bytes: u32 },
 }
 
 /// `n` connections of `kind` to `addr`, opened one after another (the
 /// ones the server refuses are kept too: they cost the client nothing).
 pub async fn open(addr: SocketAddr, n: usize, kind: Kind) -> Vec<TcpStream> {
     let mut conns = Vec::with_capacity(n);
+    // One buffer for every connection: the client's memory stays flat, so
+    // growth measured in this process is the server's.
+    let frame: Vec<u8> = match kind {
+        Kind::Idle => Vec::new(),
+        Kind::Trickle { first } => first.to_vec(),
+        Kind::LargeFrame { bytes } => [&bytes.to_be_bytes()[..], &[7]].concat(),
+        Kind::AlmostWholeFrame { bytes } => {
+            let mut f = bytes.to_be_bytes().to_vec();
+            f.resize(4 + bytes.saturating_sub(1) as usize, 7);
+            f
+        }
+    };
     for _ in 0..n {
         let Ok(mut c) = TcpStream::connect(addr).await else {
             continue;
         };
-        let first: &[u8] = match kind {
-            Kind::Idle => &[],
-            Kind::Trickle { first } => first,
-            Kind::LargeFrame { bytes } => &[
-                (bytes >> 24) as u8,
-                (bytes >> 16) as u8,
-                (bytes >> 8) as u8,
-                bytes as u8,
-                7,
-            ],
-        };
-        if !first.is_empty() && c.write_all(first).await.is_err() {
+        // A server that refuses the frame closes: bounded, and skipped.
+        let sent = tokio::time::timeout(Duration::from_secs(2), c.write_all(&frame)).await;
+        if !frame.is_empty() && !matches!(sent, Ok(Ok(()))) {
             continue;
         }
         conns.push(c);

@@ -253,3 +253,63 @@ async fn a_grpc_client_is_told_the_stream_limit_and_a_call_past_it_waits_for_a_f
     drop(held);
     app.stop().await;
 }
+
+/// Frames being received share one budget: with it held by a frame sent
+/// almost whole, another large frame is refused with one error frame naming
+/// the setting, then the close; once that frame is over, the budget is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_raw_tcp_frame_past_the_frame_budget_is_refused_with_one_error_frame() {
+    const MAX: u32 = 64 << 10;
+    let app = spawn_with(Backend::Memory, |s| {
+        s.max_request_bytes = MAX;
+        s.tcp_frame_budget_bytes = MAX;
+    })
+    .await;
+    // Holds the whole budget: 64 KiB announced, all but a byte sent.
+    let mut holder = TcpStream::connect(app.tcp).await.unwrap();
+    let mut almost = MAX.to_be_bytes().to_vec();
+    almost.resize(4 + MAX as usize - 1, 0);
+    holder.write_all(&almost).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut refused = TcpStream::connect(app.tcp).await.unwrap();
+    let mut frame = (20_000u32).to_be_bytes().to_vec();
+    frame.resize(4 + 20_000, 0);
+    refused.write_all(&frame).await.unwrap();
+    let answer = read_frame(&mut refused, 1 << 24)
+        .await
+        .unwrap()
+        .expect("an error frame");
+    let answer = <pb2::LookupOrdersResponse as prost::Message>::decode(answer).unwrap();
+    let error = answer.error.expect("an error");
+    assert_eq!(error.code, tonic::Code::ResourceExhausted as i32);
+    assert!(
+        error.message.contains("ORDER_TCP_FRAME_BUDGET_BYTES"),
+        "{}",
+        error.message
+    );
+    let after = tokio::time::timeout(Duration::from_secs(5), read_frame(&mut refused, 1 << 24))
+        .await
+        .expect("the close within 5 s");
+    assert!(matches!(after, Ok(None)), "{after:?}");
+
+    // The holder's frame ends (not a lookup: refused as such), and the
+    // budget is free: the same large frame is read and judged on its bytes.
+    holder.write_all(&[0]).await.unwrap();
+    let mut again = TcpStream::connect(app.tcp).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    again.write_all(&frame).await.unwrap();
+    let answer = read_frame(&mut again, 1 << 24)
+        .await
+        .unwrap()
+        .expect("an answer");
+    let answer = <pb2::LookupOrdersResponse as prost::Message>::decode(answer).unwrap();
+    let error = answer.error.expect("zeros are no lookup");
+    assert_eq!(
+        error.code,
+        tonic::Code::InvalidArgument as i32,
+        "{}",
+        error.message
+    );
+    app.stop().await;
+}

@@ -101,9 +101,12 @@ fn the_frame_reader_never_allocates_past_its_limit_whatever_the_bytes() {
                         }
                         // A frame cut short by the end of input.
                         Err(order_service::tcp::FrameError::Io(_)) => break,
-                        // read_frame itself has no clock: only the
-                        // connection's timed read fails this way.
-                        Err(e @ order_service::tcp::FrameError::Slow(_)) => {
+                        // read_frame itself has no clock and no budget:
+                        // only the connection's read fails these ways.
+                        Err(
+                            e @ (order_service::tcp::FrameError::Slow(_)
+                            | order_service::tcp::FrameError::OverBudget { .. }),
+                        ) => {
                             prop_assert!(false, "{e}");
                         }
                     }
