@@ -63,6 +63,14 @@ pub struct Settings {
     #[arg(long, env = "ORDER_TCP_ADDR", default_value = "0.0.0.0:50062")]
     pub tcp_addr: SocketAddr,
 
+    /// Admin listener: /healthz, /readyz and /metrics only, plain HTTP,
+    /// never shed, with a cap of its own (64 connections). A flood of the
+    /// REST listener fills that listener's cap, not this one, so liveness
+    /// and readiness probes still answer. Unset: no admin listener (the
+    /// same routes are on the REST listener either way).
+    #[arg(long, env = "ORDER_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+
     /// Postgres URL. Unset: the in-memory store, loaded with the data set.
     /// Set: migrations/orders is applied at start.
     #[arg(long, env = "ORDER_DATABASE_URL", hide_env_values = true)]

@@ -31,6 +31,8 @@ pub struct Application {
     rest: TcpListener,
     grpc: TcpListener,
     tcp: TcpListener,
+    /// /healthz, /readyz and /metrics on a port of their own, when set.
+    admin: Option<TcpListener>,
     /// TLS for every listener, when the settings name a certificate.
     tls: Option<tls::ServerTls>,
 }
@@ -73,6 +75,10 @@ impl Application {
             rest: bind("REST", settings.rest_addr).await?,
             grpc: bind("gRPC", settings.grpc_addr).await?,
             tcp: bind("raw-TCP", settings.tcp_addr).await?,
+            admin: match settings.admin_addr {
+                Some(addr) => Some(bind("admin", addr).await?),
+                None => None,
+            },
             orders,
             settings,
         };
@@ -81,6 +87,7 @@ impl Application {
             rest = %app.rest_addr(),
             grpc = %app.grpc_addr(),
             tcp = %app.tcp_addr(),
+            admin = app.admin_addr().map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
             tls = app.tls_mode(),
             "order-service ready to serve"
         );
@@ -100,6 +107,11 @@ impl Application {
     /// The raw-TCP listener's address.
     pub fn tcp_addr(&self) -> SocketAddr {
         self.tcp.local_addr().unwrap_or(self.settings.tcp_addr)
+    }
+
+    /// The admin listener's address, if there is one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// "off", "on" or "mutual" (client certificates required).
@@ -143,21 +155,24 @@ impl Application {
         // One limit of work in service for every surface.
         let limiter = service_kit::shed::Limiter::new(s.max_concurrent_requests);
         metrics.add_collector(limiter.collector("order"));
-        let rest_router = crate::rest::router(RestState {
+        let rest_state = RestState {
             orders: self.orders.clone(),
             max_body_bytes: s.max_request_bytes as usize,
             metrics: metrics.clone(),
             limiter: limiter.clone(),
             gzip: s.rest_gzip,
             zstd: s.rest_zstd,
-        });
+        };
+        let admin_router = crate::rest::admin_router(rest_state.clone());
+        let rest_router = crate::rest::router(rest_state);
         let limits = s.conn_limits();
-        let ([rest_cap, grpc_cap, tcp_cap], caps) = service_kit::cap::listener_caps(
+        let ([rest_cap, grpc_cap, tcp_cap, admin_cap], caps) = service_kit::cap::listener_caps(
             "order",
             [
                 ("rest", s.max_connections as usize),
                 ("grpc", s.max_connections as usize),
                 ("tcp", s.max_tcp_connections as usize),
+                ("admin", service_kit::serve::ADMIN_CONNECTIONS),
             ],
         );
         metrics.add_collector(caps);
@@ -213,17 +228,24 @@ impl Application {
             tcp_tls,
             tcp_cap,
         );
+        let mut listeners: Vec<service_kit::supervise::Server> = vec![
+            ("REST", Box::pin(rest)),
+            ("gRPC", Box::pin(grpc)),
+            ("raw TCP", Box::pin(tcp)),
+        ];
+        if let Some(listener) = self.admin {
+            let stop = token.clone().cancelled_owned();
+            listeners.push((
+                "admin",
+                Box::pin(async move {
+                    service_kit::serve::serve(listener, admin_router, stop, limits, admin_cap)
+                        .await
+                        .map_err(anyhow::Error::from)
+                }),
+            ));
+        }
         // The signal stops every listener; so does the first to fail.
-        service_kit::supervise::supervise(
-            shutdown,
-            token,
-            vec![
-                ("REST", Box::pin(rest)),
-                ("gRPC", Box::pin(grpc)),
-                ("raw TCP", Box::pin(tcp)),
-            ],
-        )
-        .await
+        service_kit::supervise::supervise(shutdown, token, listeners).await
     }
 }
 

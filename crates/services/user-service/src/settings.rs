@@ -69,6 +69,14 @@ pub struct Settings {
     #[arg(long, env = "USER_REST_ADDR", default_value = "0.0.0.0:8081")]
     pub rest_addr: SocketAddr,
 
+    /// Admin listener: /healthz, /readyz and /metrics only, plain HTTP,
+    /// never shed, with a cap of its own (64 connections). A flood of the
+    /// REST listener fills that listener's cap, not this one, so liveness
+    /// and readiness probes still answer. Unset: no admin listener (the
+    /// same routes are on the REST listener either way).
+    #[arg(long, env = "USER_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+
     /// Where gRPC listens (user.v1.UserService, health, reflection).
     #[arg(long, env = "USER_GRPC_ADDR", default_value = "0.0.0.0:50051")]
     pub grpc_addr: SocketAddr,

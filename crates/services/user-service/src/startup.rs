@@ -30,6 +30,8 @@ use crate::upstream::{Endpoints, UpstreamSettings, UpstreamTls, Upstreams};
 pub struct Application {
     rest: TcpListener,
     grpc: TcpListener,
+    /// /healthz, /readyz and /metrics on a port of their own, when set.
+    admin: Option<TcpListener>,
     rest_addr: SocketAddr,
     grpc_addr: SocketAddr,
     state: AppState,
@@ -151,7 +153,16 @@ impl Application {
         let grpc = TcpListener::bind(settings.grpc_addr)
             .await
             .with_context(|| format!("binding gRPC to {}", settings.grpc_addr))?;
+        let admin = match settings.admin_addr {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding the admin listener to {addr}"))?,
+            ),
+            None => None,
+        };
         Ok(Application {
+            admin,
             rest_addr: rest.local_addr()?,
             grpc_addr: grpc.local_addr()?,
             rest,
@@ -180,6 +191,11 @@ impl Application {
         self.grpc_addr
     }
 
+    /// Where the admin listener listens, if there is one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// This instance's counters (what `/metrics` serves).
     pub fn metrics(&self) -> Arc<Metrics> {
         self.state.metrics.clone()
@@ -192,7 +208,10 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let stop = CancellationToken::new();
-        tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, tls = self.tls.is_some(), "user-service listening");
+        let admin = self
+            .admin_addr()
+            .map_or_else(|| "off".to_owned(), |a| a.to_string());
+        tracing::info!(rest = %self.rest_addr, grpc = %self.grpc_addr, admin, tls = self.tls.is_some(), "user-service listening");
         let metrics = &self.state.metrics.requests;
         metrics.add_collector(self.state.limiter.collector("user"));
         // TLS on both listeners when it is on: REST offers h2 and HTTP/1.1
@@ -208,11 +227,12 @@ impl Application {
 
         // axum::serve speaks HTTP/1.1 and, with axum's `http2` feature, h2c
         // by prior knowledge on the same listener.
-        let ([rest_cap, grpc_cap], caps) = service_kit::cap::listener_caps(
+        let ([rest_cap, grpc_cap, admin_cap], caps) = service_kit::cap::listener_caps(
             "user",
             [
                 ("rest", self.max_connections),
                 ("grpc", self.max_connections),
+                ("admin", service_kit::serve::ADMIN_CONNECTIONS),
             ],
         );
         metrics.add_collector(caps);
@@ -293,15 +313,21 @@ impl Application {
         );
 
         // The signal stops both listeners; so does the first to fail.
-        let served = service_kit::supervise::supervise(
-            shutdown,
-            stop,
-            vec![
-                ("REST", Box::pin(async move { Ok(rest.await?) })),
-                ("gRPC", Box::pin(async move { Ok(grpc.await?) })),
-            ],
-        )
-        .await;
+        let mut listeners: Vec<service_kit::supervise::Server> = vec![
+            ("REST", Box::pin(async move { Ok(rest.await?) })),
+            ("gRPC", Box::pin(async move { Ok(grpc.await?) })),
+        ];
+        if let Some(listener) = self.admin {
+            let admin = service_kit::serve::serve(
+                listener,
+                rest::admin_router(self.state.clone()),
+                stop.clone().cancelled_owned(),
+                self.conn,
+                admin_cap,
+            );
+            listeners.push(("admin", Box::pin(async move { Ok(admin.await?) })));
+        }
+        let served = service_kit::supervise::supervise(shutdown, stop, listeners).await;
         readiness.abort();
         served
     }

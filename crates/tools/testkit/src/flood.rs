@@ -179,3 +179,58 @@ impl Drop for BadClients {
         self.trickler.abort();
     }
 }
+
+/// With `rest`'s cap of `cap` connections held by clients that send
+/// nothing: a new connection to `rest` is closed at once, while `admin`
+/// answers `/healthz` ("ok"), `/readyz` ("ready") and `/metrics` (which
+/// counts the held connections under `{prefix}_connections_open`), each on a
+/// new connection as a kubelet probe makes, and 404 to `api_path`, which
+/// `rest` serves.
+pub async fn admin_answers_while_rest_is_full(
+    (rest, admin): (SocketAddr, SocketAddr),
+    prefix: &str,
+    cap: usize,
+    api_path: &str,
+) {
+    let get = |addr: SocketAddr, path: String| async move {
+        let client = reqwest::Client::builder()
+            .http1_only()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("a client");
+        client.get(format!("http://{addr}{path}")).send().await
+    };
+    let before = get(rest, "/healthz".into()).await.expect("REST answers");
+    assert_eq!(before.status(), 200);
+
+    let held = open(rest, cap, Kind::Idle).await;
+    let full = format!("{prefix}_connections_open{{listener=\"rest\"}} {cap}");
+    let metrics = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let res = get(admin, "/metrics".into())
+                .await
+                .expect("/metrics on admin");
+            let text = res.text().await.expect("a body");
+            if text.contains(&full) {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the REST listener fills up");
+    let admin_open = format!("{prefix}_connections_open{{listener=\"admin\"}}");
+    assert!(metrics.contains(&admin_open), "{metrics}");
+    assert!(
+        get(rest, "/healthz".into()).await.is_err(),
+        "the full REST listener closes a new connection at once"
+    );
+    for (path, body) in [("/healthz", "ok"), ("/readyz", "ready")] {
+        let res = get(admin, path.into()).await.expect("a probe on admin");
+        assert_eq!(res.status(), 200, "{path}");
+        assert_eq!(res.text().await.expect("a body"), body, "{path}");
+    }
+    let res = get(admin, api_path.into()).await.expect("an answer");
+    assert_eq!(res.status(), 404, "the API is not on the admin port");
+    drop(held);
+}

@@ -60,6 +60,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 pub use crate::cap::ConnCap;
+
+/// Connections open at once on a service's admin listener (health,
+/// readiness, metrics): a few probes and scrapers, never the API's clients.
+pub const ADMIN_CONNECTIONS: usize = 64;
 pub use limits::{AGE_JITTER, ConnLimits, DRAIN_SLACK, jittered, seed, splitmix};
 
 /// Serves `router` on `listener` until `shutdown` completes, then drains as

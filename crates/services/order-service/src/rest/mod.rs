@@ -452,6 +452,20 @@ async fn list_orders_v1(
     })
 }
 
+/// The admin listener's router: liveness, readiness and `/metrics`, never
+/// shed, and nothing else (an unknown path is a 404 problem).
+pub fn admin_router(state: RestState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .method_not_allowed_fallback(service_kit::negotiate::method_not_allowed)
+        .fallback(|uri: axum::http::Uri| async move {
+            WireError::NoRoute(uri.path().to_owned()).into_response()
+        })
+        .with_state(state)
+}
+
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive")))]
 async fn healthz() -> &'static str {

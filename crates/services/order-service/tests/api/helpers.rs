@@ -19,6 +19,8 @@ pub struct TestApp {
     pub rest: SocketAddr,
     pub grpc: SocketAddr,
     pub tcp: SocketAddr,
+    /// The admin listener, when the settings asked for one.
+    pub admin: Option<SocketAddr>,
     pub db: Option<testkit::postgres::TestDb>,
     pub serving: InProcess,
 }
@@ -43,6 +45,7 @@ pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> 
         rest: app.rest_addr(),
         grpc: app.grpc_addr(),
         tcp: app.tcp_addr(),
+        admin: app.admin_addr(),
         db,
         serving: InProcess::spawn(|stop| app.run_until_stopped(stop)),
     }

@@ -6,6 +6,7 @@
 // Helpers outside #[test] functions unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod admin;
 mod bad_input;
 mod batch;
 mod caps;

@@ -115,6 +115,18 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The admin listener's router: liveness, readiness and `/metrics`, never
+/// shed, and nothing else (an unknown path is a 404 problem).
+pub fn admin_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .method_not_allowed_fallback(service_kit::negotiate::method_not_allowed)
+        .fallback(|uri: Uri| async move { WireError::NoRoute(uri.path().to_owned()) })
+        .with_state(state)
+}
+
 fn parse_id(id: &str) -> Result<Uuid, RestError> {
     Ok(model::v2::parse_uuid("id", id).map_err(AppError::from)?)
 }

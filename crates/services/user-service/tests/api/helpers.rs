@@ -167,6 +167,8 @@ impl OrderService {
 pub struct UserService {
     pub rest: SocketAddr,
     pub grpc: SocketAddr,
+    /// The admin listener, when the settings asked for one.
+    pub admin: Option<SocketAddr>,
     pub metrics: Arc<Metrics>,
     pub http: reqwest::Client,
     db: Option<testkit::postgres::TestDb>,
@@ -227,6 +229,7 @@ pub async fn spawn_users_resolving(
     UserService {
         rest: app.rest_addr(),
         grpc: app.grpc_addr(),
+        admin: app.admin_addr(),
         metrics: app.metrics(),
         http: reqwest::Client::builder().http1_only().build().unwrap(),
         db,

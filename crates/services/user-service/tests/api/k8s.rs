@@ -7,8 +7,9 @@
 //! - container ports are the ports the settings listen on, on all
 //!   interfaces; every Service's target ports name a container port, and
 //!   its selector matches the pods;
-//! - readiness is `/readyz` (user-service) or the gRPC health check on the
-//!   gRPC port (order-service), liveness `/healthz`, on the REST port;
+//! - readiness is `/readyz` and liveness `/healthz`, on each service's
+//!   admin listener (which a flood of the other listeners cannot fill),
+//!   and Prometheus scrapes that port;
 //! - user-service's order-service addresses name the order-service Service
 //!   and its ports; in the `client` overlay its replicas are the headless
 //!   Service; the OTLP endpoint is Jaeger's Service on 4317;
@@ -174,17 +175,19 @@ fn every_variable_is_a_setting_and_every_port_and_probe_is_the_binary_s() {
             assert!(addr.ip().is_unspecified(), "{overlay}: {name} on {addr}");
             assert_eq!(p.get(name), Some(&addr.port()), "{overlay}: port {name}");
         }
-        assert_eq!(
-            text(s(c, &["readinessProbe", "grpc", "port"])),
-            o.grpc_addr.port().to_string(),
-            "{overlay}: order-service is ready by its gRPC health check"
-        );
-        assert!(c.get("livenessProbe").and_then(|l| l.get("grpc")).is_none());
-        assert_eq!(
-            text(s(c, &["livenessProbe", "httpGet", "path"])),
-            "/healthz"
-        );
-        assert_eq!(text(s(c, &["livenessProbe", "httpGet", "port"])), "rest");
+        // Probes on the admin listener, which a flood of the others
+        // cannot fill.
+        let admin = o.admin_addr.expect("order-service has an admin listener");
+        assert!(admin.ip().is_unspecified(), "{overlay}: admin on {admin}");
+        assert_eq!(p.get("admin"), Some(&admin.port()), "{overlay}: port admin");
+        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+            assert_eq!(text(s(c, &[probe, "httpGet", "path"])), path);
+            assert_eq!(
+                text(s(c, &[probe, "httpGet", "port"])),
+                "admin",
+                "{overlay}: {probe}"
+            );
+        }
         if *overlay == "rotation" {
             assert!(o.max_connection_age_ms > 0, "rotation: an age is set");
         } else {
@@ -207,15 +210,17 @@ fn every_variable_is_a_setting_and_every_port_and_probe_is_the_binary_s() {
             assert!(addr.ip().is_unspecified(), "{overlay}: {name} on {addr}");
             assert_eq!(p.get(name), Some(&addr.port()), "{overlay}: port {name}");
         }
-        assert_eq!(
-            text(s(c, &["readinessProbe", "httpGet", "path"])),
-            "/readyz"
-        );
-        assert_eq!(text(s(c, &["readinessProbe", "httpGet", "port"])), "rest");
-        assert_eq!(
-            text(s(c, &["livenessProbe", "httpGet", "path"])),
-            "/healthz"
-        );
+        let admin = u.admin_addr.expect("user-service has an admin listener");
+        assert!(admin.ip().is_unspecified(), "{overlay}: admin on {admin}");
+        assert_eq!(p.get("admin"), Some(&admin.port()), "{overlay}: port admin");
+        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+            assert_eq!(text(s(c, &[probe, "httpGet", "path"])), path);
+            assert_eq!(
+                text(s(c, &[probe, "httpGet", "port"])),
+                "admin",
+                "{overlay}: {probe}"
+            );
+        }
 
         // user-service reaches order-service's Service on its ports.
         let svc = find(&objs, "Service", "order-service");
@@ -441,9 +446,9 @@ fn grafana_and_prometheus_find_the_dashboard_and_the_pods(overlay: &str, objs: &
         );
         let port: u16 = text(&meta["prometheus.io/port"]).parse().expect("a port");
         assert_eq!(
-            ports(container(objs, name)).get("rest"),
+            ports(container(objs, name)).get("admin"),
             Some(&port),
-            "{overlay}: {name} is scraped on another port than REST"
+            "{overlay}: {name} is scraped on another port than its admin listener"
         );
     }
 }
