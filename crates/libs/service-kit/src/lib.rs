@@ -32,6 +32,7 @@ pub mod call_deadline;
 pub mod cap;
 pub mod db;
 pub mod deadline;
+pub mod grpc_conn;
 pub mod health;
 pub mod negotiate;
 pub mod preface;

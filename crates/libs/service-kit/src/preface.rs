@@ -1,172 +1,37 @@
-//! The header-read timeout of a tonic listener: a connection must send its
-//! first bytes (the HTTP/2 preface, or a gRPC-web request's head) within
-//! the limit, or its reads fail and tonic closes it.
-//!
-//! tonic serves each connection itself, so the bound lives in the socket:
-//! [`Deadlined`] wraps every incoming connection, and once [`ENOUGH`] bytes
-//! have arrived it gets out of the way. What follows is bounded by tonic's
-//! own settings (the per-call timeout, HTTP/2 keep-alive pings).
-
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::Duration;
+//! A tonic listener's connections and answers: every connection is
+//! [`Watched`] under the listener's bounds (see [`crate::grpc_conn`]), the
+//! drain is bounded, and a few of tonic's answers are corrected (an oversize
+//! message is RESOURCE_EXHAUSTED, a `grpc-message` is capped, a client's bad
+//! bytes are INVALID_ARGUMENT).
 
 use futures::{Stream, StreamExt as _};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
 
-/// The bytes that end the deadline: the HTTP/2 connection preface's length.
-pub const ENOUGH: usize = 24;
+pub use crate::grpc_conn::{ENOUGH, Watched};
 
-/// A connection whose first [`ENOUGH`] bytes must arrive by a deadline.
-pub struct Deadlined<I> {
-    inner: I,
-    /// The connection's slot under its listener's cap.
-    _admitted: crate::cap::Admitted,
-    seen: usize,
-    limit: Duration,
-    deadline: Option<Pin<Box<Sleep>>>,
-    /// Past this, a rotated connection that has not closed by itself is
-    /// dropped (see [`deadlined_for`]).
-    end_of_life: Option<Pin<Box<Sleep>>>,
-}
-
-impl<I> Deadlined<I> {
-    pub fn new(inner: I, admitted: crate::cap::Admitted, limit: Duration) -> Self {
-        Deadlined {
-            inner,
-            _admitted: admitted,
-            seen: 0,
-            limit,
-            deadline: Some(Box::pin(tokio::time::sleep(limit))),
-            end_of_life: None,
-        }
-    }
-
-    /// The same connection, dropped once it has lived `life`.
-    pub fn with_life(mut self, life: Option<Duration>) -> Self {
-        self.end_of_life = life.map(|l| Box::pin(tokio::time::sleep(l)));
-        self
-    }
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Deadlined<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if r.is_pending()
-            && let Some(end) = self.end_of_life.as_mut()
-            && end.as_mut().poll(cx).is_ready()
-        {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the connection outlived its maximum age and grace",
-            )));
-        }
-        let Some(deadline) = self.deadline.as_mut() else {
-            return r;
-        };
-        match r {
-            Poll::Ready(Ok(())) => {
-                let n = buf.filled().len() - before;
-                self.seen += n;
-                if self.seen >= ENOUGH || n == 0 {
-                    self.deadline = None;
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Pending => match deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "no request within the header-read timeout of {} ms",
-                        self.limit.as_millis()
-                    ),
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
-            other => other,
-        }
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Deadlined<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}
-
-impl<I: tonic::transport::server::Connected> tonic::transport::server::Connected for Deadlined<I> {
-    type ConnectInfo = I::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
-}
-
-/// Every connection of `incoming` that `cap` admits, [`Deadlined`] by
-/// `limit`; the others are closed as they come.
-pub fn deadlined<S, I, E>(
-    incoming: S,
-    limit: Duration,
-    cap: crate::cap::ConnCap,
-) -> impl Stream<Item = Result<Deadlined<I>, E>>
-where
-    S: Stream<Item = Result<I, E>>,
-{
-    incoming.filter_map(move |r| {
-        let admitted = match r {
-            Ok(io) => cap.admit().map(|a| Ok(Deadlined::new(io, a, limit))),
-            Err(e) => Some(Err(e)),
-        };
-        std::future::ready(admitted)
-    })
-}
-
-/// [`deadlined`] with the bounds of `conn`: the header-read deadline, and
-/// with rotation on, the end of a connection's life at its maximum age
-/// (jitter included) plus its grace.
+/// Every connection of `incoming` that `cap` admits, [`Watched`] under
+/// the bounds of `conn` (see [`crate::grpc_conn`]), and with rotation on,
+/// dropped at its maximum age (jitter included) plus its grace if it has
+/// not closed by then; the others are closed as they come.
 pub fn deadlined_for<S, I, E>(
     incoming: S,
     conn: crate::serve::ConnLimits,
     cap: crate::cap::ConnCap,
-) -> impl Stream<Item = Result<Deadlined<I>, E>>
+) -> impl Stream<Item = Result<Watched<I>, E>>
 where
     S: Stream<Item = Result<I, E>>,
 {
     let life = conn
         .max_age
         .map(|age| age.mul_f64(1.0 + crate::serve::AGE_JITTER) + conn.max_age_grace);
-    deadlined(incoming, conn.header_read, cap).map(move |r| r.map(|d| d.with_life(life)))
+    incoming.filter_map(move |r| {
+        let admitted = match r {
+            Ok(io) => cap
+                .admit()
+                .map(|a| Ok(Watched::new(io, a, conn).with_life(life))),
+            Err(e) => Some(Err(e)),
+        };
+        std::future::ready(admitted)
+    })
 }
 
 /// How long an HTTP/2 keep-alive ping may go unanswered before the

@@ -194,9 +194,11 @@ pub struct Settings {
     pub shutdown_grace_ms: u64,
 
     /// How long a client has, from opening a connection (or from the first
-    /// byte after its previous answer), to send a request's head; on gRPC,
-    /// its first bytes. Past it the connection is closed: a client that
-    /// connects and sends nothing, or trickles its head, holds nothing long.
+    /// byte after its previous answer), to send a request's head, on every
+    /// protocol: an HTTP/1.1 head, each HTTP/2 head (its HEADERS frame and
+    /// CONTINUATIONs; the first within this of the preface), gRPC-web's
+    /// first head. Past it the connection is closed: a client that connects
+    /// and sends nothing, or trickles its head, holds nothing long.
     #[arg(long, env = "ORDER_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub header_read_timeout_ms: u64,
 
@@ -205,10 +207,10 @@ pub struct Settings {
     #[arg(long, env = "ORDER_BODY_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub body_read_timeout_ms: u64,
 
-    /// How long a REST connection with no request in service stays open
-    /// (HTTP/1.1 keep-alive, or h2c with no stream). On gRPC, the interval
-    /// of the HTTP/2 keep-alive pings that close a connection whose peer
-    /// stopped answering.
+    /// How long a connection with no request or call in flight stays open,
+    /// whatever it sends meanwhile (pings included): HTTP/1.1 keep-alive,
+    /// h2c or gRPC with no stream. Also the interval of the gRPC keep-alive
+    /// pings that close a connection whose peer stopped answering.
     #[arg(long, env = "ORDER_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::h2_frames::{Client, H2Reads};
 use super::limits::ConnLimits;
 
 /// What a connection is doing, as its socket and its service see it.
@@ -23,8 +24,11 @@ pub(super) struct Activity {
     /// Milliseconds since `opened` when the last request was answered.
     quiet_since: std::sync::atomic::AtomicU64,
     /// The HTTP/2 preface has been read: heads are HTTP/2 frames from here
-    /// on, bounded by the idle timeout only.
+    /// on, followed in `h2_reads`.
     pub(super) h2: AtomicBool,
+    /// The client's HTTP/2 frames, read from their headers: whether a
+    /// request's head is on its way.
+    h2_reads: std::sync::Mutex<H2Reads>,
     /// Bytes read so far, up to the preface's length.
     prefix: std::sync::Mutex<Vec<u8>>,
     /// Whether the connection is known to be HTTP/2 or not: `prefix` is
@@ -43,6 +47,7 @@ impl Activity {
             head_begun: 0.into(),
             quiet_since: 0.into(),
             h2: AtomicBool::new(false),
+            h2_reads: std::sync::Mutex::default(),
             prefix: std::sync::Mutex::new(Vec::new()),
             sniffed: AtomicBool::new(false),
         }
@@ -67,12 +72,19 @@ impl Activity {
             }
             if p.as_slice() == H2_PREFACE {
                 self.h2.store(true, Ordering::Relaxed);
-                self.head_begun.store(NONE, Ordering::Relaxed);
+                // The first request's head is due within the header-read
+                // timeout of the preface.
+                self.head_begun.store(self.now(), Ordering::Relaxed);
                 self.quiet_since.store(self.now(), Ordering::Relaxed);
+                self.read_h2(&bytes[take..]);
                 return;
             }
         }
-        if self.h2.load(Ordering::Relaxed) || self.in_service.load(Ordering::Relaxed) > 0 {
+        if self.h2.load(Ordering::Relaxed) {
+            self.read_h2(bytes);
+            return;
+        }
+        if self.in_service.load(Ordering::Relaxed) > 0 {
             return;
         }
         let _ = self.head_begun.compare_exchange(
@@ -81,6 +93,28 @@ impl Activity {
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
+    }
+
+    /// HTTP/2 frames read: a head on its way starts the header-read
+    /// timeout (whatever else is in service), a head whole ends it.
+    fn read_h2(&self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut reads = self.h2_reads.lock().unwrap_or_else(|e| e.into_inner());
+        let was_in_head = reads.head_in_progress();
+        let mut opened = false;
+        reads.feed(bytes, |e| opened |= matches!(e, Client::Opened(_)));
+        if reads.head_in_progress() {
+            let _ = self.head_begun.compare_exchange(
+                NONE,
+                self.now(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        } else if opened || was_in_head {
+            self.head_begun.store(NONE, Ordering::Relaxed);
+        }
     }
 
     pub(super) fn request_started(&self) {
@@ -95,12 +129,23 @@ impl Activity {
 
     /// Why the connection should close now, if a bound has passed.
     fn expired(&self, limits: &ConnLimits) -> Option<&'static str> {
+        let now = self.now();
+        let head = self.head_begun.load(Ordering::Relaxed);
+        // An HTTP/2 head on its way is bounded even beside streams in
+        // service; an HTTP/1.1 connection has one request at a time.
+        if self.h2.load(Ordering::Relaxed)
+            && head != NONE
+            && now.saturating_sub(head) > limits.header_read.as_millis() as u64
+        {
+            return Some("a request's head did not arrive within the header-read timeout");
+        }
         if self.in_service.load(Ordering::Relaxed) > 0 {
             return None;
         }
-        let now = self.now();
-        let head = self.head_begun.load(Ordering::Relaxed);
-        if head != NONE {
+        // An HTTP/1.1 head on its way is bounded by the header-read timeout
+        // alone; an HTTP/2 connection with no stream in service is idle
+        // too, whatever it sends (pings included).
+        if head != NONE && !self.h2.load(Ordering::Relaxed) {
             return (now.saturating_sub(head) > limits.header_read.as_millis() as u64)
                 .then_some("the request's head did not arrive within the header-read timeout");
         }

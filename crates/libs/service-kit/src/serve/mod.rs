@@ -46,6 +46,7 @@
 
 mod activity;
 mod connection;
+pub(crate) mod h2_frames;
 pub mod leftover;
 pub mod limits;
 mod tracked;

@@ -21,6 +21,7 @@ mod deadlines;
 mod early_answers;
 mod flood;
 mod fuzz;
+mod h2_bounds;
 mod health_reflection;
 mod helpers;
 mod interop;

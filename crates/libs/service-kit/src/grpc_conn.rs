@@ -1,0 +1,328 @@
+//! A tonic listener's connection bounds, kept in the socket because tonic
+//! serves each connection itself: [`Watched`] wraps every incoming
+//! connection and fails its reads (tonic then closes it) when one passes.
+//!
+//! - The first bytes, whatever the protocol, must arrive within the
+//!   header-read timeout ([`ENOUGH`] of them: the HTTP/2 preface's length).
+//! - HTTP/2 (gRPC): every request's head (its HEADERS frame and
+//!   CONTINUATIONs) must be whole within the header-read timeout of its
+//!   first byte, and the first within that of the preface; a connection
+//!   with no call in flight closes at the idle timeout, whatever it sends
+//!   meanwhile (pings included). Frames are read from their headers as they
+//!   pass, both ways ([`crate::serve::h2_frames`]): a call is in flight
+//!   from the client's HEADERS to the server's END_STREAM or a reset.
+//! - HTTP/1.1 (gRPC-web): the first request's head must be whole within the
+//!   header-read timeout (hyper bounds the later ones by its own 30 s).
+//! - With rotation on, a connection past its maximum age and grace that has
+//!   not closed by itself is dropped.
+//!
+//! An idle connection is closed without a GOAWAY (tonic has no way to send
+//! one per connection): a client that sends a call at that very moment
+//! sees the connection close, as with any HTTP/1.1 keep-alive close.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use crate::serve::ConnLimits;
+use crate::serve::h2_frames::{Client, H2Reads, OpenStreams};
+
+/// The bytes that tell HTTP/2 from HTTP/1.1: the connection preface's length.
+pub const ENOUGH: usize = 24;
+const H2_PREFACE: &[u8; ENOUGH] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// What is known of the connection's protocol.
+#[derive(Debug)]
+enum Mode {
+    /// Fewer than [`ENOUGH`] bytes so far.
+    Opening(Vec<u8>),
+    H2(Box<H2>),
+    /// gRPC-web: how many bytes of `\r\n\r\n` end what was read, and
+    /// whether the first head is whole.
+    Http1 {
+        matched: usize,
+        whole: bool,
+    },
+}
+
+#[derive(Debug)]
+struct H2 {
+    reads: H2Reads,
+    streams: OpenStreams,
+    /// Since when a head is on its way (or, before the first request, since
+    /// the preface).
+    head_since: Option<Instant>,
+    /// Since when no call is in flight.
+    quiet_since: Instant,
+}
+
+/// A tonic connection under the bounds the module doc lists.
+pub struct Watched<I> {
+    inner: I,
+    /// The connection's slot under its listener's cap.
+    _admitted: crate::cap::Admitted,
+    limits: ConnLimits,
+    opened: Instant,
+    mode: Mode,
+    timer: Pin<Box<Sleep>>,
+    /// The reader's waker, woken when a write ends the last call in flight
+    /// (the idle deadline starts then).
+    reader: Option<Waker>,
+    /// Past this, a rotated connection that has not closed by itself is
+    /// dropped.
+    end_of_life: Option<Pin<Box<Sleep>>>,
+}
+
+impl<I> Watched<I> {
+    pub fn new(inner: I, admitted: crate::cap::Admitted, limits: ConnLimits) -> Self {
+        let opened = Instant::now();
+        Watched {
+            inner,
+            _admitted: admitted,
+            limits,
+            opened,
+            mode: Mode::Opening(Vec::new()),
+            timer: Box::pin(tokio::time::sleep_until(opened + limits.header_read)),
+            reader: None,
+            end_of_life: None,
+        }
+    }
+
+    /// The same connection, dropped once it has lived `life`.
+    pub fn with_life(mut self, life: Option<Duration>) -> Self {
+        self.end_of_life = life.map(|l| Box::pin(tokio::time::sleep(l)));
+        self
+    }
+
+    /// The next bound to pass, and what passing it means.
+    fn due(&self) -> Option<(Instant, &'static str)> {
+        let ms = self.limits.header_read;
+        match &self.mode {
+            Mode::Opening(_) => Some((
+                self.opened + ms,
+                "no request within the header-read timeout",
+            )),
+            Mode::Http1 { whole: false, .. } => Some((
+                self.opened + ms,
+                "the request's head did not arrive within the header-read timeout",
+            )),
+            Mode::Http1 { whole: true, .. } => None,
+            // Whichever comes first: a head on its way past the header-read
+            // timeout, or no call in flight past the idle timeout.
+            Mode::H2(h2) => {
+                let head = h2.head_since.map(|t| {
+                    (
+                        t + ms,
+                        "a request's head did not arrive within the header-read timeout",
+                    )
+                });
+                let idle = (h2.streams.count() == 0).then(|| {
+                    (
+                        h2.quiet_since + self.limits.idle,
+                        "no call in flight within the idle timeout",
+                    )
+                });
+                match (head, idle) {
+                    (Some(h), Some(i)) => Some(if h.0 <= i.0 { h } else { i }),
+                    (h, i) => h.or(i),
+                }
+            }
+        }
+    }
+
+    /// Notes bytes the client sent.
+    fn read(&mut self, mut bytes: &[u8]) {
+        if let Mode::Opening(first) = &mut self.mode {
+            let take = (ENOUGH - first.len()).min(bytes.len());
+            first.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if first.len() < ENOUGH {
+                return;
+            }
+            let now = Instant::now();
+            self.mode = if first.as_slice() == H2_PREFACE {
+                Mode::H2(Box::new(H2 {
+                    reads: H2Reads::default(),
+                    streams: OpenStreams::default(),
+                    head_since: Some(now),
+                    quiet_since: now,
+                }))
+            } else {
+                let mut matched = 0;
+                let whole = ends_head(&mut matched, first);
+                Mode::Http1 { matched, whole }
+            };
+        }
+        match &mut self.mode {
+            Mode::Opening(_) => {}
+            Mode::Http1 { whole: true, .. } => {}
+            Mode::Http1 { matched, whole } => *whole = ends_head(matched, bytes),
+            Mode::H2(h2) => {
+                let H2 {
+                    reads,
+                    streams,
+                    head_since,
+                    quiet_since,
+                } = &mut **h2;
+                let (was_in_head, calls_before) = (reads.head_in_progress(), streams.count());
+                let mut opened_one = false;
+                reads.feed(bytes, |e| {
+                    opened_one |= matches!(e, Client::Opened(_));
+                    streams.client(e);
+                });
+                let now = Instant::now();
+                if reads.head_in_progress() {
+                    head_since.get_or_insert(now);
+                } else if opened_one || was_in_head {
+                    // A head is whole (the first one ends the preface's wait).
+                    *head_since = None;
+                }
+                if calls_before > 0 && streams.count() == 0 {
+                    // The client reset the last call in flight.
+                    *quiet_since = now;
+                }
+            }
+        }
+    }
+
+    /// Notes bytes the server wrote.
+    fn wrote(&mut self, bytes: &[u8]) {
+        if let Mode::H2(h2) = &mut self.mode {
+            let before = h2.streams.count();
+            h2.streams.wrote(bytes);
+            if before > 0 && h2.streams.count() == 0 {
+                h2.quiet_since = Instant::now();
+                if let Some(w) = self.reader.take() {
+                    w.wake();
+                }
+            }
+        }
+    }
+}
+
+/// Whether `bytes` complete a `\r\n\r\n`, `matched` bytes of which ended
+/// what came before; updates `matched`.
+fn ends_head(matched: &mut usize, bytes: &[u8]) -> bool {
+    const END: &[u8; 4] = b"\r\n\r\n";
+    for &b in bytes {
+        *matched = if b == END[*matched] {
+            *matched + 1
+        } else if b == b'\r' {
+            1
+        } else {
+            0
+        };
+        if *matched == END.len() {
+            return true;
+        }
+    }
+    false
+}
+
+fn timed_out(why: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, why)
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &r {
+            let filled = buf.filled()[before..].to_vec();
+            self.read(&filled);
+        }
+        if r.is_pending()
+            && let Some(end) = self.end_of_life.as_mut()
+            && end.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(timed_out(
+                "the connection outlived its maximum age and grace",
+            )));
+        }
+        let Some((at, why)) = self.due() else {
+            if r.is_pending() {
+                self.reader = Some(cx.waker().clone());
+            }
+            return r;
+        };
+        // Checked on every read, so that a client that keeps sending
+        // (pings, window updates) cannot hold the connection past a bound.
+        if Instant::now() >= at {
+            tracing::debug!(why, "closing a gRPC connection");
+            return Poll::Ready(Err(timed_out(why)));
+        }
+        if r.is_pending() {
+            self.reader = Some(cx.waker().clone());
+            if self.timer.deadline() != at {
+                self.timer.as_mut().reset(at);
+            }
+            if self.timer.as_mut().poll(cx).is_ready() {
+                tracing::debug!(why, "closing a gRPC connection");
+                return Poll::Ready(Err(timed_out(why)));
+            }
+        }
+        r
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &r {
+            self.wrote(&buf[..*n]);
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = &r {
+            let mut left = *n;
+            for b in bufs {
+                if left == 0 {
+                    break;
+                }
+                let take = left.min(b.len());
+                self.wrote(&b[..take]);
+                left -= take;
+            }
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl<I: tonic::transport::server::Connected> tonic::transport::server::Connected for Watched<I> {
+    type ConnectInfo = I::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
