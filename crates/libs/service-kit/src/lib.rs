@@ -28,6 +28,7 @@
 //! - [`settings`]: renamed settings kept working for a release, and the
 //!   defaults without the environment.
 
+pub mod body_gate;
 pub mod call_deadline;
 pub mod cap;
 pub mod db;

@@ -12,7 +12,10 @@
 //! routers and tonic servers alike; what an overloaded request gets is the
 //! caller's [`ShedLayer::new`] `reject` function. A permit is held until the
 //! response's head is ready: a streamed body (a gRPC server stream) is bounded
-//! by its own limits, not by this one.
+//! by its own limits, not by this one. While a request's body is on its way,
+//! its permit is given back after [`crate::body_gate::BODY_WAIT`] of silence
+//! from the client and taken again when its bytes come (see
+//! [`crate::body_gate`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -178,9 +181,10 @@ impl<S, R> std::fmt::Debug for Shed<S, R> {
 
 impl<S, R, B, RB> tower::Service<Request<B>> for Shed<S, R>
 where
+    B: crate::body_gate::GateBody,
     S: tower::Service<Request<B>, Response = Response<RB>>,
     S::Future: Send + 'static,
-    R: Fn() -> Response<RB>,
+    R: Fn() -> Response<RB> + Clone + Send + 'static,
     RB: Send + 'static,
     S::Error: Send + 'static,
 {
@@ -199,10 +203,18 @@ where
         }
         match self.layer.limiter.try_acquire() {
             Some(permit) => {
-                let served = self.inner.call(req);
+                // While the body comes, the slot is given back past
+                // BODY_WAIT of silence and taken again when bytes come.
+                let limiter = self.layer.limiter.clone();
+                let gate = crate::body_gate::Gate::new(move || limiter.try_acquire(), permit);
+                let served = self.inner.call(req.map(|b| b.gated(&gate)));
+                let reject = self.layer.reject.clone();
                 Box::pin(async move {
                     let res = served.await;
-                    drop(permit);
+                    if gate.finish() {
+                        tracing::debug!("overloaded: shed while its body came");
+                        return Ok(reject());
+                    }
                     res
                 })
             }

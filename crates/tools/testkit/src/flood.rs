@@ -234,3 +234,47 @@ pub async fn admin_answers_while_rest_is_full(
     assert_eq!(res.status(), 404, "the API is not on the admin port");
     drop(held);
 }
+
+/// Streams held open by [`h2_streams_without_bodies`]: dropping it resets
+/// and closes them.
+pub type HeldStreams = Vec<(
+    h2::client::SendRequest<bytes::Bytes>,
+    Vec<(h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>)>,
+)>;
+
+/// `conns` h2c connections to `addr`, each opening `streams` POST streams
+/// to `path` that declare a 1 MB body and send none of it.
+pub async fn h2_streams_without_bodies(
+    addr: SocketAddr,
+    path: &str,
+    conns: usize,
+    streams: usize,
+) -> HeldStreams {
+    let mut held = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        let Ok(io) = TcpStream::connect(addr).await else {
+            continue;
+        };
+        let Ok((send, conn)) = h2::client::handshake(io).await else {
+            continue;
+        };
+        tokio::spawn(conn);
+        let Ok(mut send) = send.ready().await else {
+            continue;
+        };
+        let mut open = Vec::with_capacity(streams);
+        for _ in 0..streams {
+            let req = http::Request::post(format!("http://{addr}{path}"))
+                .header("content-type", "application/json")
+                .header("content-length", "1000000")
+                .body(())
+                .expect("a request");
+            match send.send_request(req, false) {
+                Ok(stream) => open.push(stream),
+                Err(_) => break,
+            }
+        }
+        held.push((send, open));
+    }
+    held
+}

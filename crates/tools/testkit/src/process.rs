@@ -84,6 +84,19 @@ impl Proc {
             .clone()
     }
 
+    /// The process's resident memory now, in KiB (0 once it is gone).
+    pub fn rss_kib(&self) -> u64 {
+        let Some(pid) = self.child.id() else { return 0 };
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
     /// An address from the ready line: `rest`, `grpc`, `tcp`.
     pub fn addr(&self, key: &str) -> String {
         self.ready[key]

@@ -34,6 +34,15 @@ pub const DRAIN_TIME: Duration = Duration::from_secs(2);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The most bodies left over that are read at once, over the process: past
+/// it an early answer goes out at once (HTTP/1.1 with `Connection: close`),
+/// so that a flood of requests refused before their bodies (20,000 h2c
+/// streams declaring 1 MB each) does not hold an answer and a stream each
+/// for [`DRAIN_TIME`].
+pub const DRAIN_AT_ONCE: usize = 256;
+
+static DRAINING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(DRAIN_AT_ONCE);
+
 /// Where a body dropped unfinished is put, for [`drain`].
 pub(super) type Slot<B> = Arc<Mutex<Option<B>>>;
 
@@ -97,6 +106,19 @@ impl<B: Body + Unpin> Drop for Leftover<B> {
         {
             *slot = Some(inner);
         }
+    }
+}
+
+/// [`drain`], if fewer than [`DRAIN_AT_ONCE`] bodies are being drained;
+/// `false` (not reusable) at once otherwise.
+pub(super) async fn drain_if_room<B>(body: B) -> bool
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    match DRAINING.try_acquire() {
+        Ok(_draining) => drain(body).await,
+        Err(_) => false,
     }
 }
 

@@ -66,7 +66,7 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Tra
             let reusable = match unread {
                 None => true,
                 Some(_) if expects => false,
-                Some(body) => leftover::drain(body).await,
+                Some(body) => leftover::drain_if_room(body).await,
             };
             activity.request_answered();
             if h1 && (!reusable || closing.load(Ordering::SeqCst)) {

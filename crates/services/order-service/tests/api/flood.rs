@@ -103,3 +103,47 @@ async fn raw_tcp_frames_sent_almost_whole_are_held_within_the_frame_budget() {
     flood::each_kind(&floods, 200, |l| good_client_is_answered(&app, l)).await;
     app.stop().await;
 }
+
+/// 100 h2c connections × 100 streams that each declare a 1 MB body and
+/// send none, against the real binary (its memory measured alone): within
+/// seconds good requests are answered again (they got 503 until the
+/// body-read timeout, 30 s), and it has grown by under 64 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_streams_that_declare_bodies_and_send_none_hold_no_slot_for_long() {
+    let proc = helpers::start_binary(&[]).await;
+    let rest: std::net::SocketAddr = proc.addr("rest").parse().unwrap();
+    let h1 = reqwest::Client::builder().http1_only().build().unwrap();
+    let good = format!("http://{rest}/v2/orders?user_id={USER}&limit=10");
+    let answered = || async { h1.get(&good).send().await.unwrap().status() };
+    assert_eq!(answered().await, 200);
+    let baseline = proc.rss_kib();
+    let held = flood::h2_streams_without_bodies(rest, "/v2/orders", 100, 100).await;
+    let opened: usize = held.iter().map(|(_, s)| s.len()).sum();
+    assert!(opened >= 5_000, "only {opened} streams opened");
+    // Each admitted stream gives its slot back after a second of silence:
+    // good requests are answered within a few seconds, not the body-read
+    // timeout's 30.
+    let t = std::time::Instant::now();
+    while answered().await != 200 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "503s for 5 s after the flood"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "the first good answer came {:?} after the flood",
+        t.elapsed()
+    );
+    for _ in 0..20 {
+        assert_eq!(answered().await, 200);
+    }
+    let grown_mib = proc.rss_kib().saturating_sub(baseline) / 1024;
+    assert!(
+        grown_mib < flood::MAX_GROWTH_MIB,
+        "RSS grew by {grown_mib} MiB with {opened} streams open"
+    );
+    eprintln!("{opened} streams held: the binary grew by {grown_mib} MiB");
+    drop(held);
+    assert!(proc.sigterm().await.success());
+}

@@ -216,3 +216,23 @@ pub async fn alone(test: &str) -> bool {
     );
     false
 }
+
+/// Holds one slot of the service's limit for as long as the task runs: a
+/// REST create whose JSON body comes one byte (a space) every 300 ms, so it
+/// never waits the second after which a slot is given back.
+pub async fn hold_a_slot(rest: SocketAddr) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut c = tokio::net::TcpStream::connect(rest).await.unwrap();
+    c.write_all(
+        b"POST /v2/orders HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nidempotency-key: k\r\ncontent-length: 100000\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move {
+        while c.write_all(b" ").await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    task
+}

@@ -9,6 +9,7 @@
 mod admin;
 mod bad_input;
 mod batch;
+mod body_wait;
 mod caps;
 mod client_faults;
 mod compose;

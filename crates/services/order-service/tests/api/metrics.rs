@@ -71,16 +71,9 @@ async fn metrics_count_requests_per_protocol_and_route() {
 /// once added one each, 7,400 lines).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shed_calls_to_made_up_paths_share_one_series() {
-    use tokio::io::AsyncWriteExt as _;
     let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 1).await;
-    // The only slot taken: a create whose body stops short.
-    let mut hold = tokio::net::TcpStream::connect(app.rest).await.unwrap();
-    hold.write_all(
-        b"POST /v2/orders HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nidempotency-key: k\r\ncontent-length: 100\r\n\r\n{",
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The only slot taken.
+    let hold = crate::helpers::hold_a_slot(app.rest).await;
     let call = |path: String| {
         let client = app.h2c();
         async move {
@@ -110,6 +103,6 @@ async fn shed_calls_to_made_up_paths_share_one_series() {
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
-    drop(hold);
+    hold.abort();
     app.stop().await;
 }

@@ -161,7 +161,7 @@ async fn read_frame(s: &mut tokio::net::TcpStream) -> pb2::LookupOrdersResponse 
 }
 
 /// One limit for every surface: with the only slot held by a REST request
-/// whose body has not arrived, a gRPC call, a lookup on a bidi stream opened
+/// whose body is still coming, a gRPC call, a lookup on a bidi stream opened
 /// before, and a raw-TCP lookup are all refused at once with
 /// RESOURCE_EXHAUSTED (the lookups in their answers, the streams going on);
 /// once the slot is free, the same stream and connection are served.
@@ -193,14 +193,8 @@ async fn lookups_on_streams_and_connections_share_the_one_limit() {
         .unwrap();
     assert!(read_frame(&mut tcp).await.error.is_none());
 
-    // The slot taken: a create whose body stops short.
-    let mut hold = tokio::net::TcpStream::connect(app.rest).await.unwrap();
-    hold.write_all(
-        b"POST /v2/orders HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nidempotency-key: k\r\ncontent-length: 100\r\n\r\n{",
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The slot taken: a create whose body keeps coming, slowly.
+    let hold = crate::helpers::hold_a_slot(app.rest).await;
 
     let s = g
         .list_orders(pb2::ListOrdersRequest {
@@ -228,7 +222,7 @@ async fn lookups_on_streams_and_connections_share_the_one_limit() {
     );
 
     // The slot frees: the same stream and connection are served again.
-    drop(hold);
+    hold.abort();
     tokio::time::sleep(Duration::from_millis(200)).await;
     tx.send(lookup(3)).await.unwrap();
     let served = answers.message().await.unwrap().unwrap();

@@ -1,0 +1,126 @@
+//! A call waiting for its client's body holds its slot of the limit for at
+//! most a second of silence: gRPC calls that declare a body and send none
+//! used to hold every slot until the body-read timeout, and every other
+//! call and request was refused meanwhile. When such a call's body comes,
+//! it takes a slot again, or is shed like any call if none is free.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message as _;
+use proto::order::v2 as pb2;
+
+use crate::helpers::{Backend, spawn_with};
+
+const USER: &str = "00000000-0000-0000-0000-000000000010";
+
+/// A ListOrders call over raw h2 whose message is not sent yet.
+struct Open {
+    body: h2::SendStream<Bytes>,
+    answer: h2::client::ResponseFuture,
+}
+
+async fn open(addr: std::net::SocketAddr) -> Open {
+    let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = h2::client::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::post(format!("http://{addr}/order.v2.OrderService/ListOrders"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (answer, body) = send.send_request(req, false).unwrap();
+    Open { body, answer }
+}
+
+fn message() -> Vec<u8> {
+    let m = pb2::ListOrdersRequest {
+        user_id: USER.into(),
+        page_size: 3,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(m.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(&m);
+    frame
+}
+
+/// Sends the whole message and returns the call's `grpc-status`.
+async fn finish(mut call: Open) -> String {
+    call.body.send_data(Bytes::from(message()), true).unwrap();
+    let res = call.answer.await.unwrap();
+    if let Some(s) = res.headers().get("grpc-status") {
+        return s.to_str().unwrap().to_owned();
+    }
+    let mut body = res.into_body();
+    while let Some(chunk) = body.data().await {
+        let _ = chunk.unwrap();
+    }
+    let trailers = body.trailers().await.unwrap().expect("trailers");
+    trailers["grpc-status"].to_str().unwrap().to_owned()
+}
+
+/// A call that sends one byte of its message every 300 ms, for ever: it
+/// never waits a second, so it keeps its slot.
+async fn trickling(addr: std::net::SocketAddr) -> tokio::task::JoinHandle<()> {
+    let mut call = open(addr).await;
+    tokio::spawn(async move {
+        for b in message().into_iter().cycle() {
+            if call.body.send_data(Bytes::from(vec![b]), false).is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+async fn list_code(app: &crate::helpers::TestApp) -> tonic::Code {
+    let req = pb2::ListOrdersRequest {
+        user_id: USER.into(),
+        page_size: 1,
+        ..Default::default()
+    };
+    match app.grpc_v2().await.list_orders(req).await {
+        Ok(_) => tonic::Code::Ok,
+        Err(s) => s.code(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_its_body_gives_its_slot_back_and_takes_one_again_when_it_comes() {
+    let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 2).await;
+    let (first, second) = (open(app.grpc).await, open(app.grpc).await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        list_code(&app).await,
+        tonic::Code::ResourceExhausted,
+        "both slots held"
+    );
+
+    // Past a second of silence both slots are free again.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    assert_eq!(list_code(&app).await, tonic::Code::Ok);
+    let rest = reqwest::get(app.url(&format!("/v2/orders?user_id={USER}&limit=1")))
+        .await
+        .unwrap();
+    assert_eq!(rest.status(), 200);
+
+    // The first call's message comes: it takes a slot and is answered.
+    assert_eq!(finish(first).await, "0");
+
+    // Both slots held by calls that keep sending: the second call's message
+    // finds none, and it is shed.
+    let holders = [trickling(app.grpc).await, trickling(app.grpc).await];
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        list_code(&app).await,
+        tonic::Code::ResourceExhausted,
+        "held by the tricklers"
+    );
+    assert_eq!(finish(second).await, "8", "shed: RESOURCE_EXHAUSTED");
+    for h in holders {
+        h.abort();
+    }
+    app.stop().await;
+}
