@@ -13,6 +13,10 @@
 //!   from the client's HEADERS to the server's END_STREAM or a reset.
 //! - HTTP/1.1 (gRPC-web): the first request's head must be whole within the
 //!   header-read timeout (hyper bounds the later ones by its own 30 s).
+//! - An answer may wait at most the write timeout for its client to take a
+//!   byte: a socket that accepts no write, or a flow-control window the
+//!   client leaves shut while an answer is begun, closes the connection,
+//!   and what it held (slots of the limit, answers in memory) is freed.
 //! - With rotation on, a connection past its maximum age and grace that has
 //!   not closed by itself is dropped.
 //!
@@ -29,7 +33,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::serve::ConnLimits;
-use crate::serve::h2_frames::{Client, H2Reads, OpenStreams};
+use crate::serve::h2_frames::{Client, H2Reads, OpenStreams, Windows};
+use crate::serve::stall::{self, Stall};
 
 /// The bytes that tell HTTP/2 from HTTP/1.1: the connection preface's length.
 pub const ENOUGH: usize = 24;
@@ -53,6 +58,8 @@ enum Mode {
 struct H2 {
     reads: H2Reads,
     streams: OpenStreams,
+    /// The flow-control room the client gives the server's answers.
+    windows: Windows,
     /// Since when a head is on its way (or, before the first request, since
     /// the preface).
     head_since: Option<Instant>,
@@ -75,6 +82,10 @@ pub struct Watched<I> {
     /// Past this, a rotated connection that has not closed by itself is
     /// dropped.
     end_of_life: Option<Pin<Box<Sleep>>>,
+    /// The write-progress timeout: a socket that takes no write, and a
+    /// flow-control window left shut with an answer begun.
+    socket_stall: Stall,
+    window_stall: Stall,
 }
 
 impl<I> Watched<I> {
@@ -89,6 +100,8 @@ impl<I> Watched<I> {
             timer: Box::pin(tokio::time::sleep_until(opened + limits.header_read)),
             reader: None,
             end_of_life: None,
+            socket_stall: Stall::new(limits.write, stall::SOCKET),
+            window_stall: Stall::new(limits.write, stall::WINDOW),
         }
     }
 
@@ -148,6 +161,7 @@ impl<I> Watched<I> {
                 Mode::H2(Box::new(H2 {
                     reads: H2Reads::default(),
                     streams: OpenStreams::default(),
+                    windows: Windows::default(),
                     head_since: Some(now),
                     quiet_since: now,
                 }))
@@ -165,9 +179,11 @@ impl<I> Watched<I> {
                 let H2 {
                     reads,
                     streams,
+                    windows,
                     head_since,
                     quiet_since,
                 } = &mut **h2;
+                windows.read(bytes);
                 let (was_in_head, calls_before) = (reads.head_in_progress(), streams.count());
                 let mut opened_one = false;
                 reads.feed(bytes, |e| {
@@ -194,11 +210,18 @@ impl<I> Watched<I> {
         if let Mode::H2(h2) = &mut self.mode {
             let before = h2.streams.count();
             h2.streams.wrote(bytes);
-            if before > 0 && h2.streams.count() == 0 {
+            let was_shut = h2.windows.shut();
+            h2.windows.wrote(bytes);
+            let ended = before > 0 && h2.streams.count() == 0;
+            if ended {
                 h2.quiet_since = Instant::now();
-                if let Some(w) = self.reader.take() {
-                    w.wake();
-                }
+            }
+            // The reader keeps the clocks that start here (idle, a shut
+            // window): it is woken to set them.
+            if (ended || (!was_shut && h2.windows.shut()))
+                && let Some(w) = self.reader.take()
+            {
+                w.wake();
             }
         }
     }
@@ -247,6 +270,11 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
                 "the connection outlived its maximum age and grace",
             )));
         }
+        let shut = matches!(&self.mode, Mode::H2(h2) if h2.windows.shut());
+        if let Some(e) = self.window_stall.check(shut, cx) {
+            tracing::debug!(error = %e, "closing a gRPC connection");
+            return Poll::Ready(Err(e));
+        }
         let Some((at, why)) = self.due() else {
             if r.is_pending() {
                 self.reader = Some(cx.waker().clone());
@@ -283,6 +311,10 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         if let Poll::Ready(Ok(n)) = &r {
             self.wrote(&buf[..*n]);
         }
+        if let Some(e) = self.socket_stall.check(r.is_pending(), cx) {
+            tracing::debug!(error = %e, "closing a gRPC connection");
+            return Poll::Ready(Err(e));
+        }
         r
     }
 
@@ -300,6 +332,10 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Some(e) = self.socket_stall.check(r.is_pending(), cx) {
+            tracing::debug!(error = %e, "closing a gRPC connection");
+            return Poll::Ready(Err(e));
+        }
         if let Poll::Ready(Ok(n)) = &r {
             let mut left = *n;
             for b in bufs {

@@ -339,8 +339,12 @@ where
 {
     let mut rd = BufReader::new(rd);
     let (tx, mut rx) = mpsc::channel::<Bytes>(64);
+    let write_timeout = limits.conn.write;
     let writer = tokio::spawn(async move {
-        let mut wr = BufWriter::new(wr);
+        // A client that takes no byte of its answers for the write timeout
+        // loses the connection: the lookups waiting to send give their
+        // slots of the limit back.
+        let mut wr = BufWriter::new(service_kit::serve::WriteTimeout::new(wr, write_timeout));
         while let Some(frame) = rx.recv().await {
             wr.write_all(&frame).await?;
             // Coalesce answers that are ready together into one write.
@@ -383,6 +387,8 @@ where
                         let _ = tx.send(going_away()).await;
                     }
                     () = tokio::time::sleep_until(end), if draining.is_some() => break Ok(None),
+                // The writer gave up on a client that reads nothing.
+                () = tx.closed() => break Ok(None),
                 }
             }
         };

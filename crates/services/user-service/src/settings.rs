@@ -222,6 +222,14 @@ pub struct Settings {
     #[arg(long, env = "USER_BODY_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub body_read_timeout_ms: u64,
 
+    /// How long an answer may wait with no byte taken by its client: a
+    /// socket that accepts no write, an HTTP/2 flow-control window left
+    /// shut with a stream open, a raw-TCP answer unread. Past it the
+    /// connection is closed and what it held (slots of the limit, answers
+    /// in memory) is freed: clients that never read cannot starve the rest.
+    #[arg(long, env = "USER_WRITE_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub write_timeout_ms: u64,
+
     /// How long a connection with no request or call in flight stays open,
     /// whatever it sends meanwhile (pings included): HTTP/1.1 keep-alive,
     /// h2c or gRPC with no stream. Also the interval of the gRPC keep-alive
@@ -323,6 +331,7 @@ impl Settings {
             self.body_read_timeout_ms,
             self.idle_timeout_ms,
         )
+        .with_write_timeout(self.write_timeout_ms)
     }
 }
 

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::h2_frames::{Client, H2Reads};
+use super::h2_frames::{Client, H2Reads, Windows};
 use super::limits::ConnLimits;
+use super::stall::{self, Stall};
 
 /// What a connection is doing, as its socket and its service see it.
 #[derive(Debug)]
@@ -27,8 +28,9 @@ pub(super) struct Activity {
     /// on, followed in `h2_reads`.
     pub(super) h2: AtomicBool,
     /// The client's HTTP/2 frames, read from their headers: whether a
-    /// request's head is on its way.
-    h2_reads: std::sync::Mutex<H2Reads>,
+    /// request's head is on its way; and the flow-control room it gives the
+    /// answers.
+    h2_reads: std::sync::Mutex<(H2Reads, Windows)>,
     /// Bytes read so far, up to the preface's length.
     prefix: std::sync::Mutex<Vec<u8>>,
     /// Whether the connection is known to be HTTP/2 or not: `prefix` is
@@ -101,7 +103,9 @@ impl Activity {
         if bytes.is_empty() {
             return;
         }
-        let mut reads = self.h2_reads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h2 = self.h2_reads.lock().unwrap_or_else(|e| e.into_inner());
+        let (reads, windows) = &mut *h2;
+        windows.read(bytes);
         let was_in_head = reads.head_in_progress();
         let mut opened = false;
         reads.feed(bytes, |e| opened |= matches!(e, Client::Opened(_)));
@@ -115,6 +119,26 @@ impl Activity {
         } else if opened || was_in_head {
             self.head_begun.store(NONE, Ordering::Relaxed);
         }
+    }
+
+    /// HTTP/2 bytes the server wrote.
+    fn wrote(&self, bytes: &[u8]) {
+        if bytes.is_empty() || !self.h2.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut h2 = self.h2_reads.lock().unwrap_or_else(|e| e.into_inner());
+        h2.1.wrote(bytes);
+    }
+
+    /// Whether the client leaves no flow-control room for an answer begun.
+    fn window_shut(&self) -> bool {
+        self.h2.load(Ordering::Relaxed)
+            && self
+                .h2_reads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .1
+                .shut()
     }
 
     pub(super) fn request_started(&self) {
@@ -172,8 +196,39 @@ pub(super) async fn watchdog(activity: &Activity, limits: &ConnLimits) -> &'stat
 /// A connection's socket, noting what it reads in the connection's
 /// [`Activity`].
 pub(super) struct Watched<I> {
-    pub(super) inner: I,
-    pub(super) activity: Arc<Activity>,
+    inner: I,
+    activity: Arc<Activity>,
+    /// The write-progress timeout: a socket that takes no write, and an
+    /// HTTP/2 window left shut with an answer begun.
+    socket_stall: Stall,
+    window_stall: Stall,
+    /// The reader's waker, woken when a write shuts the window (its clock
+    /// is kept by the reader).
+    reader: Option<std::task::Waker>,
+}
+
+impl<I> Watched<I> {
+    pub(super) fn new(inner: I, activity: Arc<Activity>, limits: &ConnLimits) -> Self {
+        Watched {
+            inner,
+            activity,
+            socket_stall: Stall::new(limits.write, stall::SOCKET),
+            window_stall: Stall::new(limits.write, stall::WINDOW),
+            reader: None,
+        }
+    }
+
+    /// Notes bytes written, and wakes the reader if they shut the window.
+    fn wrote(&mut self, bytes: &[u8]) {
+        let was_shut = self.activity.window_shut();
+        self.activity.wrote(bytes);
+        if !was_shut
+            && self.activity.window_shut()
+            && let Some(w) = self.reader.take()
+        {
+            w.wake();
+        }
+    }
 }
 
 impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
@@ -187,6 +242,14 @@ impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
         if let std::task::Poll::Ready(Ok(())) = &r {
             self.activity.read(&buf.filled()[before..]);
         }
+        let shut = self.activity.window_shut();
+        if let Some(e) = self.window_stall.check(shut, cx) {
+            tracing::debug!(error = %e, "closing a connection");
+            return std::task::Poll::Ready(Err(e));
+        }
+        if r.is_pending() {
+            self.reader = Some(cx.waker().clone());
+        }
         r
     }
 }
@@ -197,7 +260,15 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            self.wrote(&buf[..*n]);
+        }
+        if let Some(e) = self.socket_stall.check(r.is_pending(), cx) {
+            tracing::debug!(error = %e, "closing a connection");
+            return std::task::Poll::Ready(Err(e));
+        }
+        r
     }
 
     fn poll_flush(
@@ -219,7 +290,23 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            let mut left = *n;
+            for b in bufs {
+                let take = left.min(b.len());
+                self.wrote(&b[..take]);
+                left -= take;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        if let Some(e) = self.socket_stall.check(r.is_pending(), cx) {
+            tracing::debug!(error = %e, "closing a connection");
+            return std::task::Poll::Ready(Err(e));
+        }
+        r
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -33,10 +33,7 @@ pub(super) async fn serve_connection<I>(
         body_read: limits.body_read,
         over_tls,
     };
-    let io = Watched {
-        inner: io,
-        activity: activity.clone(),
-    };
+    let io = Watched::new(io, activity.clone(), &limits);
     let mut builder = Builder::new(TokioExecutor::new());
     builder.http2().max_concurrent_streams(limits.max_streams);
     let mut conn =

@@ -23,7 +23,13 @@ pub(crate) struct Frame {
     pub kind: u8,
     pub flags: u8,
     pub stream: u32,
+    pub len: usize,
 }
+
+const SETTINGS: u8 = 0x4;
+const WINDOW_UPDATE: u8 = 0x8;
+/// The payloads kept whole: the few that carry flow-control numbers.
+const KEPT: usize = 1024;
 
 /// Splits a byte stream into frames, whatever the chunks it arrives in.
 #[derive(Debug, Default)]
@@ -34,17 +40,37 @@ pub(crate) struct FrameSplitter {
     left: usize,
     /// The current frame, while its payload passes.
     current: Option<Frame>,
+    /// The current frame's payload, when it is one of those kept
+    /// (SETTINGS, WINDOW_UPDATE).
+    kept: Option<Vec<u8>>,
 }
 
 impl FrameSplitter {
     /// Passes `bytes`, calling `on_frame` as each frame's header completes.
-    pub fn feed(&mut self, mut bytes: &[u8], mut on_frame: impl FnMut(Frame)) {
+    pub fn feed(&mut self, bytes: &[u8], on_frame: impl FnMut(Frame)) {
+        self.feed_kept(bytes, on_frame, |_, _| {});
+    }
+
+    /// [`FrameSplitter::feed`], and `on_payload` with the whole payload of
+    /// each SETTINGS and WINDOW_UPDATE frame.
+    pub fn feed_kept(
+        &mut self,
+        mut bytes: &[u8],
+        mut on_frame: impl FnMut(Frame),
+        mut on_payload: impl FnMut(Frame, &[u8]),
+    ) {
         while !bytes.is_empty() {
             if self.left > 0 {
                 let n = self.left.min(bytes.len());
+                if let Some(kept) = self.kept.as_mut() {
+                    kept.extend_from_slice(&bytes[..n]);
+                }
                 self.left -= n;
                 bytes = &bytes[n..];
                 if self.left == 0 {
+                    if let (Some(f), Some(kept)) = (self.current.take(), self.kept.take()) {
+                        on_payload(f, &kept);
+                    }
                     self.current = None;
                 }
                 continue;
@@ -63,9 +89,13 @@ impl FrameSplitter {
                 kind: h[3],
                 flags: h[4],
                 stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+                len,
             };
             self.left = len;
             self.current = (len > 0).then_some(frame);
+            self.kept =
+                ((frame.kind == SETTINGS || frame.kind == WINDOW_UPDATE) && len > 0 && len <= KEPT)
+                    .then(|| Vec::with_capacity(len));
             on_frame(frame);
         }
     }
@@ -78,6 +108,113 @@ impl FrameSplitter {
         } else {
             self.current.map(Some)
         }
+    }
+}
+
+/// The flow-control windows the client grants the server (RFC 9113 §6.9):
+/// the connection's, and each open stream's. Fed with the client's SETTINGS
+/// and WINDOW_UPDATE frames and the server's DATA frames.
+#[derive(Debug)]
+pub(crate) struct Windows {
+    reads: FrameSplitter,
+    writes: FrameSplitter,
+    connection: i64,
+    /// SETTINGS_INITIAL_WINDOW_SIZE, as the client last set it.
+    initial: i64,
+    /// Per stream the server has sent DATA on: granted by WINDOW_UPDATE
+    /// minus sent (its window is `initial` plus this).
+    streams: std::collections::HashMap<u32, i64>,
+}
+
+impl Default for Windows {
+    fn default() -> Self {
+        Windows {
+            reads: FrameSplitter::default(),
+            writes: FrameSplitter::default(),
+            connection: 65_535,
+            initial: 65_535,
+            streams: std::collections::HashMap::new(),
+        }
+    }
+}
+
+impl Windows {
+    /// Passes bytes the client sent (after the preface).
+    pub fn read(&mut self, bytes: &[u8]) {
+        let (connection, initial, streams) =
+            (&mut self.connection, &mut self.initial, &mut self.streams);
+        let mut reset = Vec::new();
+        self.reads.feed_kept(
+            bytes,
+            |f| {
+                if f.kind == RST_STREAM {
+                    reset.push(f.stream);
+                }
+            },
+            |f, payload| match f.kind {
+                SETTINGS if f.flags & 0x1 == 0 => {
+                    for entry in payload.chunks_exact(6) {
+                        if u16::from_be_bytes([entry[0], entry[1]]) == 0x4 {
+                            *initial = i64::from(u32::from_be_bytes([
+                                entry[2], entry[3], entry[4], entry[5],
+                            ]));
+                        }
+                    }
+                }
+                WINDOW_UPDATE if payload.len() == 4 => {
+                    let inc = i64::from(
+                        u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                            & 0x7fff_ffff,
+                    );
+                    match f.stream {
+                        0 => *connection += inc,
+                        s => {
+                            if let Some(w) = streams.get_mut(&s) {
+                                *w += inc;
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            },
+        );
+        for s in reset {
+            streams.remove(&s);
+        }
+    }
+
+    /// Passes bytes the server wrote.
+    pub fn wrote(&mut self, bytes: &[u8]) {
+        let (connection, streams) = (&mut self.connection, &mut self.streams);
+        self.writes.feed(bytes, |f| match f.kind {
+            DATA => {
+                *connection -= f.len as i64;
+                let w = streams.entry(f.stream).or_insert(0);
+                *w -= f.len as i64;
+                if f.flags & END_STREAM != 0 {
+                    streams.remove(&f.stream);
+                }
+            }
+            HEADERS if f.flags & END_STREAM != 0 => {
+                streams.remove(&f.stream);
+            }
+            // An answer begun: its DATA is to follow.
+            HEADERS => {
+                streams.entry(f.stream).or_insert(0);
+            }
+            RST_STREAM => {
+                streams.remove(&f.stream);
+            }
+            _ => {}
+        });
+    }
+
+    /// Whether the client has left no room for the server to send an
+    /// answer it has begun: the connection's window, or the stream's, is
+    /// used up.
+    pub fn shut(&self) -> bool {
+        !self.streams.is_empty()
+            && (self.connection <= 0 || self.streams.values().any(|w| self.initial + w <= 0))
     }
 }
 
@@ -178,6 +315,35 @@ mod tests {
         f.extend_from_slice(&stream.to_be_bytes());
         f.extend_from_slice(payload);
         f
+    }
+
+    #[test]
+    fn a_window_is_shut_once_the_server_sent_what_the_client_granted() {
+        let mut w = Windows::default();
+        // The client: initial stream window 100.
+        w.read(&frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 100]));
+        w.wrote(&frame(HEADERS, END_HEADERS, 1, &[0; 5]));
+        assert!(!w.shut());
+        w.wrote(&frame(DATA, 0, 1, &[0; 60]));
+        assert!(!w.shut(), "40 bytes left");
+        w.wrote(&frame(DATA, 0, 1, &[0; 40]));
+        assert!(w.shut(), "stream 1 used up");
+        // The client opens it again, in two chunks.
+        let update = frame(WINDOW_UPDATE, 0, 1, &1000u32.to_be_bytes());
+        w.read(&update[..7]);
+        assert!(w.shut());
+        w.read(&update[7..]);
+        assert!(!w.shut());
+        // The connection's own window (65,535) used up by another stream.
+        for _ in 0..4 {
+            w.wrote(&frame(DATA, 0, 3, &[0; 16_384]));
+        }
+        assert!(w.shut(), "the connection's window is used up");
+        w.read(&frame(WINDOW_UPDATE, 0, 0, &70_000u32.to_be_bytes()));
+        // Stream 3's own window is used up too (initial 100).
+        assert!(w.shut());
+        w.wrote(&frame(RST_STREAM, 0, 3, &[0; 4]));
+        assert!(!w.shut(), "the stream that was shut is gone");
     }
 
     #[test]

@@ -26,6 +26,11 @@ pub struct ConnLimits {
     /// stays open: an idle HTTP/1.1 keep-alive connection, an HTTP/2
     /// connection with no stream (pings do not count).
     pub idle: Duration,
+    /// How long an answer may wait with no byte taken by the client: a
+    /// socket that accepts no write, or (HTTP/2) a flow-control window the
+    /// client leaves shut while a stream is open. Past it the connection
+    /// is closed, and what it held (slots of the limit, answers) is freed.
+    pub write: Duration,
     /// Connection rotation: past this age (give or take [`AGE_JITTER`]) a
     /// connection is closed gracefully (HTTP/2 GOAWAY; HTTP/1.1 closed after
     /// the answer in service, or at once when idle), so that a client behind
@@ -34,6 +39,9 @@ pub struct ConnLimits {
     /// How long a rotated connection may take to finish what it serves.
     pub max_age_grace: Duration,
 }
+
+/// The write-progress timeout unless set: 10 s.
+pub const DEFAULT_WRITE: Duration = Duration::from_secs(10);
 
 /// A rotated connection's age varies by up to this share either way, so
 /// that connections opened together do not all close together.
@@ -85,6 +93,7 @@ impl ConnLimits {
             header_read: Duration::from_millis(header_read),
             body_read: Duration::from_millis(body_read),
             idle: Duration::from_millis(idle),
+            write: DEFAULT_WRITE,
             max_age: None,
             max_age_grace: Duration::ZERO,
         }
@@ -99,8 +108,18 @@ impl ConnLimits {
             header_read: Duration::from_secs(10),
             body_read: Duration::from_secs(30),
             idle: Duration::from_secs(60),
+            write: DEFAULT_WRITE,
             max_age: None,
             max_age_grace: Duration::ZERO,
+        }
+    }
+
+    /// The same, with answers waiting at most `write_ms` for the client to
+    /// take a byte.
+    pub fn with_write_timeout(self, write_ms: u64) -> Self {
+        ConnLimits {
+            write: Duration::from_millis(write_ms),
+            ..self
         }
     }
 

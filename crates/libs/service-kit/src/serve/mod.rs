@@ -49,6 +49,7 @@ mod connection;
 pub(crate) mod h2_frames;
 pub mod leftover;
 pub mod limits;
+pub(crate) mod stall;
 mod tracked;
 
 use std::future::Future;
@@ -66,6 +67,7 @@ pub use crate::cap::ConnCap;
 /// readiness, metrics): a few probes and scrapers, never the API's clients.
 pub const ADMIN_CONNECTIONS: usize = 64;
 pub use limits::{AGE_JITTER, ConnLimits, DRAIN_SLACK, jittered, seed, splitmix};
+pub use stall::WriteTimeout;
 
 /// Serves `router` on `listener` until `shutdown` completes, then drains as
 /// the module doc says, each connection bounded by `limits`.

@@ -109,6 +109,7 @@ fn limits(header_read: u64, body_read: u64, idle: u64) -> ConnLimits {
         header_read: Duration::from_millis(header_read),
         body_read: Duration::from_millis(body_read),
         idle: Duration::from_millis(idle),
+        write: Duration::from_secs(10),
         max_age: None,
         max_age_grace: Duration::ZERO,
     }

@@ -43,3 +43,4 @@ mod slow_clients;
 mod small_errors;
 mod traces;
 mod transports;
+mod unread;
