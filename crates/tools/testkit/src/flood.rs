@@ -21,6 +21,25 @@ pub enum Kind {
     /// A raw-TCP length announcing `bytes`, and all of it but the last
     /// byte: a frame the server must hold, or refuse, almost whole.
     AlmostWholeFrame { bytes: u32 },
+    /// The HTTP/2 preface and SETTINGS, then a HEADERS frame announcing a
+    /// 200-byte head, one byte of it every tick.
+    H2HeadTrickle,
+    /// The HTTP/2 preface and SETTINGS, then no call, a PING every tick.
+    H2Pinging,
+}
+
+const H2_OPENING: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+const H2_PING: &[u8] = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingping";
+
+impl Kind {
+    /// What a connection of this kind sends every tick of [`trickle`].
+    fn tick(self) -> &'static [u8] {
+        match self {
+            Kind::H2Pinging => H2_PING,
+            Kind::H2HeadTrickle => b"\x40",
+            _ => b"a",
+        }
+    }
 }
 
 /// `n` connections of `kind` to `addr`, opened one after another (the
@@ -38,6 +57,8 @@ pub async fn open(addr: SocketAddr, n: usize, kind: Kind) -> Vec<TcpStream> {
             f.resize(4 + bytes.saturating_sub(1) as usize, 7);
             f
         }
+        Kind::H2HeadTrickle => [H2_OPENING, &[0, 0, 200, 0x1, 0x4, 0, 0, 0, 1]].concat(),
+        Kind::H2Pinging => H2_OPENING.to_vec(),
     };
     for _ in 0..n {
         let Ok(mut c) = TcpStream::connect(addr).await else {
@@ -53,12 +74,12 @@ pub async fn open(addr: SocketAddr, n: usize, kind: Kind) -> Vec<TcpStream> {
     conns
 }
 
-/// One more byte on every connection, `ticks` times, `every` apart (for
-/// [`Kind::Trickle`]). Connections the server closed are skipped.
-pub async fn trickle(conns: &mut [TcpStream], ticks: usize, every: Duration) {
+/// One more tick of `kind` on every connection (a byte of a head, a PING),
+/// `ticks` times, `every` apart. Connections the server closed are skipped.
+pub async fn trickle(conns: &mut [TcpStream], kind: Kind, ticks: usize, every: Duration) {
     for _ in 0..ticks {
         for c in conns.iter_mut() {
-            let _ = tokio::time::timeout(Duration::from_millis(50), c.write_all(b"a")).await;
+            let _ = tokio::time::timeout(Duration::from_millis(50), c.write_all(kind.tick())).await;
         }
         tokio::time::sleep(every).await;
     }
@@ -79,8 +100,11 @@ where
     let baseline = rss_kib();
     for &(listener, addr, kind) in floods {
         let mut conns = open(addr, n, kind).await;
-        if matches!(kind, Kind::Trickle { .. }) {
-            trickle(&mut conns, 5, Duration::from_millis(200)).await;
+        if matches!(
+            kind,
+            Kind::Trickle { .. } | Kind::H2HeadTrickle | Kind::H2Pinging
+        ) {
+            trickle(&mut conns, kind, 5, Duration::from_millis(200)).await;
         } else {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }

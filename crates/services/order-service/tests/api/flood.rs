@@ -1,5 +1,6 @@
 //! A thousand bad connections of each kind against every listener, one kind
-//! at a time: idle, trickling a request, and (raw TCP) announcing a 1 MiB
+//! at a time: idle, trickling a request, HTTP/2 trickling a head after the
+//! preface or pinging with no call, and (raw TCP) announcing a 1 MiB
 //! frame. While each flood is on, the process grows by under 64 MiB and a
 //! well-behaved client is answered on the flooded listener. Bounded in
 //! count (1,000 a kind) and time (about a second of trickle a kind).
@@ -71,7 +72,11 @@ async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() 
                 first: trickle_head,
             },
         ),
+        ("rest", app.rest, Kind::H2HeadTrickle),
+        ("rest", app.rest, Kind::H2Pinging),
         ("grpc", app.grpc, Kind::Idle),
+        ("grpc", app.grpc, Kind::H2HeadTrickle),
+        ("grpc", app.grpc, Kind::H2Pinging),
         (
             "grpc",
             app.grpc,

@@ -1,5 +1,6 @@
 //! A thousand bad connections of each kind against each of user-service's
-//! listeners, one kind at a time (idle, trickling a request): the process
+//! listeners, one kind at a time (idle, trickling a request, HTTP/2
+//! trickling a head after the preface or pinging with no call): the process
 //! grows by under 64 MiB and a well-behaved client is answered on the
 //! flooded listener meanwhile.
 
@@ -47,7 +48,11 @@ async fn a_thousand_bad_connections_of_each_kind_cost_little_and_block_no_one() 
                 first: b"GET /v1/users HTTP/1.1\r\nx-slow: ",
             },
         ),
+        ("rest", users.rest, Kind::H2HeadTrickle),
+        ("rest", users.rest, Kind::H2Pinging),
         ("grpc", users.grpc, Kind::Idle),
+        ("grpc", users.grpc, Kind::H2HeadTrickle),
+        ("grpc", users.grpc, Kind::H2Pinging),
         (
             "grpc",
             users.grpc,
