@@ -55,6 +55,12 @@ pub enum Cmd {
     /// many of B's ratios lie inside the rerun intervals A's report states,
     /// and which lie furthest out. Warns when the runs come from different
     /// machines, commits or plans.
+    ///
+    /// Exit status: 0 when the comparison was made (and, with
+    /// --fail-outside, B kept within the bound); 3 when more of B's medians
+    /// fell outside A's intervals than --fail-outside allows, or the two
+    /// reports share no ratio to compare; 1 when a report could not be
+    /// read.
     Compare {
         /// The first run (its intervals are the yardstick): a results
         /// directory or its report.json.
@@ -64,6 +70,11 @@ pub enum Cmd {
         /// How many of the furthest-out ratios to list.
         #[arg(long, default_value_t = 15, value_name = "N")]
         worst: usize,
+        /// Fail (exit 3) when more than PCT% of B's medians lie outside A's
+        /// stated intervals, listing them: a gate for CI. A calibrated
+        /// report keeps about 5% outside between two honest runs.
+        #[arg(long, value_name = "PCT", value_parser = percent)]
+        fail_outside: Option<f64>,
     },
     /// Combine the k6 summaries of a distributed test's runners (a
     /// k6-operator TestRun's pods, each printing its JSON summary at the end
@@ -280,9 +291,27 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Compare { a, b, worst } => {
-            print!("{}", crate::compare::run(&a, &b, worst)?);
-            Ok(ExitCode::SUCCESS)
+        Cmd::Compare {
+            a,
+            b,
+            worst,
+            fail_outside,
+        } => {
+            let (text, tally) = crate::compare::run(&a, &b, worst)?;
+            print!("{text}");
+            let Some(limit) = fail_outside else {
+                return Ok(ExitCode::SUCCESS);
+            };
+            match tally.verdict(limit) {
+                Ok(line) => {
+                    println!("{line}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(line) => {
+                    eprintln!("{line}");
+                    Ok(ExitCode::from(crate::compare::OUTSIDE_THE_BOUND))
+                }
+            }
         }
         Cmd::Merge { files } => {
             print!("{}", crate::merge::run(&files)?);
@@ -292,6 +321,19 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
             print!("{}", list(quick)?);
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// A percentage from 0 to 100.
+fn percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (a number from 0 to 100)"))?;
+    if (0.0..=100.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a percentage from 0 to 100"))
     }
 }
 

@@ -12,6 +12,10 @@
 //! it is not. The intervals are 95% ones ([`crate::stats::rerun_interval`]):
 //! a calibrated report has about 95% of B's medians inside A's intervals,
 //! and the misses spread over sections rather than piling up in one.
+//!
+//! With `--fail-outside PCT` it is a gate: more than PCT% of B's medians
+//! outside A's intervals (or no ratio in common) exits with
+//! [`OUTSIDE_THE_BOUND`], listing every ratio outside.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -190,8 +194,57 @@ pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> 
     out
 }
 
+/// The exit status of `lab compare --fail-outside` past its bound.
+pub const OUTSIDE_THE_BOUND: u8 = 3;
+
+/// How many ratios were paired, and how many of B's medians lay outside
+/// A's stated intervals, each named.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tally {
+    pub paired: usize,
+    pub outside: Vec<String>,
+}
+
+impl Tally {
+    /// The share outside, in percent (`None` with nothing paired).
+    pub fn outside_pct(&self) -> Option<f64> {
+        (self.paired > 0).then(|| self.outside.len() as f64 * 100.0 / self.paired as f64)
+    }
+
+    /// Against a bound of `limit` percent outside: the line that says it
+    /// held, or the one (with every ratio outside) that says it did not.
+    pub fn verdict(&self, limit: f64) -> Result<String, String> {
+        let Some(pct) = self.outside_pct() else {
+            return Err(
+                "fail: the two reports share no ratio, so nothing was compared (different \
+                 experiments or plans?)"
+                    .into(),
+            );
+        };
+        let head = format!(
+            "{} of {} of B's medians ({pct:.1}%) lie outside A's stated intervals; the bound is {limit}%",
+            self.outside.len(),
+            self.paired
+        );
+        if pct <= limit {
+            return Ok(format!("pass: {head}"));
+        }
+        let mut out = format!("fail: {head}. Outside:");
+        for m in &self.outside {
+            out.push_str("\n  ");
+            out.push_str(m);
+        }
+        Err(out)
+    }
+}
+
 /// The comparison of two reports, as text.
 pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
+    compare_tally(a, b, worst).0
+}
+
+/// [`compare`], and its [`Tally`].
+pub fn compare_tally(a: &Report, b: &Report, worst: usize) -> (String, Tally) {
     let (ra, rb) = (ratios(a), ratios(b));
     let mut paired = 0;
     let (mut b_in_a, mut a_in_b, mut overlap) = (0, 0, 0);
@@ -310,6 +363,10 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
         );
     }
     misses.sort_by(|x, y| y.0.total_cmp(&x.0));
+    let tally = Tally {
+        paired,
+        outside: misses.iter().map(|(_, m)| m.clone()).collect(),
+    };
     if !misses.is_empty() {
         let _ = writeln!(
             out,
@@ -320,7 +377,7 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
             let _ = writeln!(out, "  {m}");
         }
     }
-    out
+    (out, tally)
 }
 
 /// A run's `report.json`: the file itself, or the one in a results
@@ -340,15 +397,15 @@ fn report_json(p: &Path) -> anyhow::Result<PathBuf> {
     Ok(p.to_path_buf())
 }
 
-/// `lab compare`: both runs' `report.json` read and compared.
-pub fn run(a: &Path, b: &Path, worst: usize) -> anyhow::Result<String> {
+/// `lab compare`: both runs' `report.json` read and compared; the text and
+/// the tally.
+pub fn run(a: &Path, b: &Path, worst: usize) -> anyhow::Result<(String, Tally)> {
     let (pa, pb) = (report_json(a)?, report_json(b)?);
     let (ra, rb) = (Report::read_json(&pa)?, Report::read_json(&pb)?);
-    Ok(format!(
-        "A: {}\nB: {}\n{}",
-        pa.display(),
-        pb.display(),
-        compare(&ra, &rb, worst)
+    let (text, tally) = compare_tally(&ra, &rb, worst);
+    Ok((
+        format!("A: {}\nB: {}\n{text}", pa.display(), pb.display()),
+        tally,
     ))
 }
 
@@ -416,6 +473,37 @@ mod tests {
         assert!(text.contains("intervals are ±9% wide"), "{text}");
         // Neither report says which run it was.
         assert!(text.contains("warning: a report.json lacks"), "{text}");
+    }
+
+    #[test]
+    fn the_bound_passes_identical_runs_and_fails_a_regression_naming_it() {
+        let a = report(&[
+            Value::Baseline,
+            ratio(1.5, 1.4, 1.6),
+            ratio(0.5, 0.45, 0.55),
+            ratio(2.0, 1.9, 2.1),
+        ]);
+        let (_, same) = compare_tally(&a, &a.clone(), 5);
+        assert_eq!(same.paired, 3);
+        assert!(same.verdict(0.0).is_ok(), "{:?}", same.verdict(0.0));
+        // One transport got ×1.5 slower against the baseline.
+        let b = report(&[
+            Value::Baseline,
+            ratio(1.5, 1.4, 1.6),
+            ratio(0.75, 0.7, 0.8),
+            ratio(2.0, 1.9, 2.1),
+        ]);
+        let (_, t) = compare_tally(&a, &b, 5);
+        let fail = t.verdict(10.0).unwrap_err();
+        assert!(
+            fail.starts_with("fail: 1 of 3 of B's medians (33.3%)"),
+            "{fail}"
+        );
+        assert!(fail.contains("t2 / 1 order: A ×0.50"), "{fail}");
+        assert!(t.verdict(34.0).is_ok());
+        // Nothing in common: a failure, not a pass.
+        let (_, none) = compare_tally(&a, &Report::default(), 5);
+        assert!(none.verdict(100.0).unwrap_err().contains("share no ratio"));
     }
 
     #[test]

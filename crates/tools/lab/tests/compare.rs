@@ -1,0 +1,84 @@
+//! `lab compare A B --fail-outside PCT` as CI would run it, the real
+//! binary on two report.json files: identical runs pass (exit 0), a run
+//! where one ratio moved ×1.5 fails (exit 3) naming it, and a report with
+//! nothing in common fails rather than passing vacuously.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use lab::session::build_report;
+
+fn compare(a: &Path, b: &Path, pct: &str) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["compare", "--fail-outside", pct])
+        .arg(a)
+        .arg(b)
+        .output()
+        .expect("lab runs");
+    (
+        out.status.code().expect("an exit code"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Multiplies the first ratio of `json` by `by` (median and interval);
+/// returns whether there was one.
+fn move_first_ratio(json: &mut serde_json::Value, by: f64) -> bool {
+    match json {
+        serde_json::Value::Object(m) => {
+            if m.get("kind").and_then(|k| k.as_str()) == Some("ratio") {
+                for f in ["median", "low", "high"] {
+                    let v = m[f].as_f64().expect("a number") * by;
+                    m.insert(f.into(), serde_json::json!(v));
+                }
+                return true;
+            }
+            m.values_mut().any(|v| move_first_ratio(v, by))
+        }
+        serde_json::Value::Array(a) => a.iter_mut().any(|v| move_first_ratio(v, by)),
+        _ => false,
+    }
+}
+
+#[test]
+fn compare_fails_past_its_bound_and_passes_identical_runs() {
+    let (info, results) = common::synthetic(&["payload"], true, 3);
+    let report = build_report(&info, &results);
+    let a = common::temp_dir("compare-a");
+    report.write(&a).unwrap();
+    let same = common::temp_dir("compare-same");
+    report.write(&same).unwrap();
+
+    let (code, out, err) = compare(&a, &same, "0");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("pass: 0 of "), "{out}");
+
+    // One ratio ×1.5 (a transport that got slower against its baseline).
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("report.json")).unwrap()).unwrap();
+    assert!(move_first_ratio(&mut json, 1.5), "the report has a ratio");
+    let slower = common::temp_dir("compare-slower");
+    std::fs::write(slower.join("report.json"), json.to_string()).unwrap();
+    let (code, out, err) = compare(&a, &slower, "0");
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(err.starts_with("fail: 1 of "), "{err}");
+    assert!(err.contains("% outside"), "the ratio is named: {err}");
+    // A looser bound lets one ratio of many through.
+    let (code, _, err) = compare(&a, &slower, "50");
+    assert_eq!(code, 0, "{err}");
+
+    // Nothing in common: a failure, not a pass.
+    let empty = common::temp_dir("compare-empty");
+    lab::report::Report::default().write(&empty).unwrap();
+    let (code, _, err) = compare(&a, &empty, "100");
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("share no ratio"), "{err}");
+
+    // A bound that is no percentage is refused by the parser.
+    let (code, _, err) = compare(&a, &same, "150");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a percentage"), "{err}");
+}
