@@ -61,7 +61,7 @@ async fn finish(mut call: Open) -> String {
     trailers["grpc-status"].to_str().unwrap().to_owned()
 }
 
-/// A call that sends one byte of its message every 300 ms, for ever: it
+/// A call that sends one byte of its message every 100 ms, for ever: it
 /// never waits a second, so it keeps its slot.
 async fn trickling(addr: std::net::SocketAddr) -> tokio::task::JoinHandle<()> {
     let mut call = open(addr).await;
@@ -70,7 +70,7 @@ async fn trickling(addr: std::net::SocketAddr) -> tokio::task::JoinHandle<()> {
             if call.body.send_data(Bytes::from(vec![b]), false).is_err() {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
 }
@@ -91,16 +91,28 @@ async fn list_code(app: &crate::helpers::TestApp) -> tonic::Code {
 async fn a_call_waiting_for_its_body_gives_its_slot_back_and_takes_one_again_when_it_comes() {
     let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 2).await;
     let (first, second) = (open(app.grpc).await, open(app.grpc).await);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        list_code(&app).await,
-        tonic::Code::ResourceExhausted,
-        "both slots held"
-    );
+    // Both slots held (seen within the second they are held for).
+    let opened = std::time::Instant::now();
+    while list_code(&app).await != tonic::Code::ResourceExhausted {
+        assert!(
+            opened.elapsed() < Duration::from_millis(900),
+            "the slots were never held"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Past a second of silence both slots are free again.
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    assert_eq!(list_code(&app).await, tonic::Code::Ok);
+    while list_code(&app).await != tonic::Code::Ok {
+        assert!(
+            opened.elapsed() < Duration::from_secs(5),
+            "the slots were never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        opened.elapsed() >= Duration::from_millis(900),
+        "given back before a second"
+    );
     let rest = reqwest::get(app.url(&format!("/v2/orders?user_id={USER}&limit=1")))
         .await
         .unwrap();

@@ -218,7 +218,7 @@ pub async fn alone(test: &str) -> bool {
 }
 
 /// Holds one slot of the service's limit for as long as the task runs: a
-/// REST create whose JSON body comes one byte (a space) every 300 ms, so it
+/// REST create whose JSON body comes one byte (a space) every 100 ms, so it
 /// never waits the second after which a slot is given back.
 pub async fn hold_a_slot(rest: SocketAddr) -> tokio::task::JoinHandle<()> {
     use tokio::io::AsyncWriteExt as _;
@@ -230,7 +230,7 @@ pub async fn hold_a_slot(rest: SocketAddr) -> tokio::task::JoinHandle<()> {
     .unwrap();
     let task = tokio::spawn(async move {
         while c.write_all(b" ").await.is_ok() {
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     });
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
