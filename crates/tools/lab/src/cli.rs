@@ -56,11 +56,11 @@ pub enum Cmd {
     /// and which lie furthest out. Warns when the runs come from different
     /// machines, commits or plans.
     ///
-    /// Exit status: 0 when the comparison was made (and, with
-    /// --fail-outside, B kept within the bound); 3 when more of B's medians
-    /// fell outside A's intervals than --fail-outside allows, or the two
-    /// reports share no ratio to compare; 1 when a report could not be
-    /// read.
+    /// Exit status: 0 when the comparison was made (and B kept within any
+    /// bound given); 3 when more of B's medians fell outside A's intervals
+    /// than --fail-outside allows, a ratio moved further than --max-move
+    /// allows, or (with either) the two reports share no ratio; 1 when a
+    /// report could not be read; 2 for a bad command line.
     Compare {
         /// The first run (its intervals are the yardstick): a results
         /// directory or its report.json.
@@ -75,6 +75,11 @@ pub enum Cmd {
         /// report keeps about 5% outside between two honest runs.
         #[arg(long, value_name = "PCT", value_parser = percent)]
         fail_outside: Option<f64>,
+        /// Fail (exit 3) when any ratio's median moved by more than ×X
+        /// either way, listing them: a gross regression (×1.5, say), for
+        /// runs on other machines or plans whose intervals do not apply.
+        #[arg(long, value_name = "X", value_parser = factor)]
+        max_move: Option<f64>,
     },
     /// Combine the k6 summaries of a distributed test's runners (a
     /// k6-operator TestRun's pods, each printing its JSON summary at the end
@@ -296,22 +301,29 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
             b,
             worst,
             fail_outside,
+            max_move,
         } => {
             let (text, tally) = crate::compare::run(&a, &b, worst)?;
             print!("{text}");
-            let Some(limit) = fail_outside else {
-                return Ok(ExitCode::SUCCESS);
-            };
-            match tally.verdict(limit) {
-                Ok(line) => {
-                    println!("{line}");
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(line) => {
-                    eprintln!("{line}");
-                    Ok(ExitCode::from(crate::compare::OUTSIDE_THE_BOUND))
+            let verdicts = [
+                fail_outside.map(|l| tally.verdict(l)),
+                max_move.map(|l| tally.verdict_moves(l)),
+            ];
+            let mut failed = false;
+            for v in verdicts.into_iter().flatten() {
+                match v {
+                    Ok(line) => println!("{line}"),
+                    Err(line) => {
+                        eprintln!("{line}");
+                        failed = true;
+                    }
                 }
             }
+            Ok(if failed {
+                ExitCode::from(crate::compare::OUTSIDE_THE_BOUND)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Cmd::Merge { files } => {
             print!("{}", crate::merge::run(&files)?);
@@ -321,6 +333,19 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
             print!("{}", list(quick)?);
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// A factor of at least 1.
+fn factor(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim_start_matches(['×', 'x'])
+        .parse()
+        .map_err(|_| format!("{s:?} is not a factor (a number of at least 1, e.g. 1.5)"))?;
+    if v >= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a factor of at least 1"))
     }
 }
 

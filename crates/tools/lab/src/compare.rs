@@ -15,7 +15,9 @@
 //!
 //! With `--fail-outside PCT` it is a gate: more than PCT% of B's medians
 //! outside A's intervals (or no ratio in common) exits with
-//! [`OUTSIDE_THE_BOUND`], listing every ratio outside.
+//! [`OUTSIDE_THE_BOUND`], listing every ratio outside. With `--max-move X`,
+//! so does any ratio whose median moved by more than ×X either way: a
+//! gross regression, whatever the intervals say.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -203,6 +205,9 @@ pub const OUTSIDE_THE_BOUND: u8 = 3;
 pub struct Tally {
     pub paired: usize,
     pub outside: Vec<String>,
+    /// Every paired ratio's move from A's median to B's, as a factor of at
+    /// least 1 either way, with its name.
+    pub moves: Vec<(f64, String)>,
 }
 
 impl Tally {
@@ -238,6 +243,39 @@ impl Tally {
     }
 }
 
+impl Tally {
+    /// Against a bound of ×`limit` on any ratio's move (either way): the
+    /// line that says it held, or the one (with every ratio past it) that
+    /// says it did not.
+    pub fn verdict_moves(&self, limit: f64) -> Result<String, String> {
+        if self.paired == 0 {
+            return Err(
+                "fail: the two reports share no ratio, so nothing was compared (different \
+                 experiments or plans?)"
+                    .into(),
+            );
+        }
+        let mut past: Vec<&(f64, String)> = self.moves.iter().filter(|(f, _)| *f > limit).collect();
+        past.sort_by(|x, y| y.0.total_cmp(&x.0));
+        let most = self.moves.iter().map(|(f, _)| *f).fold(1.0, f64::max);
+        if past.is_empty() {
+            return Ok(format!(
+                "pass: no ratio of {} moved by more than ×{limit} (the most: ×{most:.2})",
+                self.paired
+            ));
+        }
+        let mut out = format!(
+            "fail: {} of {} ratios moved by more than ×{limit}:",
+            past.len(),
+            self.paired
+        );
+        for (f, m) in past {
+            out.push_str(&format!("\n  ×{f:.2}  {m}"));
+        }
+        Err(out)
+    }
+}
+
 /// The comparison of two reports, as text.
 pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
     compare_tally(a, b, worst).0
@@ -249,6 +287,7 @@ pub fn compare_tally(a: &Report, b: &Report, worst: usize) -> (String, Tally) {
     let mut paired = 0;
     let (mut b_in_a, mut a_in_b, mut overlap) = (0, 0, 0);
     let mut misses: Vec<(f64, String)> = Vec::new();
+    let mut moves: Vec<(f64, String)> = Vec::new();
     // How far B's medians sit from A's, in A's half-intervals.
     let mut reach: Vec<f64> = Vec::new();
     // A's intervals' half-widths, in percent (geometric).
@@ -265,6 +304,16 @@ pub fn compare_tally(a: &Report, b: &Report, worst: usize) -> (String, Tally) {
         b_in_a += usize::from(bia);
         a_in_b += usize::from(y.contains(x.median));
         overlap += usize::from(x.overlaps(y));
+        if x.median > 0.0 && y.median > 0.0 {
+            let f = (y.median / x.median).max(x.median / y.median);
+            moves.push((
+                f,
+                format!(
+                    "{} / {} / {} / {}: A ×{:.2}, B ×{:.2}",
+                    k.0, k.1, k.2, k.3, x.median, y.median
+                ),
+            ));
+        }
         if let Some(d) = x.reach(y.median) {
             reach.push(d);
             widths.push(((x.max / x.min).sqrt() - 1.0) * 100.0);
@@ -366,6 +415,7 @@ pub fn compare_tally(a: &Report, b: &Report, worst: usize) -> (String, Tally) {
     let tally = Tally {
         paired,
         outside: misses.iter().map(|(_, m)| m.clone()).collect(),
+        moves,
     };
     if !misses.is_empty() {
         let _ = writeln!(
@@ -504,6 +554,21 @@ mod tests {
         // Nothing in common: a failure, not a pass.
         let (_, none) = compare_tally(&a, &Report::default(), 5);
         assert!(none.verdict(100.0).unwrap_err().contains("share no ratio"));
+        assert!(
+            none.verdict_moves(1.5)
+                .unwrap_err()
+                .contains("share no ratio")
+        );
+        // The ×1.5 move passes a bound of ×1.6 and fails one of ×1.4.
+        let ok = t.verdict_moves(1.6).unwrap();
+        assert!(ok.contains("the most: ×1.50"), "{ok}");
+        let moved = t.verdict_moves(1.4).unwrap_err();
+        assert!(moved.starts_with("fail: 1 of 3 ratios moved"), "{moved}");
+        assert!(
+            moved.contains("×1.50  payload / Throughput / t2 / 1 order: A ×0.50, B ×0.75"),
+            "{moved}"
+        );
+        assert!(same.verdict_moves(1.0).is_ok());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `lab compare A B --fail-outside PCT` as CI would run it, the real
 //! binary on two report.json files: identical runs pass (exit 0), a run
-//! where one ratio moved ×1.5 fails (exit 3) naming it, and a report with
-//! nothing in common fails rather than passing vacuously.
+//! where one ratio moved ×1.5 fails (exit 3) naming it, under
+//! `--fail-outside` and under `--max-move`, and a report with nothing in
+//! common fails rather than passing vacuously.
 
 mod common;
 
@@ -69,6 +70,24 @@ fn compare_fails_past_its_bound_and_passes_identical_runs() {
     // A looser bound lets one ratio of many through.
     let (code, _, err) = compare(&a, &slower, "50");
     assert_eq!(code, 0, "{err}");
+    // A gross move fails --max-move whatever the intervals allow.
+    let moved = |x: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["compare", "--max-move", x])
+            .arg(&a)
+            .arg(&slower)
+            .output()
+            .expect("lab runs");
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = moved("1.4");
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("moved by more than ×1.4"), "{err}");
+    assert_eq!(moved("1.6").0, 0);
+    assert_eq!(moved("0.5").0, 2, "a factor under 1 is refused");
 
     // Nothing in common: a failure, not a pass.
     let empty = common::temp_dir("compare-empty");
