@@ -33,12 +33,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::serve::ConnLimits;
-use crate::serve::h2_frames::{Client, H2Reads, OpenStreams, Windows};
+use crate::serve::h2_frames::{self, H2Watch};
 use crate::serve::stall::{self, Stall};
 
 /// The bytes that tell HTTP/2 from HTTP/1.1: the connection preface's length.
-pub const ENOUGH: usize = 24;
-const H2_PREFACE: &[u8; ENOUGH] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const ENOUGH: usize = h2_frames::PREFACE.len();
 
 /// What is known of the connection's protocol.
 #[derive(Debug)]
@@ -56,10 +55,8 @@ enum Mode {
 
 #[derive(Debug)]
 struct H2 {
-    reads: H2Reads,
-    streams: OpenStreams,
-    /// The flow-control room the client gives the server's answers.
-    windows: Windows,
+    /// Heads, calls in flight and flow-control room, read off the frames.
+    watch: H2Watch,
     /// Since when a head is on its way (or, before the first request, since
     /// the preface).
     head_since: Option<Instant>,
@@ -133,7 +130,7 @@ impl<I> Watched<I> {
                         "a request's head did not arrive within the header-read timeout",
                     )
                 });
-                let idle = (h2.streams.count() == 0).then(|| {
+                let idle = (h2.watch.calls() == 0).then(|| {
                     (
                         h2.quiet_since + self.limits.idle,
                         "no call in flight within the idle timeout",
@@ -157,11 +154,9 @@ impl<I> Watched<I> {
                 return;
             }
             let now = Instant::now();
-            self.mode = if first.as_slice() == H2_PREFACE {
+            self.mode = if first.as_slice() == h2_frames::PREFACE {
                 Mode::H2(Box::new(H2 {
-                    reads: H2Reads::default(),
-                    streams: OpenStreams::default(),
-                    windows: Windows::default(),
+                    watch: H2Watch::default(),
                     head_since: Some(now),
                     quiet_since: now,
                 }))
@@ -177,27 +172,20 @@ impl<I> Watched<I> {
             Mode::Http1 { matched, whole } => *whole = ends_head(matched, bytes),
             Mode::H2(h2) => {
                 let H2 {
-                    reads,
-                    streams,
-                    windows,
+                    watch,
                     head_since,
                     quiet_since,
                 } = &mut **h2;
-                windows.read(bytes);
-                let (was_in_head, calls_before) = (reads.head_in_progress(), streams.count());
-                let mut opened_one = false;
-                reads.feed(bytes, |e| {
-                    opened_one |= matches!(e, Client::Opened(_));
-                    streams.client(e);
-                });
+                let (was_in_head, calls_before) = (watch.head_in_progress(), watch.calls());
+                let opened = watch.read(bytes);
                 let now = Instant::now();
-                if reads.head_in_progress() {
+                if watch.head_in_progress() {
                     head_since.get_or_insert(now);
-                } else if opened_one || was_in_head {
+                } else if opened || was_in_head {
                     // A head is whole (the first one ends the preface's wait).
                     *head_since = None;
                 }
-                if calls_before > 0 && streams.count() == 0 {
+                if calls_before > 0 && watch.calls() == 0 {
                     // The client reset the last call in flight.
                     *quiet_since = now;
                 }
@@ -208,17 +196,15 @@ impl<I> Watched<I> {
     /// Notes bytes the server wrote.
     fn wrote(&mut self, bytes: &[u8]) {
         if let Mode::H2(h2) = &mut self.mode {
-            let before = h2.streams.count();
-            h2.streams.wrote(bytes);
-            let was_shut = h2.windows.shut();
-            h2.windows.wrote(bytes);
-            let ended = before > 0 && h2.streams.count() == 0;
+            let (before, was_shut) = (h2.watch.calls(), h2.watch.window_shut());
+            h2.watch.wrote(bytes);
+            let ended = before > 0 && h2.watch.calls() == 0;
             if ended {
                 h2.quiet_since = Instant::now();
             }
             // The reader keeps the clocks that start here (idle, a shut
             // window): it is woken to set them.
-            if (ended || (!was_shut && h2.windows.shut()))
+            if (ended || (!was_shut && h2.watch.window_shut()))
                 && let Some(w) = self.reader.take()
             {
                 w.wake();
@@ -259,8 +245,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &r {
-            let filled = buf.filled()[before..].to_vec();
-            self.read(&filled);
+            self.read(&buf.filled()[before..]);
         }
         if r.is_pending()
             && let Some(end) = self.end_of_life.as_mut()
@@ -270,7 +255,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
                 "the connection outlived its maximum age and grace",
             )));
         }
-        let shut = matches!(&self.mode, Mode::H2(h2) if h2.windows.shut());
+        let shut = matches!(&self.mode, Mode::H2(h2) if h2.watch.window_shut());
         if let Some(e) = self.window_stall.check(shut, cx) {
             tracing::debug!(error = %e, "closing a gRPC connection");
             return Poll::Ready(Err(e));
@@ -337,14 +322,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
             return Poll::Ready(Err(e));
         }
         if let Poll::Ready(Ok(n)) = &r {
-            let mut left = *n;
-            for b in bufs {
-                if left == 0 {
-                    break;
-                }
-                let take = left.min(b.len());
-                self.wrote(&b[..take]);
-                left -= take;
+            for b in h2_frames::written(bufs, *n) {
+                self.wrote(b);
             }
         }
         r

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::h2_frames::{Client, H2Reads, Windows};
+use super::h2_frames::{self, H2Watch};
 use super::limits::ConnLimits;
 use super::stall::{self, Stall};
 
@@ -27,10 +27,10 @@ pub(super) struct Activity {
     /// The HTTP/2 preface has been read: heads are HTTP/2 frames from here
     /// on, followed in `h2_reads`.
     pub(super) h2: AtomicBool,
-    /// The client's HTTP/2 frames, read from their headers: whether a
-    /// request's head is on its way; and the flow-control room it gives the
-    /// answers.
-    h2_reads: std::sync::Mutex<(H2Reads, Windows)>,
+    /// The connection's HTTP/2 frames, read from their headers: whether a
+    /// request's head is on its way; and the flow-control room the client
+    /// gives the answers.
+    h2_reads: std::sync::Mutex<H2Watch>,
     /// Bytes read so far, up to the preface's length.
     prefix: std::sync::Mutex<Vec<u8>>,
     /// Whether the connection is known to be HTTP/2 or not: `prefix` is
@@ -39,7 +39,6 @@ pub(super) struct Activity {
 }
 
 const NONE: u64 = u64::MAX;
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl Activity {
     pub(super) fn new() -> Self {
@@ -65,14 +64,14 @@ impl Activity {
         }
         if !self.sniffed.load(Ordering::Relaxed) {
             let mut p = self.prefix.lock().unwrap_or_else(|e| e.into_inner());
-            let take = (H2_PREFACE.len() - p.len()).min(bytes.len());
+            let take = (h2_frames::PREFACE.len() - p.len()).min(bytes.len());
             p.extend_from_slice(&bytes[..take]);
             // Decided once the bytes part from the preface or complete it:
             // later reads skip this.
-            if !H2_PREFACE.starts_with(&p) || p.len() == H2_PREFACE.len() {
+            if !h2_frames::PREFACE.starts_with(&p) || p.len() == h2_frames::PREFACE.len() {
                 self.sniffed.store(true, Ordering::Relaxed);
             }
-            if p.as_slice() == H2_PREFACE {
+            if p.as_slice() == h2_frames::PREFACE {
                 self.h2.store(true, Ordering::Relaxed);
                 // The first request's head is due within the header-read
                 // timeout of the preface.
@@ -103,13 +102,10 @@ impl Activity {
         if bytes.is_empty() {
             return;
         }
-        let mut h2 = self.h2_reads.lock().unwrap_or_else(|e| e.into_inner());
-        let (reads, windows) = &mut *h2;
-        windows.read(bytes);
-        let was_in_head = reads.head_in_progress();
-        let mut opened = false;
-        reads.feed(bytes, |e| opened |= matches!(e, Client::Opened(_)));
-        if reads.head_in_progress() {
+        let mut watch = self.h2_reads.lock().unwrap_or_else(|e| e.into_inner());
+        let was_in_head = watch.head_in_progress();
+        let opened = watch.read(bytes);
+        if watch.head_in_progress() {
             let _ = self.head_begun.compare_exchange(
                 NONE,
                 self.now(),
@@ -126,8 +122,8 @@ impl Activity {
         if bytes.is_empty() || !self.h2.load(Ordering::Relaxed) {
             return;
         }
-        let mut h2 = self.h2_reads.lock().unwrap_or_else(|e| e.into_inner());
-        h2.1.wrote(bytes);
+        let mut watch = self.h2_reads.lock().unwrap_or_else(|e| e.into_inner());
+        watch.wrote(bytes);
     }
 
     /// Whether the client leaves no flow-control room for an answer begun.
@@ -137,8 +133,7 @@ impl Activity {
                 .h2_reads
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .1
-                .shut()
+                .window_shut()
     }
 
     pub(super) fn request_started(&self) {
@@ -292,14 +287,8 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
     ) -> std::task::Poll<std::io::Result<usize>> {
         let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let std::task::Poll::Ready(Ok(n)) = &r {
-            let mut left = *n;
-            for b in bufs {
-                let take = left.min(b.len());
-                self.wrote(&b[..take]);
-                left -= take;
-                if left == 0 {
-                    break;
-                }
+            for b in h2_frames::written(bufs, *n) {
+                self.wrote(b);
             }
         }
         if let Some(e) = self.socket_stall.check(r.is_pending(), cx) {

@@ -8,7 +8,26 @@
 //! Frame layout (RFC 9113 §4.1): a 24-bit length, an 8-bit type, 8 bits of
 //! flags, a reserved bit and a 31-bit stream id, then the payload.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
+/// The connection preface an HTTP/2 client opens with (RFC 9113 §3.4).
+pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The bytes a vectored write of `n` bytes took from `bufs`, slice by
+/// slice.
+pub(crate) fn written<'a>(
+    bufs: &'a [std::io::IoSlice<'_>],
+    n: usize,
+) -> impl Iterator<Item = &'a [u8]> {
+    let mut left = n;
+    bufs.iter().map_while(move |b| {
+        (left > 0).then(|| {
+            let take = left.min(b.len());
+            left -= take;
+            &b[..take]
+        })
+    })
+}
 
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
@@ -111,45 +130,69 @@ impl FrameSplitter {
     }
 }
 
-/// The flow-control windows the client grants the server (RFC 9113 §6.9):
-/// the connection's, and each open stream's. Fed with the client's SETTINGS
-/// and WINDOW_UPDATE frames and the server's DATA frames.
+/// One HTTP/2 connection as its listener watches it, both ways through one
+/// splitter each: whether a request's head is on its way, which of the
+/// client's streams (its calls) the server has not ended, and the
+/// flow-control room the client gives the server's answers (RFC 9113 §6.9).
 #[derive(Debug)]
-pub(crate) struct Windows {
+pub(crate) struct H2Watch {
     reads: FrameSplitter,
     writes: FrameSplitter,
+    /// A HEADERS frame without END_HEADERS was read: CONTINUATIONs follow.
+    block_open: bool,
+    /// The highest stream id the client opened.
+    highest: u32,
+    /// The client's streams the server has not ended: opened by a client
+    /// HEADERS, ended by the server's END_STREAM (on DATA or trailers) or a
+    /// reset from either side.
+    open: HashSet<u32>,
+    /// The connection's window: granted by the client minus DATA sent.
     connection: i64,
     /// SETTINGS_INITIAL_WINDOW_SIZE, as the client last set it.
     initial: i64,
-    /// Per stream the server has sent DATA on: granted by WINDOW_UPDATE
-    /// minus sent (its window is `initial` plus this).
-    streams: std::collections::HashMap<u32, i64>,
+    /// Per stream with an answer begun: granted by WINDOW_UPDATE minus
+    /// sent (its window is `initial` plus this).
+    windows: HashMap<u32, i64>,
 }
 
-impl Default for Windows {
+impl Default for H2Watch {
     fn default() -> Self {
-        Windows {
+        H2Watch {
             reads: FrameSplitter::default(),
             writes: FrameSplitter::default(),
+            block_open: false,
+            highest: 0,
+            open: HashSet::new(),
             connection: 65_535,
             initial: 65_535,
-            streams: std::collections::HashMap::new(),
+            windows: HashMap::new(),
         }
     }
 }
 
-impl Windows {
-    /// Passes bytes the client sent (after the preface).
-    pub fn read(&mut self, bytes: &[u8]) {
-        let (connection, initial, streams) =
-            (&mut self.connection, &mut self.initial, &mut self.streams);
+impl H2Watch {
+    /// Passes bytes the client sent (after the preface); whether they
+    /// opened a stream.
+    pub fn read(&mut self, bytes: &[u8]) -> bool {
+        let mut opened = false;
         let mut reset = Vec::new();
+        let (block_open, highest, open) = (&mut self.block_open, &mut self.highest, &mut self.open);
+        let (connection, initial, windows) =
+            (&mut self.connection, &mut self.initial, &mut self.windows);
         self.reads.feed_kept(
             bytes,
-            |f| {
-                if f.kind == RST_STREAM {
-                    reset.push(f.stream);
+            |f| match f.kind {
+                HEADERS => {
+                    *block_open = f.flags & END_HEADERS == 0;
+                    if f.stream > *highest {
+                        *highest = f.stream;
+                        open.insert(f.stream);
+                        opened = true;
+                    }
                 }
+                CONTINUATION => *block_open = f.flags & END_HEADERS == 0,
+                RST_STREAM => reset.push(f.stream),
+                _ => {}
             },
             |f, payload| match f.kind {
                 SETTINGS if f.flags & 0x1 == 0 => {
@@ -169,7 +212,7 @@ impl Windows {
                     match f.stream {
                         0 => *connection += inc,
                         s => {
-                            if let Some(w) = streams.get_mut(&s) {
+                            if let Some(w) = windows.get_mut(&s) {
                                 *w += inc;
                             }
                         }
@@ -179,80 +222,40 @@ impl Windows {
             },
         );
         for s in reset {
-            streams.remove(&s);
+            self.end(s);
         }
+        opened
     }
 
     /// Passes bytes the server wrote.
     pub fn wrote(&mut self, bytes: &[u8]) {
-        let (connection, streams) = (&mut self.connection, &mut self.streams);
+        let mut ended = Vec::new();
+        let (connection, windows) = (&mut self.connection, &mut self.windows);
         self.writes.feed(bytes, |f| match f.kind {
             DATA => {
                 *connection -= f.len as i64;
-                let w = streams.entry(f.stream).or_insert(0);
-                *w -= f.len as i64;
+                *windows.entry(f.stream).or_insert(0) -= f.len as i64;
                 if f.flags & END_STREAM != 0 {
-                    streams.remove(&f.stream);
+                    ended.push(f.stream);
                 }
             }
-            HEADERS if f.flags & END_STREAM != 0 => {
-                streams.remove(&f.stream);
+            HEADERS | RST_STREAM if f.kind == RST_STREAM || f.flags & END_STREAM != 0 => {
+                ended.push(f.stream);
             }
             // An answer begun: its DATA is to follow.
             HEADERS => {
-                streams.entry(f.stream).or_insert(0);
-            }
-            RST_STREAM => {
-                streams.remove(&f.stream);
+                windows.entry(f.stream).or_insert(0);
             }
             _ => {}
         });
+        for s in ended {
+            self.end(s);
+        }
     }
 
-    /// Whether the client has left no room for the server to send an
-    /// answer it has begun: the connection's window, or the stream's, is
-    /// used up.
-    pub fn shut(&self) -> bool {
-        !self.streams.is_empty()
-            && (self.connection <= 0 || self.streams.values().any(|w| self.initial + w <= 0))
-    }
-}
-
-/// A stream the client opened or reset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Client {
-    Opened(u32),
-    Reset(u32),
-}
-
-/// What the client has sent, frame by frame: a head in progress, and the
-/// streams it opened that the server has not ended.
-#[derive(Debug, Default)]
-pub(crate) struct H2Reads {
-    frames: FrameSplitter,
-    /// A HEADERS frame without END_HEADERS was read: CONTINUATIONs follow.
-    block_open: bool,
-    /// The highest stream id the client opened.
-    highest: u32,
-}
-
-impl H2Reads {
-    /// Passes bytes the client sent; `on` hears of each stream the client
-    /// opened or reset.
-    pub fn feed(&mut self, bytes: &[u8], mut on: impl FnMut(Client)) {
-        let (block_open, highest) = (&mut self.block_open, &mut self.highest);
-        self.frames.feed(bytes, |f| match f.kind {
-            HEADERS => {
-                *block_open = f.flags & END_HEADERS == 0;
-                if f.stream > *highest {
-                    *highest = f.stream;
-                    on(Client::Opened(f.stream));
-                }
-            }
-            CONTINUATION => *block_open = f.flags & END_HEADERS == 0,
-            RST_STREAM => on(Client::Reset(f.stream)),
-            _ => {}
-        });
+    fn end(&mut self, stream: u32) {
+        self.open.remove(&stream);
+        self.windows.remove(&stream);
     }
 
     /// Whether a request's head is on its way: a HEADERS or CONTINUATION
@@ -260,48 +263,24 @@ impl H2Reads {
     /// not yet ended.
     pub fn head_in_progress(&self) -> bool {
         self.block_open
-            || match self.frames.partial() {
+            || match self.reads.partial() {
                 Some(Some(f)) => f.kind == HEADERS || f.kind == CONTINUATION,
                 Some(None) => true,
                 None => false,
             }
     }
-}
 
-/// The client's streams the server has not yet ended: opened by a client
-/// HEADERS, ended by the server's END_STREAM (on DATA or trailers) or a
-/// reset from either side.
-#[derive(Debug, Default)]
-pub(crate) struct OpenStreams {
-    open: HashSet<u32>,
-    writes: FrameSplitter,
-}
-
-impl OpenStreams {
-    /// Notes what the client did to a stream.
-    pub fn client(&mut self, event: Client) {
-        match event {
-            Client::Opened(s) => self.open.insert(s),
-            Client::Reset(s) => self.open.remove(&s),
-        };
-    }
-
-    /// Passes bytes the server wrote.
-    pub fn wrote(&mut self, bytes: &[u8]) {
-        let open = &mut self.open;
-        self.writes.feed(bytes, |f| match f.kind {
-            HEADERS | DATA if f.flags & END_STREAM != 0 => {
-                open.remove(&f.stream);
-            }
-            RST_STREAM => {
-                open.remove(&f.stream);
-            }
-            _ => {}
-        });
-    }
-
-    pub fn count(&self) -> usize {
+    /// The client's streams the server has not ended: its calls in flight.
+    pub fn calls(&self) -> usize {
         self.open.len()
+    }
+
+    /// Whether the client has left no room for the server to send an
+    /// answer it has begun: the connection's window, or the stream's, is
+    /// used up.
+    pub fn window_shut(&self) -> bool {
+        !self.windows.is_empty()
+            && (self.connection <= 0 || self.windows.values().any(|w| self.initial + w <= 0))
     }
 }
 
@@ -319,31 +298,45 @@ mod tests {
 
     #[test]
     fn a_window_is_shut_once_the_server_sent_what_the_client_granted() {
-        let mut w = Windows::default();
+        let mut w = H2Watch::default();
         // The client: initial stream window 100.
         w.read(&frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 100]));
         w.wrote(&frame(HEADERS, END_HEADERS, 1, &[0; 5]));
-        assert!(!w.shut());
+        assert!(!w.window_shut());
         w.wrote(&frame(DATA, 0, 1, &[0; 60]));
-        assert!(!w.shut(), "40 bytes left");
+        assert!(!w.window_shut(), "40 bytes left");
         w.wrote(&frame(DATA, 0, 1, &[0; 40]));
-        assert!(w.shut(), "stream 1 used up");
+        assert!(w.window_shut(), "stream 1 used up");
         // The client opens it again, in two chunks.
         let update = frame(WINDOW_UPDATE, 0, 1, &1000u32.to_be_bytes());
         w.read(&update[..7]);
-        assert!(w.shut());
+        assert!(w.window_shut());
         w.read(&update[7..]);
-        assert!(!w.shut());
+        assert!(!w.window_shut());
         // The connection's own window (65,535) used up by another stream.
         for _ in 0..4 {
             w.wrote(&frame(DATA, 0, 3, &[0; 16_384]));
         }
-        assert!(w.shut(), "the connection's window is used up");
+        assert!(w.window_shut(), "the connection's window is used up");
         w.read(&frame(WINDOW_UPDATE, 0, 0, &70_000u32.to_be_bytes()));
         // Stream 3's own window is used up too (initial 100).
-        assert!(w.shut());
+        assert!(w.window_shut());
         w.wrote(&frame(RST_STREAM, 0, 3, &[0; 4]));
-        assert!(!w.shut(), "the stream that was shut is gone");
+        assert!(!w.window_shut(), "the stream that was shut is gone");
+    }
+
+    #[test]
+    fn a_vectored_write_is_split_where_it_stopped() {
+        let (a, b, c) = (*b"abc", *b"de", *b"fgh");
+        let bufs = [
+            std::io::IoSlice::new(&a),
+            std::io::IoSlice::new(&b),
+            std::io::IoSlice::new(&c),
+        ];
+        let took: Vec<&[u8]> = written(&bufs, 4).collect();
+        assert_eq!(took, [&b"abc"[..], &b"d"[..]]);
+        assert_eq!(written(&bufs, 0).count(), 0);
+        assert_eq!(written(&bufs, 8).map(<[u8]>::len).sum::<usize>(), 8);
     }
 
     #[test]
@@ -368,49 +361,43 @@ mod tests {
 
     #[test]
     fn a_head_is_in_progress_until_its_block_ends() {
-        let mut r = H2Reads::default();
-        let mut seen = Vec::new();
+        let mut r = H2Watch::default();
         let headers = frame(HEADERS, 0, 1, &[1; 10]);
-        r.feed(&headers[..4], |e| seen.push(e));
+        assert!(!r.read(&headers[..4]));
         assert!(r.head_in_progress(), "a frame header partly in");
-        r.feed(&headers[4..12], |e| seen.push(e));
+        assert!(r.read(&headers[4..12]), "stream 1 opened");
         assert!(r.head_in_progress(), "HEADERS partly in");
-        r.feed(&headers[12..], |e| seen.push(e));
+        assert!(!r.read(&headers[12..]));
         assert!(r.head_in_progress(), "no END_HEADERS yet");
-        r.feed(&frame(CONTINUATION, END_HEADERS, 1, &[2; 3]), |e| {
-            seen.push(e)
-        });
+        r.read(&frame(CONTINUATION, END_HEADERS, 1, &[2; 3]));
         assert!(!r.head_in_progress());
         // A DATA frame partly in is a body, not a head.
-        r.feed(&frame(DATA, 0, 1, &[0; 100])[..50], |e| seen.push(e));
+        assert!(!r.read(&frame(DATA, 0, 1, &[0; 100])[..50]));
         assert!(!r.head_in_progress());
-        assert_eq!(seen, [Client::Opened(1)]);
+        assert_eq!(r.calls(), 1);
     }
 
     #[test]
     fn a_stream_is_open_until_the_server_ends_it_or_either_side_resets_it() {
-        let mut r = H2Reads::default();
-        let mut open = OpenStreams::default();
+        let mut open = H2Watch::default();
         let mut reads = Vec::new();
         for s in [1, 3, 5] {
             reads.extend(frame(HEADERS, END_HEADERS | END_STREAM, s, &[0; 4]));
         }
         reads.extend(frame(RST_STREAM, 0, 5, &[0; 4]));
-        r.feed(&reads, |e| open.client(e));
-        assert_eq!(open.count(), 2, "5 reset by the client");
+        assert!(open.read(&reads));
+        assert_eq!(open.calls(), 2, "5 reset by the client");
         // The server: headers and data on 1 (not ended), trailers ending 1,
         // a reset of 3, each in odd chunks.
         let mut writes = frame(HEADERS, END_HEADERS, 1, &[0; 8]);
         writes.extend(frame(DATA, 0, 1, &[0; 30]));
-        assert!({
-            open.wrote(&writes);
-            open.count() == 2
-        });
+        open.wrote(&writes);
+        assert_eq!(open.calls(), 2);
         let mut end = frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0; 5]);
         end.extend(frame(RST_STREAM, 0, 3, &[0; 4]));
         for c in end.chunks(3) {
             open.wrote(c);
         }
-        assert_eq!(open.count(), 0);
+        assert_eq!(open.calls(), 0);
     }
 }
