@@ -10,6 +10,7 @@ use bytes::Bytes;
 use prost::Message as _;
 use proto::order::v2 as pb2;
 
+use crate::grpc_raw;
 use crate::helpers::{Backend, spawn_with};
 
 const USER: &str = "00000000-0000-0000-0000-000000000010";
@@ -24,41 +25,24 @@ async fn open(addr: std::net::SocketAddr) -> Open {
     let io = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) = h2::client::handshake(io).await.unwrap();
     tokio::spawn(conn);
-    let req = http::Request::post(format!("http://{addr}/order.v2.OrderService/ListOrders"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
+    let req = grpc_raw::request(addr, "/order.v2.OrderService/ListOrders");
     let (answer, body) = send.send_request(req, false).unwrap();
     Open { body, answer }
 }
 
-fn message() -> Vec<u8> {
+fn message() -> Bytes {
     let m = pb2::ListOrdersRequest {
         user_id: USER.into(),
         page_size: 3,
         ..Default::default()
-    }
-    .encode_to_vec();
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(&u32::try_from(m.len()).unwrap().to_be_bytes());
-    frame.extend_from_slice(&m);
-    frame
+    };
+    grpc_raw::framed(&m.encode_to_vec())
 }
 
 /// Sends the whole message and returns the call's `grpc-status`.
 async fn finish(mut call: Open) -> String {
-    call.body.send_data(Bytes::from(message()), true).unwrap();
-    let res = call.answer.await.unwrap();
-    if let Some(s) = res.headers().get("grpc-status") {
-        return s.to_str().unwrap().to_owned();
-    }
-    let mut body = res.into_body();
-    while let Some(chunk) = body.data().await {
-        let _ = chunk.unwrap();
-    }
-    let trailers = body.trailers().await.unwrap().expect("trailers");
-    trailers["grpc-status"].to_str().unwrap().to_owned()
+    call.body.send_data(message(), true).unwrap();
+    grpc_raw::status(call.answer).await
 }
 
 /// A call that sends one byte of its message every 100 ms, for ever: it
@@ -66,7 +50,7 @@ async fn finish(mut call: Open) -> String {
 async fn trickling(addr: std::net::SocketAddr) -> tokio::task::JoinHandle<()> {
     let mut call = open(addr).await;
     tokio::spawn(async move {
-        for b in message().into_iter().cycle() {
+        for b in message().iter().copied().cycle() {
             if call.body.send_data(Bytes::from(vec![b]), false).is_err() {
                 return;
             }

@@ -5,9 +5,7 @@
 
 use crate::helpers::{Backend, spawn};
 
-#[path = "grpc_raw.rs"]
-mod grpc_raw;
-use grpc_raw::{BAD, status_of};
+use crate::grpc_raw::{BAD, status_of};
 
 #[tokio::test]
 async fn bad_request_bytes_are_invalid_argument_not_internal() {

@@ -22,6 +22,7 @@ mod deadlines;
 mod early_answers;
 mod flood;
 mod fuzz;
+mod grpc_raw;
 mod h2_bounds;
 mod health_reflection;
 mod helpers;
