@@ -143,13 +143,7 @@ async fn a_call_in_flight_is_not_idle_and_a_channel_closed_as_idle_calls_again()
     };
     // A bidi stream left quiet for four idle timeouts still answers.
     let mut g = app.grpc_v2().await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(lookup(1)).await.unwrap();
-    let mut answers = g
-        .lookup_orders(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let (tx, mut answers) = crate::helpers::lookups(&mut g, [lookup(1)]).await;
     assert!(answers.message().await.unwrap().unwrap().error.is_none());
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     tx.send(lookup(2)).await.unwrap();

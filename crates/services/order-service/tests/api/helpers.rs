@@ -236,3 +236,24 @@ pub async fn hold_a_slot(rest: SocketAddr) -> tokio::task::JoinHandle<()> {
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     task
 }
+
+/// A bidi `LookupOrders` stream on `g`, opened with `first` already sent:
+/// the sender for more lookups, and the answers.
+pub async fn lookups(
+    g: &mut pb2::order_service_client::OrderServiceClient<tonic::transport::Channel>,
+    first: impl IntoIterator<Item = pb2::LookupOrdersRequest>,
+) -> (
+    tokio::sync::mpsc::Sender<pb2::LookupOrdersRequest>,
+    tonic::Streaming<pb2::LookupOrdersResponse>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    for req in first {
+        tx.send(req).await.unwrap();
+    }
+    let answers = g
+        .lookup_orders(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    (tx, answers)
+}

@@ -179,13 +179,7 @@ async fn lookups_on_streams_and_connections_share_the_one_limit() {
     // A bidi stream and a raw-TCP connection, each served once while the
     // slot is free.
     let mut g = app.grpc_v2().await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(lookup(1)).await.unwrap();
-    let mut answers = g
-        .lookup_orders(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let (tx, mut answers) = crate::helpers::lookups(&mut g, [lookup(1)]).await;
     assert!(answers.message().await.unwrap().unwrap().error.is_none());
     let mut tcp = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
     tcp.write_all(&order_service::tcp::encode_frame(&lookup(7)))

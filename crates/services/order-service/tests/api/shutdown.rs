@@ -30,17 +30,8 @@ async fn lookups_in_flight_are_answered_before_the_service_stops() {
     let app = spawn(Backend::Memory).await;
 
     // Bidi: five large lookups; shut down once the first answer is back.
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    for i in 1..=5 {
-        tx.send(lookup(i)).await.unwrap();
-    }
-    let mut answers = app
-        .grpc_v2()
-        .await
-        .lookup_orders(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let (tx, mut answers) =
+        crate::helpers::lookups(&mut app.grpc_v2().await, (1..=5).map(lookup)).await;
 
     // Raw TCP: the same five on one connection.
     let mut tcp = tokio::net::TcpStream::connect(app.tcp).await.unwrap();
