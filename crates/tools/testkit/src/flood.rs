@@ -143,14 +143,20 @@ pub async fn closed_within(c: &mut TcpStream, within: Duration) -> Vec<u8> {
 /// This process's resident memory, in KiB (the services under test run in
 /// it).
 pub fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    rss_kib_of("self")
+}
+
+/// The resident memory of process `pid` (a number, or `self`), in KiB. A
+/// process whose memory cannot be read fails the test: a growth measured
+/// from nothing would pass whatever happened.
+pub fn rss_kib_of(pid: &str) -> u64 {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{path} has no VmRSS line"))
 }
 
 /// Bad clients held open against a service while it is told to stop: a

@@ -84,17 +84,10 @@ impl Proc {
             .clone()
     }
 
-    /// The process's resident memory now, in KiB (0 once it is gone).
+    /// The process's resident memory now, in KiB (it must be running).
     pub fn rss_kib(&self) -> u64 {
-        let Some(pid) = self.child.id() else { return 0 };
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-            .unwrap_or(0)
+        let pid = self.child.id().expect("the process is running");
+        crate::flood::rss_kib_of(&pid.to_string())
     }
 
     /// An address from the ready line: `rest`, `grpc`, `tcp`.

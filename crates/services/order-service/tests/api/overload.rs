@@ -17,17 +17,6 @@ const BIG: &str = "00000000-0000-0000-0000-000000010000";
 const LIMIT: usize = 2;
 const CALLERS: usize = 50;
 
-/// This process's resident memory in bytes (the service runs in it).
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("a VmRSS line");
-    kb * 1024
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_limit_rest_requests_get_503_at_once_and_memory_stays_bounded() {
     // It reads this process's memory.
@@ -44,7 +33,7 @@ async fn past_the_limit_rest_requests_get_503_at_once_and_memory_stays_bounded()
     let warm = reqwest::get(&url).await.expect("a warm-up answer");
     assert_eq!(warm.status(), 200);
     drop(warm.bytes().await);
-    let before = rss_bytes();
+    let before = testkit::flood::rss_kib() * 1024;
 
     let started = Instant::now();
     let calls = (0..CALLERS).map(|_| {
@@ -82,7 +71,7 @@ async fn past_the_limit_rest_requests_get_503_at_once_and_memory_stays_bounded()
         }
     }
     let took = started.elapsed();
-    let grew = rss_bytes().saturating_sub(before);
+    let grew = (testkit::flood::rss_kib() * 1024).saturating_sub(before);
     eprintln!(
         "{served} served, {shed} shed in {took:?}; RSS grew {} MB",
         grew >> 20

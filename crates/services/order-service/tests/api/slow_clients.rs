@@ -47,16 +47,6 @@ async fn an_idle_raw_tcp_connection_is_closed_after_the_idle_timeout() {
     app.stop().await;
 }
 
-/// This process's resident memory, in KiB.
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_memory() {
     // It reads this process's memory.
@@ -72,7 +62,7 @@ async fn raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_me
         s.max_request_bytes = 1 << 20;
     })
     .await;
-    let before = rss_kib();
+    let before = testkit::flood::rss_kib();
     let mut held = Vec::new();
     for _ in 0..300 {
         let mut c = TcpStream::connect(app.tcp).await.unwrap();
@@ -82,7 +72,7 @@ async fn raw_tcp_frames_that_announce_a_mebibyte_and_send_nothing_cost_little_me
     }
     // Let the server read every length.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let grown_mib = rss_kib().saturating_sub(before) / 1024;
+    let grown_mib = testkit::flood::rss_kib().saturating_sub(before) / 1024;
     // Zero-filling each announced length would take 300 MiB.
     assert!(grown_mib < 64, "RSS grew by {grown_mib} MiB");
     // A well-behaved client is still answered meanwhile.

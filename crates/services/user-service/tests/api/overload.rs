@@ -12,17 +12,6 @@ use crate::helpers::{OrderService, spawn_users_with};
 const LIMIT: usize = 2;
 const CALLERS: usize = 50;
 
-/// This process's resident memory in bytes (both services run in it).
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_limit_user_service_answers_503_or_resource_exhausted_at_once_and_recovers() {
     let orders = OrderService::start().await;
@@ -33,7 +22,7 @@ async fn past_the_limit_user_service_answers_503_or_resource_exhausted_at_once_a
     let warm = users.http.get(&url).send().await.unwrap();
     assert_eq!(warm.status(), 200);
     drop(warm.bytes().await);
-    let before = rss_bytes();
+    let before = testkit::flood::rss_kib() * 1024;
 
     let rest_calls = (0..CALLERS).map(|_| {
         // A client each: one connection each, so all of them are in at once.
@@ -64,7 +53,7 @@ async fn past_the_limit_user_service_answers_503_or_resource_exhausted_at_once_a
             other => panic!("status {other}: {}", String::from_utf8_lossy(&body)),
         }
     }
-    let grew = rss_bytes().saturating_sub(before);
+    let grew = (testkit::flood::rss_kib() * 1024).saturating_sub(before);
     eprintln!(
         "REST: {served} served, {shed} shed; RSS grew {} MB",
         grew >> 20
