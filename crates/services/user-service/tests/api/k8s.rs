@@ -129,6 +129,27 @@ fn container<'a>(objs: &'a [Value], deployment: &str) -> &'a Value {
     &cs[0]
 }
 
+/// `c` listens for its admin listener's `admin` address on all interfaces,
+/// under the port name `admin`, and both its probes (readiness `/readyz`,
+/// liveness `/healthz`) ask that port, which a flood of the others cannot
+/// fill.
+fn probes_on_admin(overlay: &str, c: &Value, admin: std::net::SocketAddr) {
+    assert!(admin.ip().is_unspecified(), "{overlay}: admin on {admin}");
+    assert_eq!(
+        ports(c).get("admin"),
+        Some(&admin.port()),
+        "{overlay}: port admin"
+    );
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        assert_eq!(text(s(c, &[probe, "httpGet", "path"])), path);
+        assert_eq!(
+            text(s(c, &[probe, "httpGet", "port"])),
+            "admin",
+            "{overlay}: {probe}"
+        );
+    }
+}
+
 /// Container port name -> number.
 fn ports(c: &Value) -> BTreeMap<String, u16> {
     seq(&c["ports"])
@@ -175,19 +196,8 @@ fn every_variable_is_a_setting_and_every_port_and_probe_is_the_binary_s() {
             assert!(addr.ip().is_unspecified(), "{overlay}: {name} on {addr}");
             assert_eq!(p.get(name), Some(&addr.port()), "{overlay}: port {name}");
         }
-        // Probes on the admin listener, which a flood of the others
-        // cannot fill.
         let admin = o.admin_addr.expect("order-service has an admin listener");
-        assert!(admin.ip().is_unspecified(), "{overlay}: admin on {admin}");
-        assert_eq!(p.get("admin"), Some(&admin.port()), "{overlay}: port admin");
-        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
-            assert_eq!(text(s(c, &[probe, "httpGet", "path"])), path);
-            assert_eq!(
-                text(s(c, &[probe, "httpGet", "port"])),
-                "admin",
-                "{overlay}: {probe}"
-            );
-        }
+        probes_on_admin(overlay, c, admin);
         if *overlay == "rotation" {
             assert!(o.max_connection_age_ms > 0, "rotation: an age is set");
         } else {
@@ -211,16 +221,7 @@ fn every_variable_is_a_setting_and_every_port_and_probe_is_the_binary_s() {
             assert_eq!(p.get(name), Some(&addr.port()), "{overlay}: port {name}");
         }
         let admin = u.admin_addr.expect("user-service has an admin listener");
-        assert!(admin.ip().is_unspecified(), "{overlay}: admin on {admin}");
-        assert_eq!(p.get("admin"), Some(&admin.port()), "{overlay}: port admin");
-        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
-            assert_eq!(text(s(c, &[probe, "httpGet", "path"])), path);
-            assert_eq!(
-                text(s(c, &[probe, "httpGet", "port"])),
-                "admin",
-                "{overlay}: {probe}"
-            );
-        }
+        probes_on_admin(overlay, c, admin);
 
         // user-service reaches order-service's Service on its ports.
         let svc = find(&objs, "Service", "order-service");
