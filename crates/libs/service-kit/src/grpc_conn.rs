@@ -255,6 +255,10 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
                 "the connection outlived its maximum age and grace",
             )));
         }
+        if matches!(&self.mode, Mode::H2(h2) if h2.watch.evicted(cx)) {
+            tracing::debug!("closing a gRPC connection over the open-stream budget");
+            return Poll::Ready(Err(crate::serve::stream_budget::Share::eviction()));
+        }
         let shut = matches!(&self.mode, Mode::H2(h2) if h2.watch.window_shut());
         if let Some(e) = self.window_stall.check(shut, cx) {
             tracing::debug!(error = %e, "closing a gRPC connection");

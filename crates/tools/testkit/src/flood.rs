@@ -272,6 +272,18 @@ pub type HeldStreams = Vec<(
     Vec<(h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>)>,
 )>;
 
+/// How many of `held`'s streams are still open: neither answered nor
+/// failed (a connection the server closed fails all its streams).
+pub fn streams_still_open(held: &mut HeldStreams) -> usize {
+    use std::future::Future;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    held.iter_mut()
+        .flat_map(|(_, streams)| streams.iter_mut())
+        .map(|(answer, _)| std::pin::Pin::new(answer).poll(&mut cx).is_pending())
+        .filter(|open| *open)
+        .count()
+}
+
 /// `conns` h2c connections to `addr`, each opening `streams` POST streams
 /// to `path` that declare a 1 MB body and send none of it.
 pub async fn h2_streams_without_bodies(

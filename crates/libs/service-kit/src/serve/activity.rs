@@ -136,6 +136,17 @@ impl Activity {
                 .window_shut()
     }
 
+    /// Whether the process's open-stream budget evicted this connection
+    /// (if not, `cx`'s task is woken when it does).
+    fn evicted(&self, cx: &std::task::Context<'_>) -> bool {
+        self.h2.load(Ordering::Relaxed)
+            && self
+                .h2_reads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .evicted(cx)
+    }
+
     pub(super) fn request_started(&self) {
         self.in_service.fetch_add(1, Ordering::Relaxed);
         self.head_begun.store(NONE, Ordering::Relaxed);
@@ -236,6 +247,10 @@ impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
         let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
         if let std::task::Poll::Ready(Ok(())) = &r {
             self.activity.read(&buf.filled()[before..]);
+        }
+        if self.activity.evicted(cx) {
+            tracing::debug!("closing a connection over the open-stream budget");
+            return std::task::Poll::Ready(Err(super::stream_budget::Share::eviction()));
         }
         let shut = self.activity.window_shut();
         if let Some(e) = self.window_stall.check(shut, cx) {

@@ -10,6 +10,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::stream_budget::Share;
+
 /// The connection preface an HTTP/2 client opens with (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -153,6 +155,8 @@ pub(crate) struct H2Watch {
     /// Per stream with an answer begun: granted by WINDOW_UPDATE minus
     /// sent (its window is `initial` plus this).
     windows: HashMap<u32, i64>,
+    /// The connection's part of the process's open-stream budget.
+    share: Share,
 }
 
 impl Default for H2Watch {
@@ -166,6 +170,7 @@ impl Default for H2Watch {
             connection: 65_535,
             initial: 65_535,
             windows: HashMap::new(),
+            share: Share::default(),
         }
     }
 }
@@ -224,6 +229,9 @@ impl H2Watch {
         for s in reset {
             self.end(s);
         }
+        if opened {
+            self.share.set(self.open.len());
+        }
         opened
     }
 
@@ -254,8 +262,16 @@ impl H2Watch {
     }
 
     fn end(&mut self, stream: u32) {
-        self.open.remove(&stream);
+        if self.open.remove(&stream) {
+            self.share.set(self.open.len());
+        }
         self.windows.remove(&stream);
+    }
+
+    /// Whether the process's open-stream budget evicted this connection
+    /// (if not, `cx`'s task is woken when it does).
+    pub fn evicted(&self, cx: &std::task::Context<'_>) -> bool {
+        self.share.evicted(cx)
     }
 
     /// Whether a request's head is on its way: a HEADERS or CONTINUATION

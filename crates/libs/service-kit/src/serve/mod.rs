@@ -50,6 +50,7 @@ pub(crate) mod h2_frames;
 pub mod leftover;
 pub mod limits;
 pub(crate) mod stall;
+pub mod stream_budget;
 mod tracked;
 
 use std::future::Future;
