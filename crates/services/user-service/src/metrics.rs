@@ -17,6 +17,8 @@ use telemetry::metrics::{
 
 use transports::Transport;
 
+pub mod hdr;
+
 /// The counters of one transport.
 #[derive(Debug)]
 pub struct TransportMetrics {
@@ -24,6 +26,8 @@ pub struct TransportMetrics {
     /// slot to the last byte of the answer: waiting for a slot is part of
     /// what a caller pays for a small pool.
     latency: Histogram,
+    /// Good calls' round trips, precisely (the lab's record).
+    hdr: hdr::Recorder,
     calls: AtomicU64,
     errors: AtomicU64,
     connections_opened: AtomicU64,
@@ -58,6 +62,7 @@ impl TransportMetrics {
     pub(crate) fn new() -> Self {
         TransportMetrics {
             latency: telemetry::metrics::latency_histogram(),
+            hdr: hdr::Recorder::default(),
             calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             connections_opened: AtomicU64::new(0),
@@ -78,10 +83,17 @@ impl TransportMetrics {
     /// Records one finished call and its round trip.
     pub fn record_call(&self, elapsed: Duration, ok: bool) {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        if !ok {
+        if ok {
+            self.hdr.record(elapsed);
+        } else {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
         self.latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// The good calls' round trips so far, emptied if `reset`.
+    pub fn hdr(&self, reset: bool) -> hdrhistogram::Histogram<u64> {
+        self.hdr.take(reset)
     }
 
     /// Counts a TCP connection opened; the returned guard counts it closed.

@@ -99,6 +99,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/metrics/hdr", get(hdr))
         .route("/openapi.json", get(openapi))
         .route(
             "/problems/{kind}",
@@ -122,6 +123,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/metrics/hdr", get(hdr))
         .method_not_allowed_fallback(service_kit::negotiate::method_not_allowed)
         .fallback(|uri: Uri| async move { WireError::NoRoute(uri.path().to_owned()) })
         .with_state(state)
@@ -488,6 +490,51 @@ async fn metrics(State(st): State<AppState>) -> Response {
         st.metrics.render(),
     )
         .into_response()
+}
+
+/// The query of `/metrics/hdr`.
+#[derive(Debug, Deserialize)]
+struct HdrQuery {
+    via: Option<String>,
+    format: Option<String>,
+    reset: Option<bool>,
+}
+
+/// One transport's HDR histogram of good upstream calls
+/// ([`crate::metrics::hdr`]): `via` names it (required), `format=hgrm` asks
+/// for the percentile distribution rather than the encoded histogram, and
+/// `reset=true` empties it in the same step.
+async fn hdr(
+    State(st): State<AppState>,
+    q: Result<Query<HdrQuery>, QueryRejection>,
+) -> Result<Response, RestError> {
+    let Query(q) = q.map_err(WireError::from)?;
+    let Some(via) = q.via.as_deref().filter(|v| !v.trim().is_empty()) else {
+        return Err(WireError::BadQuery(format!(
+            "via is required: one of {}",
+            transports::Transport::names()
+        ))
+        .into());
+    };
+    let via = st.service.transport(Some(via))?;
+    let hgrm = match q.format.as_deref() {
+        None | Some("base64") => false,
+        Some("hgrm") => true,
+        Some(other) => {
+            return Err(WireError::BadQuery(format!(
+                "format {} is not one of base64, hgrm",
+                model::quoted(other)
+            ))
+            .into());
+        }
+    };
+    let h = st.metrics.transport(via).hdr(q.reset.unwrap_or(false));
+    let body = if hgrm {
+        crate::metrics::hdr::percentile_distribution(&h)
+    } else {
+        crate::metrics::hdr::encode(&h)
+    };
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
 
 /// The 406 of every API route.

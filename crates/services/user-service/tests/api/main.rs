@@ -14,6 +14,7 @@ mod compose;
 mod dashboard;
 mod flood;
 mod gzip;
+mod hdr;
 mod health_reflection;
 mod helpers;
 mod interop;
