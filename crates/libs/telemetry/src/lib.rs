@@ -17,8 +17,11 @@
 //! - [`sampling`]: `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
 //! - [`metrics`]: per-route request statistics and process CPU / memory, as
 //!   Prometheus text.
+//! - [`hdr`]: latencies in HDR histograms, encoded and as a percentile
+//!   distribution (user-service's `/metrics/hdr`, the lab's charts).
 //! - `receiver` (feature `receiver`): an OTLP collector for tests.
 
+pub mod hdr;
 pub mod http_failure;
 mod log_fields;
 mod log_ids;

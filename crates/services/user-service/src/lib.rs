@@ -13,7 +13,6 @@
 //! holds the crate to this list, and to no import cycle).
 //! - [`domain`]: `User`, `NewUser` (parsed at the edge), their JSON and protobuf forms.
 //! - [`metrics`]: per-transport counters and histograms, rendered as Prometheus text.
-//!   - [`metrics::hdr`]: each transport's HDR histogram of good calls, served at `/metrics/hdr`.
 //! - [`upstream`]: the outbound port, [`upstream::Upstreams`]: one adapter per transport.
 //!   - [`upstream::port`]: `OrderSource`, `OrderQuery`, `UpstreamError`.
 //!   - [`upstream::wire`]: the counted sockets every transport dials.

@@ -17,8 +17,6 @@ use telemetry::metrics::{
 
 use transports::Transport;
 
-pub mod hdr;
-
 /// The counters of one transport.
 #[derive(Debug)]
 pub struct TransportMetrics {
@@ -27,7 +25,7 @@ pub struct TransportMetrics {
     /// what a caller pays for a small pool.
     latency: Histogram,
     /// Good calls' round trips, precisely (the lab's record).
-    hdr: hdr::Recorder,
+    hdr: telemetry::hdr::Recorder,
     calls: AtomicU64,
     errors: AtomicU64,
     connections_opened: AtomicU64,
@@ -62,7 +60,7 @@ impl TransportMetrics {
     pub(crate) fn new() -> Self {
         TransportMetrics {
             latency: telemetry::metrics::latency_histogram(),
-            hdr: hdr::Recorder::default(),
+            hdr: telemetry::hdr::Recorder::default(),
             calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             connections_opened: AtomicU64::new(0),

@@ -501,7 +501,7 @@ struct HdrQuery {
 }
 
 /// One transport's HDR histogram of good upstream calls
-/// ([`crate::metrics::hdr`]): `via` names it (required), `format=hgrm` asks
+/// ([`telemetry::hdr`]): `via` names it (required), `format=hgrm` asks
 /// for the percentile distribution rather than the encoded histogram, and
 /// `reset=true` empties it in the same step.
 async fn hdr(
@@ -530,9 +530,9 @@ async fn hdr(
     };
     let h = st.metrics.transport(via).hdr(q.reset.unwrap_or(false));
     let body = if hgrm {
-        crate::metrics::hdr::percentile_distribution(&h)
+        telemetry::hdr::percentile_distribution(&h)
     } else {
-        crate::metrics::hdr::encode(&h)
+        telemetry::hdr::encode(&h)
     };
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }

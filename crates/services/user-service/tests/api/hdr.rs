@@ -4,22 +4,14 @@
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use hdrhistogram::serialization::Deserializer;
 use transports::Transport;
 
 use crate::helpers::{OrderService, fixed_user, spawn_users};
 
 async fn histogram(http: &reqwest::Client, url: String) -> Histogram<u64> {
-    use base64::Engine as _;
     let res = http.get(url).send().await.unwrap();
     assert_eq!(res.status(), 200);
-    let text = res.text().await.unwrap();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text.trim())
-        .expect("base64");
-    Deserializer::new()
-        .deserialize(&mut bytes.as_slice())
-        .expect("an HdrHistogram V2 encoding")
+    telemetry::hdr::decode(&res.text().await.unwrap()).expect("an HdrHistogram V2 encoding")
 }
 
 #[tokio::test]

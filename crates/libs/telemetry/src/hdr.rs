@@ -1,15 +1,14 @@
-//! Every good upstream call's time, per transport, in an HDR histogram: the
-//! precise record the lab reads after each cell, next to the Prometheus
-//! histogram's few buckets. Microseconds from 1 µs to an hour, 3
-//! significant digits (a value is kept within 0.1%), so every percentile up
-//! to the largest call is there, not only those a bucket boundary happens
-//! to sit on.
+//! Latencies in HDR histograms: user-service's record of each transport's
+//! good upstream calls (served at `/metrics/hdr`), which the lab reads after
+//! each round, merges and draws. Next to the Prometheus histogram's few
+//! buckets it keeps every value: microseconds from 1 µs to an hour, 3
+//! significant digits (each value within 0.1%), so every percentile up to
+//! the largest call is there, not only those a bucket boundary sits on.
 //!
-//! Served at `GET /metrics/hdr?via=TRANSPORT` as HdrHistogram's compressed
-//! V2 form in base64 (what its log files hold and its tools read), or with
-//! `format=hgrm` as the percentile distribution its plotter reads;
-//! `reset=true` empties it in the same step, so no call falls between a
-//! read and a reset.
+//! Two forms go out: HdrHistogram's compressed V2 encoding in base64 (what
+//! its log files hold and its tools read, [`encode`] / [`decode`]), and the
+//! percentile distribution its plotter reads ([`percentile_distribution`],
+//! the `.hgrm` form wrk2 prints).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -29,10 +28,6 @@ impl Default for Recorder {
     fn default() -> Self {
         Recorder(Mutex::new(empty()))
     }
-}
-
-fn empty() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, HIGHEST_US, 3).expect("valid bounds")
 }
 
 impl Recorder {
@@ -55,6 +50,21 @@ impl Recorder {
     fn lock(&self) -> std::sync::MutexGuard<'_, Histogram<u64>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A histogram from [`encode`]'s form.
+pub fn decode(text: &str) -> anyhow::Result<Histogram<u64>> {
+    use base64::Engine as _;
+    use hdrhistogram::serialization::Deserializer;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(text.trim())?;
+    Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| anyhow::anyhow!("not an HdrHistogram V2 encoding: {e:?}"))
+}
+
+/// An empty histogram of the bounds [`Recorder`] keeps (a merge's start).
+pub fn empty() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIGHEST_US, 3).expect("valid bounds")
 }
 
 /// `h` in HdrHistogram's compressed V2 form, base64 (`HISTFAAA…`).
@@ -123,7 +133,6 @@ pub fn percentile_distribution(h: &Histogram<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hdrhistogram::serialization::Deserializer;
 
     #[test]
     fn a_take_with_reset_empties_and_keeps_every_value() {
@@ -142,7 +151,6 @@ mod tests {
 
     #[test]
     fn the_encoded_form_decodes_to_the_same_histogram() {
-        use base64::Engine as _;
         let r = Recorder::default();
         for us in 1..=1000 {
             r.record(Duration::from_micros(us * 7));
@@ -150,13 +158,9 @@ mod tests {
         let h = r.take(false);
         let text = encode(&h);
         assert!(text.starts_with("HISTF"), "{text}");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(&text)
-            .unwrap();
-        let back: Histogram<u64> = Deserializer::new()
-            .deserialize(&mut bytes.as_slice())
-            .unwrap();
-        assert_eq!(back, h);
+        assert_eq!(decode(&text).unwrap(), h);
+        assert!(decode("not base64!").is_err());
+        assert!(decode("aGVsbG8=").is_err());
     }
 
     #[test]
