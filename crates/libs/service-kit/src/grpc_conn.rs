@@ -11,8 +11,11 @@
 //!   meanwhile (pings included). Frames are read from their headers as they
 //!   pass, both ways ([`crate::serve::h2_frames`]): a call is in flight
 //!   from the client's HEADERS to the server's END_STREAM or a reset.
-//! - HTTP/1.1 (gRPC-web): the first request's head must be whole within the
-//!   header-read timeout (hyper bounds the later ones by its own 30 s).
+//! - HTTP/1.1 (gRPC-web): each request's head must be whole within the
+//!   header-read timeout of its first byte (the first within that of the
+//!   opening). A later head begins with the first byte read after the
+//!   server has written: a gRPC-web client sends its whole request before
+//!   its answer comes.
 //! - An answer may wait at most the write timeout for its client to take a
 //!   byte: a socket that accepts no write, or a flow-control window the
 //!   client leaves shut while an answer is begun, closes the connection,
@@ -45,11 +48,16 @@ enum Mode {
     /// Fewer than [`ENOUGH`] bytes so far.
     Opening(Vec<u8>),
     H2(Box<H2>),
-    /// gRPC-web: how many bytes of `\r\n\r\n` end what was read, and
-    /// whether the first head is whole.
+    /// gRPC-web over HTTP/1.1: how many bytes of `\r\n\r\n` end what was
+    /// read, whether the current head is whole, since when a head is on
+    /// its way, and whether the server has written since the head was
+    /// whole (then the next byte read begins the next request's head: a
+    /// gRPC-web client sends its whole request before the answer).
     Http1 {
         matched: usize,
         whole: bool,
+        since: Instant,
+        answered: bool,
     },
 }
 
@@ -116,8 +124,12 @@ impl<I> Watched<I> {
                 self.opened + ms,
                 "no request within the header-read timeout",
             )),
-            Mode::Http1 { whole: false, .. } => Some((
-                self.opened + ms,
+            Mode::Http1 {
+                whole: false,
+                since,
+                ..
+            } => Some((
+                *since + ms,
                 "the request's head did not arrive within the header-read timeout",
             )),
             Mode::Http1 { whole: true, .. } => None,
@@ -163,13 +175,33 @@ impl<I> Watched<I> {
             } else {
                 let mut matched = 0;
                 let whole = ends_head(&mut matched, first);
-                Mode::Http1 { matched, whole }
+                Mode::Http1 {
+                    matched,
+                    whole,
+                    since: self.opened,
+                    answered: false,
+                }
             };
         }
         match &mut self.mode {
             Mode::Opening(_) => {}
-            Mode::Http1 { whole: true, .. } => {}
-            Mode::Http1 { matched, whole } => *whole = ends_head(matched, bytes),
+            Mode::Http1 {
+                matched,
+                whole,
+                since,
+                answered,
+            } => {
+                if bytes.is_empty() {
+                    return;
+                }
+                if *whole && *answered {
+                    // The next request's head begins.
+                    (*matched, *whole, *since, *answered) = (0, false, Instant::now(), false);
+                }
+                if !*whole {
+                    *whole = ends_head(matched, bytes);
+                }
+            }
             Mode::H2(h2) => {
                 let H2 {
                     watch,
@@ -195,6 +227,15 @@ impl<I> Watched<I> {
 
     /// Notes bytes the server wrote.
     fn wrote(&mut self, bytes: &[u8]) {
+        if let Mode::Http1 {
+            whole: true,
+            answered,
+            ..
+        } = &mut self.mode
+            && !bytes.is_empty()
+        {
+            *answered = true;
+        }
         if let Mode::H2(h2) = &mut self.mode {
             let (before, was_shut) = (h2.watch.calls(), h2.watch.window_shut());
             h2.watch.wrote(bytes);

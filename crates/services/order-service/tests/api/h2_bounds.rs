@@ -2,8 +2,9 @@
 //! trickled after the preface is cut at the header-read timeout (it lasted
 //! until the idle timeout on h2c, 80 s on gRPC), a gRPC connection with no
 //! call in flight is closed at the idle timeout even while it keeps sending
-//! pings (it was kept for ever), gRPC-web's HTTP/1.1 head is under the
-//! setting (it had hyper's 30 s), and a call in flight is never cut as idle.
+//! pings (it was kept for ever), gRPC-web's HTTP/1.1 heads are under the
+//! setting (they had hyper's 30 s), and a call in flight is never cut as
+//! idle.
 //! Bounds are functional: a cutoff set at a fraction of a second must have
 //! cut within seconds.
 
@@ -98,6 +99,57 @@ async fn grpc_web_s_http1_head_is_under_the_header_read_timeout() {
     assert!(
         lasted < Duration::from_secs(5),
         "the trickled head lasted {lasted:?}"
+    );
+    app.stop().await;
+}
+
+/// A keep-alive gRPC-web connection's next head is under the setting too
+/// (it had hyper's 30 s): one whole request is answered, then the next
+/// head, trickled, is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_web_s_later_heads_are_under_the_header_read_timeout_too() {
+    use tokio::io::AsyncReadExt as _;
+    let app = spawn_with(Backend::Memory, |s| {
+        s.header_read_timeout_ms = 300;
+        s.idle_timeout_ms = 60_000;
+    })
+    .await;
+    let mut c = TcpStream::connect(app.grpc).await.unwrap();
+    // An empty HealthCheckRequest: a 5-byte gRPC frame of length 0.
+    c.write_all(
+        b"POST /grpc.health.v1.Health/Check HTTP/1.1\r\nhost: t\r\n\
+          content-type: application/grpc-web+proto\r\nx-grpc-web: 1\r\n\
+          content-length: 5\r\n\r\n\0\0\0\0\0",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    // The answer's last chunk ends the chunked body.
+    while !answer.ends_with(b"0\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .expect("answered in time")
+            .unwrap();
+        assert!(n > 0, "closed before the answer: {answer:?}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    // Longer than the setting: an idle keep-alive connection is not a head.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    c.write_all(b"POST /grpc.health.v1.Health/Check HTTP/1.1\r\nx-slow: ")
+        .await
+        .unwrap();
+    let lasted = trickle(
+        &mut c,
+        b"a",
+        Duration::from_millis(50),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        lasted < Duration::from_secs(5),
+        "the second head, trickled, lasted {lasted:?}"
     );
     app.stop().await;
 }
