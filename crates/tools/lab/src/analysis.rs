@@ -34,6 +34,11 @@ pub struct Data {
     /// several): its round-to-round noise is pooled with that experiment's
     /// other cells.
     pub experiment: BTreeMap<Cell, String>,
+    /// Each cell's good upstream calls over its good rounds, as
+    /// user-service's HDR histograms recorded them (µs), merged; cells
+    /// without one (k6 calling order-service directly, older runs) have
+    /// none.
+    pub hdr: BTreeMap<Cell, hdrhistogram::Histogram<u64>>,
 }
 
 /// A cell's answers over all its rounds.
@@ -54,6 +59,7 @@ impl Data {
         let mut experiment: BTreeMap<Cell, String> = BTreeMap::new();
         let mut failed: BTreeMap<Cell, Vec<(u32, String)>> = BTreeMap::new();
         let mut answers: BTreeMap<Cell, Answers> = BTreeMap::new();
+        let mut hdr: BTreeMap<Cell, hdrhistogram::Histogram<u64>> = BTreeMap::new();
         for r in &results.records {
             // A cell measured under several names (a shared cell) pools
             // with the first name in order, whatever order the rounds were
@@ -79,6 +85,19 @@ impl Data {
                     .push((r.round, why));
             } else if let Some(s) = slot.get_mut(r.round.saturating_sub(1) as usize) {
                 *s = Some(m);
+                // A histogram that does not decode is left out, as a
+                // round without one.
+                if let Some(h) = r
+                    .upstream_hdr
+                    .as_deref()
+                    .and_then(|t| telemetry::hdr::decode(t).ok())
+                {
+                    let merged = hdr
+                        .entry(r.cell.clone())
+                        .or_insert_with(telemetry::hdr::empty);
+                    // Same bounds on both sides: the add cannot fail.
+                    let _ = merged.add(&h);
+                }
             }
             for fl in &r.flags {
                 flags
@@ -94,6 +113,7 @@ impl Data {
             failed,
             answers,
             experiment,
+            hdr,
         }
     }
 

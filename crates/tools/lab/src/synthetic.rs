@@ -29,6 +29,18 @@ fn pct(p50: f64) -> Percentiles {
     }
 }
 
+/// 1,000 calls around `p50_us`, with a tail: p99 about 3 times the
+/// median, the largest 5 times.
+fn upstream_hdr(p50_us: f64) -> hdrhistogram::Histogram<u64> {
+    let mut h = telemetry::hdr::empty();
+    for i in 0..1000u32 {
+        let q = f64::from(i) / 999.0;
+        let v = p50_us * (0.6 + 0.8 * q + 3.6 * q.powi(40));
+        h.saturating_record(v.max(1.0) as u64);
+    }
+    h
+}
+
 /// A plausible record for one round of one cell: costs grow with the
 /// payload, vary by transport, and move a little from round to round.
 pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
@@ -166,6 +178,8 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             .filter(|r| matches!(r.balance, Balance::L4 | Balance::L7))
             .map(|_| requests * 15.0),
         no_proc: false,
+        upstream_hdr: (cell.via != crate::measure::cell::K6_GRPC_DIRECT)
+            .then(|| telemetry::hdr::encode(&upstream_hdr(up_us))),
     }
 }
 

@@ -7,10 +7,12 @@
 //! payload grid also feeds the factorial, the floor, the schema and the tls
 //! tables), which keeps `all --quick` to about half an hour (the plan
 //! prints its own estimate before it starts).
-//! [`tables`] holds what several sections build their tables with.
+//! [`tables`] holds what several sections build their tables with, and
+//! [`spectrum`] the percentile spectrum of user-service's HDR histograms.
 
 use crate::experiment::{Entry, Knobs, entry};
 
+pub mod spectrum;
 pub mod tables;
 
 /// Declares each experiment's module and lists it in [`all`].

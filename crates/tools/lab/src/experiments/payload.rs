@@ -155,6 +155,18 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
             &cells,
         ));
     }
+    for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
+        crate::experiments::spectrum::add(
+            &mut s,
+            cx,
+            &format!("payload-spectrum-{o}.svg"),
+            &format!("Upstream percentile spectrum at {}", f::orders(o)),
+            &column(o),
+        );
+        if p.sizes.len() == 1 {
+            break;
+        }
+    }
     // Throughput against payload.
     if p.sizes.len() > 1 {
         let series = p

@@ -88,6 +88,11 @@ pub struct RoundRecord {
     /// CPU, memory and sockets are not this machine's to read.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_proc: bool,
+    /// user-service's HDR histogram of the measured run's good upstream
+    /// calls, µs ([`telemetry::hdr`]'s encoding); none for k6 calling
+    /// order-service directly, or rounds recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_hdr: Option<String>,
 }
 
 /// One replica over a measured run, from its own `/metrics` and /proc.

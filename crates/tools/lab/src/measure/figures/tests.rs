@@ -78,6 +78,7 @@ fn record() -> RoundRecord {
         replicas: None,
         balancer_cpu_us: None,
         no_proc: false,
+        upstream_hdr: None,
     }
 }
 

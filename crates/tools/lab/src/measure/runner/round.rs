@@ -42,6 +42,15 @@ impl Lab {
             .rounds_dir()
             .join(format!("{seq:04}-{}-r{round}.json", cell.id()));
         write_json(&path, &rec)?;
+        // The round's histogram as HdrHistogram's plotter reads it, beside
+        // the rounds (which hold it encoded).
+        if let Some(h) = rec.upstream_hdr.as_deref() {
+            let h = telemetry::hdr::decode(h)?;
+            let dir = self.out.join("hdr");
+            std::fs::create_dir_all(&dir)?;
+            let name = format!("{seq:04}-{}-r{round}.upstream.hgrm", cell.id());
+            std::fs::write(dir.join(name), telemetry::hdr::percentile_distribution(&h))?;
+        }
         let m = Measures::of(&rec);
         let flags = if rec.flags.is_empty() {
             String::new()
@@ -189,6 +198,7 @@ impl Lab {
             replicas: split.replicas,
             balancer_cpu_us: split.balancer_us,
             no_proc: !gauges.on_proc,
+            upstream_hdr: after.hdr.clone(),
         };
         rec.flags = flags_of(&rec);
         Ok(rec)
@@ -351,6 +361,8 @@ struct Gauges<'a> {
 
 /// What was read at one end of the measured run.
 struct Reading {
+    /// After the run: the measured calls' HDR histogram, encoded.
+    hdr: Option<String>,
     upstream: prom::Upstream,
     tcp: procfs::TcpStates,
     replicas: ReplicaReading,
@@ -416,9 +428,34 @@ impl Gauges<'_> {
         prom::Upstream::of(&prom::parse(&text)?, &self.cell.via)
     }
 
+    /// user-service's HDR histogram of the cell's transport
+    /// ([`telemetry::hdr`]), taken and emptied; `None` when k6 calls
+    /// order-service directly, or user-service has none (a target older
+    /// than `/metrics/hdr`).
+    fn upstream_hdr(&self) -> anyhow::Result<Option<String>> {
+        if self.cell.via == K6_GRPC_DIRECT {
+            return Ok(None);
+        }
+        let (addr, metrics) = &self.metrics;
+        let path = format!("{metrics}/hdr?via={}&reset=true", self.cell.via);
+        let r = crate::measure::http::get(*addr, &path, Duration::from_secs(5))
+            .context("reading user-service's HDR histogram")?;
+        if r.status == 404 {
+            return Ok(None);
+        }
+        if r.status != 200 {
+            bail!("user-service {path} answered {}", r.status);
+        }
+        let text = String::from_utf8_lossy(&r.body).trim().to_owned();
+        telemetry::hdr::decode(&text).context("user-service's HDR histogram")?;
+        Ok(Some(text))
+    }
+
     /// The readings just before k6 starts; the CPU window opens between the
     /// sockets and the processes.
     fn before(&self, postgres: bool) -> anyhow::Result<Reading> {
+        // Emptied: the warm-up's calls are not the measured run's.
+        self.upstream_hdr()?;
         let upstream = self.upstream("before")?;
         let tcp = self.tcp()?;
         let replicas = ReplicaReading::of(self.running)?;
@@ -431,6 +468,7 @@ impl Gauges<'_> {
         let path = self.path()?;
         let lab = procfs::self_ticks()?.own;
         Ok(Reading {
+            hdr: None,
             upstream,
             tcp,
             replicas,
@@ -462,7 +500,9 @@ impl Gauges<'_> {
         let tcp = self.tcp()?;
         let replicas = ReplicaReading::of(self.running)?;
         let upstream = self.upstream("after")?;
+        let hdr = self.upstream_hdr()?;
         Ok(Reading {
+            hdr,
             upstream,
             tcp,
             replicas,
