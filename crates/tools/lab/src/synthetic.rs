@@ -180,6 +180,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         no_proc: false,
         upstream_hdr: (cell.via != crate::measure::cell::K6_GRPC_DIRECT)
             .then(|| telemetry::hdr::encode(&upstream_hdr(up_us))),
+        stalled_ms: cell.env.stall_ms.map(f64::from),
     }
 }
 
@@ -349,6 +350,17 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
     for r in 1..=rounds {
         for (e, c) in &cells {
             results.records.push(record(e, c, r));
+        }
+    }
+    // A staged grid's second stage, made from its first stage's records.
+    for (name, schedule) in &planned.schedules {
+        if let crate::measure::schedule::Schedule::Staged(st) = schedule {
+            let then = (st.then)(&results);
+            for r in 1..=rounds {
+                for c in &then {
+                    results.records.push(record(name, c, r));
+                }
+            }
         }
     }
     let experiment = if names.len() == 1 {

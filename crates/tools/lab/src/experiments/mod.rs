@@ -37,6 +37,7 @@ registry! {
     streaming::Streaming,
     naive::Naive,
     pool::Pool,
+    open_loop::OpenLoop,
     rtt::Rtt,
     loss::Loss,
     pitfall::Pitfall,

@@ -118,6 +118,11 @@ pub struct Env {
     /// or the delay proxy when `rtt_ms` is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PacketPath>,
+    /// order-service stopped (SIGSTOP) for this many ms once, halfway
+    /// through the measured run, then continued (SIGCONT): a stall of the
+    /// callee, as a long pause or a stuck host makes one. `None`: no stall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_ms: Option<u32>,
 }
 
 /// A packet-level path between the services: the same on both directions.
@@ -376,7 +381,10 @@ impl Env {
         };
         let parts = if self.breakdown { "-parts" } else { "" };
         let path = self.path.map_or(String::new(), |p| p.id());
-        format!("{rtt}{path}{rate}{tls}{replicas}{store}{gzip}{parts}")
+        let stall = self
+            .stall_ms
+            .map_or(String::new(), |ms| format!("-stall{ms}"));
+        format!("{rtt}{path}{rate}{tls}{replicas}{store}{gzip}{parts}{stall}")
     }
 
     /// The part of a progress label that says the environment.
@@ -405,6 +413,9 @@ impl Env {
         }
         if self.breakdown {
             s.push_str(", parts timed");
+        }
+        if let Some(ms) = self.stall_ms {
+            s.push_str(&format!(", order-service stalled {ms} ms mid-run"));
         }
         match self.store {
             None => {}

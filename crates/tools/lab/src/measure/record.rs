@@ -93,6 +93,9 @@ pub struct RoundRecord {
     /// order-service directly, or rounds recorded before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_hdr: Option<String>,
+    /// In a stalled cell, how long order-service was stopped, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_ms: Option<f64>,
 }
 
 /// One replica over a measured run, from its own `/metrics` and /proc.

@@ -1,5 +1,6 @@
-//! What an experiment asks the lab to run, in four shapes the runner knows:
+//! What an experiment asks the lab to run, in five shapes the runner knows:
 //! a [`Schedule::Grid`] of load cells, a rising [`Ladder`] with a stop rule,
+//! [`Staged`] cells (a first stage, then cells made from what it measured),
 //! a [`Probe`] (services started, then the experiment's own calls, not a
 //! load test) and a [`Bench`] (a benchmark run on a machine the services
 //! have left). The runner runs each shape the same way whatever experiment
@@ -11,6 +12,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::measure::cell::{Balance, Cell, Env, Store};
 use crate::measure::figures::Metric;
+use crate::measure::results::Results;
 use crate::measure::services::Running;
 
 /// One experiment's schedule.
@@ -21,6 +23,8 @@ pub enum Schedule {
     Grid(Vec<Cell>),
     /// Lines of cells climbing a load, rung by rung.
     Ladder(Ladder),
+    /// Cells, then cells made from what they measured.
+    Staged(Staged),
     /// The experiment's own calls against freshly started services, once
     /// per round.
     Probe(Probe),
@@ -33,6 +37,9 @@ impl std::fmt::Debug for Schedule {
         match self {
             Schedule::Grid(c) => write!(f, "Grid({} cells)", c.len()),
             Schedule::Ladder(l) => write!(f, "Ladder({} lines)", l.lines.len()),
+            Schedule::Staged(s) => {
+                write!(f, "Staged({} cells, then {})", s.first.len(), s.then_count)
+            }
             Schedule::Probe(p) => write!(f, "Probe(pool {}, {:?})", p.pool, p.env),
             Schedule::Bench(_) => f.write_str("Bench"),
         }
@@ -45,6 +52,8 @@ impl Schedule {
         match self {
             Schedule::Grid(c) => c.clone(),
             Schedule::Ladder(l) => l.lines.iter().flatten().cloned().collect(),
+            // The second stage's cells share the first's environments.
+            Schedule::Staged(s) => s.first.clone(),
             Schedule::Probe(_) | Schedule::Bench(_) => Vec::new(),
         }
     }
@@ -70,6 +79,7 @@ impl Schedule {
         match self {
             Schedule::Grid(c) => c.len() as u32 * rounds,
             Schedule::Ladder(l) => l.planned(rounds),
+            Schedule::Staged(s) => s.planned(rounds),
             Schedule::Probe(_) => rounds,
             Schedule::Bench(_) => 0,
         }
@@ -83,6 +93,11 @@ impl Schedule {
                 "a ladder of {} lines, up to {} rungs each",
                 l.lines.len(),
                 l.lines.iter().map(Vec::len).max().unwrap_or(0)
+            ),
+            Schedule::Staged(s) => format!(
+                "{} cells, then {} made from what they measured",
+                s.first.len(),
+                s.then_count
             ),
             Schedule::Probe(_) => "a probe per round".to_owned(),
             Schedule::Bench(_) => "a benchmark".to_owned(),
@@ -125,6 +140,27 @@ impl Ladder {
     /// Measurements at most, over `rounds` rounds: every rung of every line.
     pub fn planned(&self, rounds: u32) -> u32 {
         self.lines.iter().map(Vec::len).sum::<usize>() as u32 * rounds
+    }
+}
+
+/// Cells measured in two stages: the first stage's cells, every round;
+/// then the cells [`Staged::then`] makes from the run's results, every
+/// round (an open loop at fractions of the capacity a closed loop found).
+pub struct Staged {
+    pub first: Vec<Cell>,
+    /// The second stage's cells, from the results once the first stage is
+    /// measured. A function of the records alone, so that the report finds
+    /// the same cells again (and a resumed run measures the same ones).
+    #[allow(clippy::type_complexity)]
+    pub then: Box<dyn Fn(&Results) -> Vec<Cell>>,
+    /// How many cells the second stage makes at most.
+    pub then_count: usize,
+}
+
+impl Staged {
+    /// Measurements at most, over `rounds` rounds: both stages.
+    pub fn planned(&self, rounds: u32) -> u32 {
+        (self.first.len() + self.then_count) as u32 * rounds
     }
 }
 

@@ -220,11 +220,15 @@ fn services_of(
 }
 
 /// Measures the work in its order: every grid's cells, the ladders, the
-/// probes, the benchmarks. An interruption stops it with its error.
+/// staged grids, the probes, the benchmarks. An interruption stops it with
+/// its error.
 fn measure(lab: &mut Lab, work: Work) -> anyhow::Result<()> {
     lab.run_cells(&work.cells)?;
     for (name, ladder) in &work.ladders {
         lab.run_ladder(name, ladder)?;
+    }
+    for (name, staged) in &work.staged {
+        lab.run_staged(name, staged)?;
     }
     for (name, probe) in &work.probes {
         lab.run_probe(name, probe)?;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::info::{RunInfo, RunOptions};
 use crate::experiment::{Entry, Knobs};
 use crate::measure::cell::Cell;
-use crate::measure::schedule::{Bench, Ladder, Probe, Schedule};
+use crate::measure::schedule::{Bench, Ladder, Probe, Schedule, Staged};
 use crate::measure::{Timing, human_duration};
 
 /// What a measurement takes beyond its warm-up and its measured run:
@@ -115,6 +115,7 @@ pub fn plan(entries: &[&'static dyn Entry], knobs: &Knobs) -> anyhow::Result<Pla
 pub struct Work {
     pub cells: Vec<(String, Cell)>,
     pub ladders: Vec<(String, Ladder)>,
+    pub staged: Vec<(String, Staged)>,
     pub probes: Vec<(String, Probe)>,
     pub benches: Vec<(String, Bench)>,
 }
@@ -125,6 +126,7 @@ impl Work {
         let mut seen = BTreeSet::new();
         let mut cells: Vec<(String, Cell)> = Vec::new();
         let (mut ladders, mut probes, mut benches) = (Vec::new(), Vec::new(), Vec::new());
+        let mut staged = Vec::new();
         for (name, schedule) in schedules {
             match schedule {
                 Schedule::Grid(grid) => {
@@ -135,6 +137,7 @@ impl Work {
                     }
                 }
                 Schedule::Ladder(l) => ladders.push((name, l)),
+                Schedule::Staged(s) => staged.push((name, s)),
                 Schedule::Probe(p) => probes.push((name, p)),
                 Schedule::Bench(b) => benches.push((name, b)),
             }
@@ -142,6 +145,7 @@ impl Work {
         Work {
             cells,
             ladders,
+            staged,
             probes,
             benches,
         }
@@ -153,6 +157,7 @@ impl Work {
         let r = timing.rounds;
         self.cells.len() as u32 * r
             + self.ladders.iter().map(|(_, l)| l.planned(r)).sum::<u32>()
+            + self.staged.iter().map(|(_, s)| s.planned(r)).sum::<u32>()
             + self.probes.len() as u32 * r
     }
 
@@ -174,9 +179,10 @@ impl Work {
             n => format!("{n} {one}s"),
         };
         println!(
-            "plan: {}, {}, {}, {}; {r} rounds each: up to {planned} measurements, about {}{}",
+            "plan: {}, {}, {}, {}, {}; {r} rounds each: up to {planned} measurements, about {}{}",
             count(self.cells.len(), "cell"),
             count(self.ladders.len(), "ladder"),
+            count(self.staged.len(), "staged grid"),
             count(self.probes.len(), "probe"),
             count(self.benches.len(), "benchmark"),
             human_duration(self.estimate_s(timing)),

@@ -79,6 +79,7 @@ fn record() -> RoundRecord {
         balancer_cpu_us: None,
         no_proc: false,
         upstream_hdr: None,
+        stalled_ms: None,
     }
 }
 

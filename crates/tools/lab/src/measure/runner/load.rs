@@ -45,7 +45,9 @@ impl Lab {
             Load::Closed { vus } => env.push(("VUS".to_owned(), vus.to_string())),
             Load::Open { rate, max_vus } => {
                 env.push(("RATE".to_owned(), rate.to_string()));
-                env.push(("PRE_VUS".to_owned(), max_vus.min(50).to_string()));
+                // Every VU made before the load starts: none is created
+                // mid-run, late, while the schedule waits for it.
+                env.push(("PRE_VUS".to_owned(), max_vus.to_string()));
                 env.push(("MAX_VUS".to_owned(), max_vus.to_string()));
             }
         }

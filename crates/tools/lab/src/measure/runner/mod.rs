@@ -24,10 +24,13 @@
 //!   memory.
 //! - [`answer`]: the lab's own check of a cell's answer before its round,
 //!   which gives k6 the length of a good one.
+//! - [`stall`]: order-service stopped and continued during a stalled
+//!   cell's measured run.
 
 pub mod answer;
 pub mod load;
 pub mod round;
+mod stall;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,7 +44,7 @@ use crate::measure::figures::Measures;
 use crate::measure::procfs;
 use crate::measure::record::RoundRecord;
 use crate::measure::results::{BenchRecord, Failure, ProbeRecord, Results};
-use crate::measure::schedule::{Bench, BenchContext, Ladder, Probe};
+use crate::measure::schedule::{Bench, BenchContext, Ladder, Probe, Staged};
 use crate::measure::services::ServiceConfig;
 use crate::measure::{Interrupted, Timing, human_duration, is_interrupted, write_json};
 use crate::stats::Spread;
@@ -254,6 +257,26 @@ impl Lab {
             );
         }
         Ok(())
+    }
+
+    /// Runs a staged grid: the first stage's cells, then those made from
+    /// what they measured (fewer than planned: the plan is lowered).
+    pub fn run_staged(&mut self, experiment: &str, staged: &Staged) -> anyhow::Result<()> {
+        let named = |cells: Vec<Cell>| -> Vec<(String, Cell)> {
+            cells
+                .into_iter()
+                .map(|c| (experiment.to_owned(), c))
+                .collect()
+        };
+        self.run_cells(&named(staged.first.clone()))?;
+        let then = (staged.then)(&self.results);
+        self.plan_less(staged.then_count.saturating_sub(then.len()) as u32 * self.timing.rounds);
+        println!(
+            "{experiment}: {} cells made from the first stage's {}",
+            then.len(),
+            staged.first.len()
+        );
+        self.run_cells(&named(then))
     }
 
     /// Runs a benchmark; a failure is recorded, not raised (the load cells

@@ -163,7 +163,24 @@ impl Lab {
         };
         let mut env = base_env;
         env.push(("DURATION".into(), secs_arg(self.timing.duration_s)));
-        let run = self.run_k6(script, env, &tmp.join("measured.json"))?;
+        let stall = match cell.env.stall_ms {
+            Some(_) if !gauges.on_proc => {
+                bail!("a stalled cell needs the services the lab started (not a target)")
+            }
+            Some(ms) => Some(super::stall::Stall::start(
+                running.order_pid(),
+                (gauges.metrics.clone(), cell.via.clone()),
+                Duration::from_secs_f64(self.timing.duration_s / 2.0),
+                Duration::from_millis(u64::from(ms)),
+            )),
+            None => None,
+        };
+        let run = self.run_k6(script, env, &tmp.join("measured.json"));
+        let stalled_ms = match stall {
+            Some(s) => Some(s.finish()?.as_secs_f64() * 1e3),
+            None => None,
+        };
+        let run = run?;
         let after = gauges.after(&before)?;
         let rss = gauges.peak_rss()?;
 
@@ -199,6 +216,7 @@ impl Lab {
             balancer_cpu_us: split.balancer_us,
             no_proc: !gauges.on_proc,
             upstream_hdr: after.hdr.clone(),
+            stalled_ms,
         };
         rec.flags = flags_of(&rec);
         Ok(rec)

@@ -70,6 +70,9 @@ pub fn start(
         (true, Some(c)) => Some(c),
         (true, None) => bail!("a TLS cell, but the run made no certificates"),
     };
+    if env.stall_ms.is_some() && (env.replicas.is_some() || env.path.is_some()) {
+        bail!("a stalled cell runs one order-service on loopback");
+    }
     if env.path.is_some() && (env.rtt_ms.is_some() || env.rate_mbit.is_some()) {
         bail!("a cell runs on a packet path or through the delay proxy, not both");
     }
