@@ -39,6 +39,9 @@ pub struct Data {
     /// without one (k6 calling order-service directly, older runs) have
     /// none.
     pub hdr: BTreeMap<Cell, hdrhistogram::Histogram<u64>>,
+    /// Each cell's good answers as k6 timed them end to end, over its good
+    /// rounds (µs, to 2.4%: [`crate::measure::k6::good_histogram`]).
+    pub e2e_hdr: BTreeMap<Cell, hdrhistogram::Histogram<u64>>,
 }
 
 /// A cell's answers over all its rounds.
@@ -60,6 +63,7 @@ impl Data {
         let mut failed: BTreeMap<Cell, Vec<(u32, String)>> = BTreeMap::new();
         let mut answers: BTreeMap<Cell, Answers> = BTreeMap::new();
         let mut hdr: BTreeMap<Cell, hdrhistogram::Histogram<u64>> = BTreeMap::new();
+        let mut e2e_hdr: BTreeMap<Cell, hdrhistogram::Histogram<u64>> = BTreeMap::new();
         for r in &results.records {
             // A cell measured under several names (a shared cell) pools
             // with the first name in order, whatever order the rounds were
@@ -98,6 +102,12 @@ impl Data {
                     // Same bounds on both sides: the add cannot fail.
                     let _ = merged.add(&h);
                 }
+                if let Some(h) = crate::measure::k6::good_histogram(&r.k6_summary) {
+                    let merged = e2e_hdr
+                        .entry(r.cell.clone())
+                        .or_insert_with(telemetry::hdr::empty);
+                    let _ = merged.add(&h);
+                }
             }
             for fl in &r.flags {
                 flags
@@ -114,6 +124,7 @@ impl Data {
             answers,
             experiment,
             hdr,
+            e2e_hdr,
         }
     }
 

@@ -41,6 +41,25 @@ fn upstream_hdr(p50_us: f64) -> hdrhistogram::Histogram<u64> {
     h
 }
 
+/// A k6 summary holding only its histogram's buckets (the scripts'
+/// `good_hdr_bN`): 1,000 good answers around `p50_us`, tailed as
+/// [`upstream_hdr`].
+fn k6_buckets(p50_us: f64) -> serde_json::Value {
+    let h = upstream_hdr(p50_us);
+    let mut metrics = serde_json::Map::new();
+    for v in h.iter_recorded() {
+        let b = ((v.value_iterated_to() as f64).log10() * 50.0).floor() as u32;
+        let key = format!("good_hdr_b{b}");
+        let count = metrics
+            .get(&key)
+            .and_then(|m| m["values"]["count"].as_u64())
+            .unwrap_or(0)
+            + v.count_at_value();
+        metrics.insert(key, serde_json::json!({ "values": { "count": count } }));
+    }
+    serde_json::json!({ "metrics": metrics })
+}
+
 /// A plausible record for one round of one cell: costs grow with the
 /// payload, vary by transport, and move a little from round to round.
 pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
@@ -170,7 +189,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
                     .collect()
             })
             .unwrap_or_default(),
-        k6_summary: serde_json::Value::Null,
+        k6_summary: k6_buckets(up_us * 3.0),
         replicas: replicas(cell, requests, up_us),
         balancer_cpu_us: cell
             .env

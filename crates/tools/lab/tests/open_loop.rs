@@ -94,5 +94,23 @@ fn a_stall_of_order_service_shows_in_the_open_loops_p99() {
     );
     let md = std::fs::read_to_string(run.dir.join("report.md")).unwrap();
     assert!(md.contains("open loop shows it in its p99"), "{md}");
+    // Every round's histograms are kept whole: k6's end to end, and
+    // user-service's upstream.
+    let hgrm: Vec<String> = std::fs::read_dir(run.dir.join("hdr"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for what in ["e2e", "upstream"] {
+        let n = hgrm
+            .iter()
+            .filter(|f| f.ends_with(&format!(".{what}.hgrm")))
+            .count();
+        assert_eq!(n, results.records.len(), "{what}: {hgrm:?}");
+    }
+    // The spectra are drawn from them: at the top fraction, and the stall.
+    for chart in ["open-loop-spectrum-100.svg", "open-loop-stall-spectrum.svg"] {
+        let svg = std::fs::read_to_string(run.dir.join(chart)).unwrap();
+        assert!(svg.contains("<polyline"), "{chart}");
+    }
     let _ = std::fs::remove_dir_all(&out);
 }

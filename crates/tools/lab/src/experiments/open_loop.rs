@@ -13,6 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Context, Experiment, Knobs};
+use crate::experiments::spectrum::{self, Latency};
 use crate::experiments::tables::method;
 use crate::measure::cell::{Cell, Env, Load};
 use crate::measure::figures::{Measures, Metric};
@@ -272,8 +273,51 @@ fn section(p: &OpenLoopPlan, cx: &Context) -> Section {
     ));
     for &o in &p.sizes {
         fractions_table(&mut s, p, cx, o);
+        if let Some(&top) = p.fractions_pct.last() {
+            let cells: Vec<(String, Cell)> = p
+                .vias
+                .iter()
+                .filter_map(|v| {
+                    p.capacity(cx.results, v, o)
+                        .map(|cap| (v.clone(), p.at(v, o, cap, top)))
+                })
+                .collect();
+            spectrum::add(
+                &mut s,
+                cx,
+                Latency::EndToEnd,
+                (
+                    &format!("open-loop-spectrum-{o}.svg"),
+                    &format!(
+                        "End-to-end percentile spectrum at {top}% of capacity, {}",
+                        f::orders(o)
+                    ),
+                ),
+                &cells,
+            );
+        }
     }
     stall_table(&mut s, p, cx);
+    let pairs: Vec<(String, Cell)> = p
+        .stall_vias
+        .iter()
+        .flat_map(|v| {
+            let open = p
+                .capacity(cx.results, v, p.stall_orders)
+                .map(|cap| (format!("{v} open"), p.stall_open(v, cap)));
+            std::iter::once((format!("{v} closed"), p.stall_closed(v))).chain(open)
+        })
+        .collect();
+    spectrum::add(
+        &mut s,
+        cx,
+        Latency::EndToEnd,
+        (
+            "open-loop-stall-spectrum.svg",
+            &format!("End-to-end percentile spectrum with a {} ms stall", p.stall_ms),
+        ),
+        &pairs,
+    );
     s
 }
 

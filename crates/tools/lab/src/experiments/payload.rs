@@ -159,8 +159,11 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
         crate::experiments::spectrum::add(
             &mut s,
             cx,
-            &format!("payload-spectrum-{o}.svg"),
-            &format!("Upstream percentile spectrum at {}", f::orders(o)),
+            crate::experiments::spectrum::Latency::Upstream,
+            (
+                &format!("payload-spectrum-{o}.svg"),
+                &format!("Upstream percentile spectrum at {}", f::orders(o)),
+            ),
             &column(o),
         );
         if p.sizes.len() == 1 {

@@ -1,6 +1,6 @@
-//! The percentile spectrum of some cells' upstream calls, from
-//! user-service's HDR histograms merged over each cell's good rounds: a
-//! chart (latency against percentile, 0 to 99.99, on a log axis of
+//! The percentile spectrum of some cells' latencies, from HDR histograms
+//! merged over each cell's good rounds (user-service's of its upstream
+//! calls, or k6's of its good answers end to end): a chart (latency against percentile, 0 to 99.99, on a log axis of
 //! 1/(1 − percentile), one line per cell, as HdrHistogram's plotter and
 //! wrk2 users draw it) and a table of its percentiles, with a reading
 //! computed from them.
@@ -48,18 +48,57 @@ fn points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Which latency a spectrum draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latency {
+    /// user-service's round trips to order-service.
+    Upstream,
+    /// k6's good answers, end to end.
+    EndToEnd,
+}
+
+impl Latency {
+    fn of<'a>(self, cx: &'a Context, cell: &Cell) -> Option<&'a Histogram<u64>> {
+        let map = match self {
+            Latency::Upstream => &cx.data.hdr,
+            Latency::EndToEnd => &cx.data.e2e_hdr,
+        };
+        map.get(cell).filter(|h| !h.is_empty())
+    }
+
+    fn axis(self) -> &'static str {
+        match self {
+            Latency::Upstream => "upstream round trip, µs (log)",
+            Latency::EndToEnd => "end to end, µs (log)",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Latency::Upstream => {
+                "user-service's HDR histogram (k6 called order-service directly, or the run \
+                 predates them)"
+            }
+            Latency::EndToEnd => "k6's histogram of good answers (the run predates them)",
+        }
+    }
+}
+
 /// Adds the spectrum of `cells` (named) to `s`: the chart in `file` and the
 /// table, or a line saying why there is none.
-pub fn add(s: &mut Section, cx: &Context, file: &str, title: &str, cells: &[(String, Cell)]) {
+pub fn add(
+    s: &mut Section,
+    cx: &Context,
+    which: Latency,
+    (file, title): (&str, &str),
+    cells: &[(String, Cell)],
+) {
     let have: Vec<(&String, &Histogram<u64>)> = cells
         .iter()
-        .filter_map(|(n, c)| cx.data.hdr.get(c).filter(|h| !h.is_empty()).map(|h| (n, h)))
+        .filter_map(|(n, c)| which.of(cx, c).map(|h| (n, h)))
         .collect();
     if have.is_empty() {
-        s.para(format!(
-            "{title}: n/a (no cell has user-service's HDR histogram: k6 called order-service \
-             directly, or the run predates them)."
-        ));
+        s.para(format!("{title}: none, as no cell has {}.", which.source()));
         return;
     }
     s.chart(Chart {
@@ -68,7 +107,7 @@ pub fn add(s: &mut Section, cx: &Context, file: &str, title: &str, cells: &[(Str
         svg: svg::line_chart(&LineChart {
             title: title.to_owned(),
             x_label: "percentile: 1/(1 − p), log (10 = p90, 100 = p99, 1,000 = p99.9)".into(),
-            y_label: "upstream round trip, µs (log)".into(),
+            y_label: which.axis().into(),
             x_log: true,
             y_log: true,
             series: have
@@ -115,13 +154,13 @@ pub fn add(s: &mut Section, cx: &Context, file: &str, title: &str, cells: &[(Str
         .collect();
     let absent: Vec<&str> = cells
         .iter()
-        .filter(|(_, c)| cx.data.hdr.get(c).is_none_or(|h| h.is_empty()))
+        .filter(|(_, c)| which.of(cx, c).is_none())
         .map(|(n, _)| n.as_str())
         .collect();
     let mut text = reading(&have, common, tail_label);
     if !absent.is_empty() {
         text.push_str(&format!(
-            " No HDR histogram for {} (k6 called order-service directly, or no good round).",
+            " No histogram for {} (no good round, or none recorded).",
             absent.join(", ")
         ));
     }

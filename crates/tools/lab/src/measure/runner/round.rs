@@ -42,13 +42,20 @@ impl Lab {
             .rounds_dir()
             .join(format!("{seq:04}-{}-r{round}.json", cell.id()));
         write_json(&path, &rec)?;
-        // The round's histogram as HdrHistogram's plotter reads it, beside
-        // the rounds (which hold it encoded).
-        if let Some(h) = rec.upstream_hdr.as_deref() {
-            let h = telemetry::hdr::decode(h)?;
+        // The round's histograms as HdrHistogram's plotter reads them,
+        // beside the rounds (which hold them: user-service's encoded, k6's
+        // in its summary's buckets).
+        let upstream = rec
+            .upstream_hdr
+            .as_deref()
+            .map(telemetry::hdr::decode)
+            .transpose()?;
+        let e2e = crate::measure::k6::good_histogram(&rec.k6_summary);
+        for (h, what) in [(upstream, "upstream"), (e2e, "e2e")] {
+            let Some(h) = h else { continue };
             let dir = self.out.join("hdr");
             std::fs::create_dir_all(&dir)?;
-            let name = format!("{seq:04}-{}-r{round}.upstream.hgrm", cell.id());
+            let name = format!("{seq:04}-{}-r{round}.{what}.hgrm", cell.id());
             std::fs::write(dir.join(name), telemetry::hdr::percentile_distribution(&h))?;
         }
         let m = Measures::of(&rec);
