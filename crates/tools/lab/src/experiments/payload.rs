@@ -156,13 +156,24 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
         ));
     }
     for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
-        crate::experiments::spectrum::add(
+        use crate::experiments::spectrum::{self, Latency};
+        spectrum::add(
             &mut s,
             cx,
-            crate::experiments::spectrum::Latency::Upstream,
+            Latency::Upstream,
             (
                 &format!("payload-spectrum-{o}.svg"),
                 &format!("Upstream percentile spectrum at {}", f::orders(o)),
+            ),
+            &column(o),
+        );
+        spectrum::add(
+            &mut s,
+            cx,
+            Latency::EndToEnd,
+            (
+                &format!("payload-e2e-spectrum-{o}.svg"),
+                &format!("End-to-end percentile spectrum at {}", f::orders(o)),
             ),
             &column(o),
         );

@@ -130,7 +130,11 @@ fn intro(info: &RunInfo) -> Vec<String> {
              highest round. A ratio (`×1.52 (1.41–1.63)`) is computed round by round and its \
              parentheses hold a 95% rerun interval: where the median of another run of the same \
              plan on this machine should land, from the round-to-round noise of that metric \
-             pooled over the experiment's cells (or the pair's own, when larger). `lab compare` \
+             pooled over the experiment's cells (or the pair's own, when larger). The intervals \
+             are built from rounds within this run, so they cover another run only as far as \
+             runs differ no more than rounds do: quiet back-to-back runs of one plan on the \
+             project's machine kept 97–99% of each other's medians inside them (the book's \
+             Repeatability), a busy machine or another plan fewer. `lab compare` \
              checks two runs against each other's intervals. A round is flagged when k6 used \
              {K6_SATURATED_CORES} core or more (its numbers then measure k6 too), when other \
              programs used {} cores or more during it, or when it saw errors. \
