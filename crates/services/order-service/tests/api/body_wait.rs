@@ -39,9 +39,10 @@ fn message() -> Bytes {
     grpc_raw::framed(&m.encode_to_vec())
 }
 
-/// Sends the whole message and returns the call's `grpc-status`.
-async fn finish(mut call: Open) -> String {
-    call.body.send_data(message(), true).unwrap();
+/// Sends the message from byte `sent` on and returns the call's
+/// `grpc-status`.
+async fn finish(mut call: Open, sent: usize) -> String {
+    call.body.send_data(message().slice(sent..), true).unwrap();
     grpc_raw::status(call.answer).await
 }
 
@@ -74,28 +75,40 @@ async fn list_code(app: &crate::helpers::TestApp) -> tonic::Code {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_for_its_body_gives_its_slot_back_and_takes_one_again_when_it_comes() {
     let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 2).await;
-    let (first, second) = (open(app.grpc).await, open(app.grpc).await);
-    // Both slots held (seen within the second they are held for).
+    let (mut first, mut second) = (open(app.grpc).await, open(app.grpc).await);
+    // Both slots held: each call sends a byte of its message every 300 ms
+    // until a probe sees them held, so that a slow probe on a loaded
+    // machine still finds them within their second.
+    let msg = message();
     let opened = std::time::Instant::now();
+    let (mut sent, mut last) = (0, opened);
     while list_code(&app).await != tonic::Code::ResourceExhausted {
         assert!(
-            opened.elapsed() < Duration::from_millis(900),
+            opened.elapsed() < Duration::from_secs(10),
             "the slots were never held"
         );
+        if last.elapsed() >= Duration::from_millis(300) && sent + 1 < msg.len() {
+            for call in [&mut first, &mut second] {
+                call.body
+                    .send_data(msg.slice(sent..sent + 1), false)
+                    .unwrap();
+            }
+            (sent, last) = (sent + 1, std::time::Instant::now());
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
     // Past a second of silence both slots are free again.
     while list_code(&app).await != tonic::Code::Ok {
         assert!(
-            opened.elapsed() < Duration::from_secs(5),
+            last.elapsed() < Duration::from_secs(5),
             "the slots were never given back"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        opened.elapsed() >= Duration::from_millis(900),
-        "given back before a second"
+        last.elapsed() >= Duration::from_millis(900),
+        "given back before a second of silence"
     );
     let rest = reqwest::get(app.url(&format!("/v2/orders?user_id={USER}&limit=1")))
         .await
@@ -103,7 +116,7 @@ async fn a_call_waiting_for_its_body_gives_its_slot_back_and_takes_one_again_whe
     assert_eq!(rest.status(), 200);
 
     // The first call's message comes: it takes a slot and is answered.
-    assert_eq!(finish(first).await, "0");
+    assert_eq!(finish(first, sent).await, "0");
 
     // Both slots held by calls that keep sending: the second call's message
     // finds none, and it is shed.
@@ -114,7 +127,7 @@ async fn a_call_waiting_for_its_body_gives_its_slot_back_and_takes_one_again_whe
         tonic::Code::ResourceExhausted,
         "held by the tricklers"
     );
-    assert_eq!(finish(second).await, "8", "shed: RESOURCE_EXHAUSTED");
+    assert_eq!(finish(second, sent).await, "8", "shed: RESOURCE_EXHAUSTED");
     for h in holders {
         h.abort();
     }
