@@ -69,7 +69,7 @@ fn a_stall_of_order_service_shows_in_the_open_loops_p99() {
         let what = r.cell.label();
         let stopped = r.stalled_ms.expect("the stop's length is recorded");
         assert!(
-            (195.0..400.0).contains(&stopped),
+            (195.0..1000.0).contains(&stopped),
             "{what}: stopped {stopped} ms"
         );
         assert_eq!(m.bad_answers, 0.0, "{what}: a stall is not an error");
