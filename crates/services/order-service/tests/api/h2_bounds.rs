@@ -52,6 +52,20 @@ async fn trickle(
     started.elapsed()
 }
 
+/// Trickles `byte` every 50 ms on `c`, whose server cuts a head at a
+/// fraction of a second: the connection must be closed within 5 s (the
+/// trickle goes on for 10 s at most).
+async fn cut_while_trickled(c: &mut TcpStream, byte: u8, what: &str) {
+    let lasted = trickle(
+        c,
+        &[byte],
+        Duration::from_millis(50),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(lasted < Duration::from_secs(5), "{what} lasted {lasted:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_trickled_after_the_preface_is_cut_at_the_header_read_timeout() {
     let app = spawn_with(Backend::Memory, |s| {
@@ -67,17 +81,7 @@ async fn a_head_trickled_after_the_preface_is_cut_at_the_header_read_timeout() {
         c.write_all(&[0, 0, 200, 0x1, 0x4, 0, 0, 0, 1])
             .await
             .unwrap();
-        let lasted = trickle(
-            &mut c,
-            &[0x40],
-            Duration::from_millis(50),
-            Duration::from_secs(10),
-        )
-        .await;
-        assert!(
-            lasted < Duration::from_secs(5),
-            "{name}: the trickled head lasted {lasted:?}"
-        );
+        cut_while_trickled(&mut c, 0x40, &format!("{name}: the trickled head")).await;
     }
     app.stop().await;
 }
@@ -89,17 +93,7 @@ async fn grpc_web_s_http1_head_is_under_the_header_read_timeout() {
     c.write_all(b"POST /order.v2.OrderService/ListOrders HTTP/1.1\r\nx-slow: ")
         .await
         .unwrap();
-    let lasted = trickle(
-        &mut c,
-        b"a",
-        Duration::from_millis(50),
-        Duration::from_secs(10),
-    )
-    .await;
-    assert!(
-        lasted < Duration::from_secs(5),
-        "the trickled head lasted {lasted:?}"
-    );
+    cut_while_trickled(&mut c, b'a', "the trickled head").await;
     app.stop().await;
 }
 
@@ -140,17 +134,7 @@ async fn grpc_web_s_later_heads_are_under_the_header_read_timeout_too() {
     c.write_all(b"POST /grpc.health.v1.Health/Check HTTP/1.1\r\nx-slow: ")
         .await
         .unwrap();
-    let lasted = trickle(
-        &mut c,
-        b"a",
-        Duration::from_millis(50),
-        Duration::from_secs(10),
-    )
-    .await;
-    assert!(
-        lasted < Duration::from_secs(5),
-        "the second head, trickled, lasted {lasted:?}"
-    );
+    cut_while_trickled(&mut c, b'a', "the second head, trickled,").await;
     app.stop().await;
 }
 
