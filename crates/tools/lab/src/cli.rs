@@ -56,11 +56,19 @@ pub enum Cmd {
     /// and which lie furthest out. Warns when the runs come from different
     /// machines, commits or plans.
     ///
+    /// Like with like: two runs timed differently (rounds, duration,
+    /// warm-up) or on different stores are refused, and an experiment
+    /// planned with other settings (callers, pool, quick...) is left out,
+    /// unless --across-plans; an experiment whose plans differ only in which
+    /// cells they hold (transports, sizes) is compared on the cells both
+    /// runs measured.
+    ///
     /// Exit status: 0 when the comparison was made (and B kept within any
     /// bound given); 3 when more of B's medians fell outside A's intervals
     /// than --fail-outside allows, a ratio moved further than --max-move
-    /// allows, or (with either) the two reports share no ratio; 1 when a
-    /// report could not be read; 2 for a bad command line.
+    /// allows, or (with either) the two reports share no ratio; 4 when the
+    /// runs were not measured alike (refused without --across-plans); 1 when
+    /// a report could not be read; 2 for a bad command line.
     Compare {
         /// The first run (its intervals are the yardstick): a results
         /// directory or its report.json.
@@ -80,6 +88,12 @@ pub enum Cmd {
         /// runs on other machines or plans whose intervals do not apply.
         #[arg(long, value_name = "X", value_parser = factor)]
         max_move: Option<f64>,
+        /// Compare runs that were not measured alike anyway (other timing or
+        /// store, experiments planned with other settings), saying so at the
+        /// top: A's intervals then do not describe B, and only --max-move
+        /// means much.
+        #[arg(long)]
+        across_plans: bool,
     },
     /// Combine the k6 summaries of a distributed test's runners (a
     /// k6-operator TestRun's pods, each printing its JSON summary at the end
@@ -302,8 +316,18 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
             worst,
             fail_outside,
             max_move,
+            across_plans,
         } => {
-            let (text, tally) = crate::compare::run(&a, &b, worst)?;
+            let (text, tally) = match crate::compare::run(&a, &b, worst, across_plans) {
+                Ok(done) => done,
+                Err(e) => {
+                    if let Some(refused) = e.downcast_ref::<crate::compare::NotAlike>() {
+                        eprintln!("{refused}");
+                        return Ok(ExitCode::from(crate::compare::NOT_ALIKE));
+                    }
+                    return Err(e);
+                }
+            };
             print!("{text}");
             let verdicts = [
                 fail_outside.map(|l| tally.verdict(l)),

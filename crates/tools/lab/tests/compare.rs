@@ -1,8 +1,9 @@
 //! `lab compare A B --fail-outside PCT` as CI would run it, the real
 //! binary on two report.json files: identical runs pass (exit 0), a run
 //! where one ratio moved ×1.5 fails (exit 3) naming it, under
-//! `--fail-outside` and under `--max-move`, and a report with nothing in
-//! common fails rather than passing vacuously.
+//! `--fail-outside` and under `--max-move`, a report with nothing in
+//! common fails rather than passing vacuously, and a run timed differently
+//! is refused (exit 4) unless `--across-plans`.
 
 mod common;
 
@@ -95,6 +96,31 @@ fn compare_fails_past_its_bound_and_passes_identical_runs() {
     let (code, _, err) = compare(&a, &empty, "100");
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("share no ratio"), "{err}");
+
+    // B timed differently: refused with 4, compared under a banner when asked.
+    let (mut longer, _) = common::synthetic(&["payload"], true, 3);
+    longer.timing.duration_s *= 2.0;
+    let timed = common::temp_dir("compare-timed");
+    build_report(&longer, &results).write(&timed).unwrap();
+    let (code, out, err) = compare(&a, &timed, "100");
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(
+        err.contains("not compared: the runs were timed differently"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "nothing compared is printed: {out}");
+    let across = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["compare", "--across-plans", "--max-move", "1.01"])
+        .arg(&a)
+        .arg(&timed)
+        .output()
+        .expect("lab runs");
+    let out = String::from_utf8_lossy(&across.stdout);
+    assert_eq!(across.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("NOT LIKE WITH LIKE: the runs were timed differently"),
+        "{out}"
+    );
 
     // A bound that is no percentage is refused by the parser.
     let (code, _, err) = compare(&a, &same, "150");

@@ -24,11 +24,12 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use serde::Deserialize as _;
 
 use crate::report::value::Value;
 use crate::report::{Block, Report};
-use crate::session::RunInfo;
+
+mod alike;
+pub use alike::{Alike, alike, differences};
 
 /// A ratio as a report states it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -97,107 +98,24 @@ fn ratios(report: &Report) -> BTreeMap<Key, Stated> {
     out
 }
 
-/// Where two runs differ in what a comparison assumes is the same.
-pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
-    let (Ok(a), Ok(b)) = (RunInfo::deserialize(a), RunInfo::deserialize(b)) else {
-        return vec![
-            "a report.json lacks its run's description: machines, commits and plans unchecked"
-                .into(),
-        ];
-    };
-    let mut out = Vec::new();
-    let (ma, mb) = (&a.machine, &b.machine);
-    let machine = |m: &crate::measure::machine::Machine| {
-        format!(
-            "{} cores, {}, {:.1} GiB, Linux {}",
-            m.cores, m.cpu_model, m.memory_gib, m.kernel
-        )
-    };
-    if machine(ma) != machine(mb) {
-        out.push(format!(
-            "different machines: A {}; B {}",
-            machine(ma),
-            machine(mb)
-        ));
-    }
-    if (&ma.rustc, &ma.k6) != (&mb.rustc, &mb.k6) {
-        out.push(format!(
-            "different versions: A {}, {}; B {}, {}",
-            ma.rustc, ma.k6, mb.rustc, mb.k6
-        ));
-    }
-    if ma.git_commit != mb.git_commit {
-        out.push(format!(
-            "different commits: A {}, B {}",
-            ma.git_commit, mb.git_commit
-        ));
-    }
-    for (name, m) in [("A", ma), ("B", mb)] {
-        if m.git_dirty {
-            out.push(format!("{name} ran with uncommitted changes"));
-        }
-    }
-    if a.timing != b.timing {
-        out.push(format!(
-            "different timing: A {} rounds × {} s after {} s, B {} rounds × {} s after {} s",
-            a.timing.rounds,
-            a.timing.duration_s,
-            a.timing.warmup_s,
-            b.timing.rounds,
-            b.timing.duration_s,
-            b.timing.warmup_s
-        ));
-    }
-    if a.store != b.store {
-        out.push(format!("different stores: A {}, B {}", a.store, b.store));
-    }
-    if a.pinning != b.pinning {
-        out.push("different CPU pinning".to_owned());
-    }
-    if a.knobs.path != b.knobs.path {
-        out.push(format!(
-            "different network emulation: A {}, B {} (a different environment for rtt, compression and tls)",
-            a.knobs.path.name(),
-            b.knobs.path.name()
-        ));
-    }
-    // The congestion control each kernel reported on the packet path, else
-    // the one the run asked for.
-    let cc = |i: &RunInfo| {
-        let seen: std::collections::BTreeSet<&String> = i
-            .service_env
-            .iter()
-            .filter(|(k, _)| k.starts_with("path ") && k.ends_with(" tcp_congestion_control"))
-            .map(|(_, v)| v)
-            .collect();
-        if seen.is_empty() {
-            i.knobs.cc.name().to_owned()
-        } else {
-            seen.into_iter().cloned().collect::<Vec<_>>().join("+")
-        }
-    };
-    if cc(&a) != cc(&b) {
-        out.push(format!(
-            "different TCP congestion control on the packet path: A {}, B {} (a different environment: its cells compare only under the same algorithm)",
-            cc(&a),
-            cc(&b)
-        ));
-    }
-    for (name, plan) in &a.plans {
-        match b.plans.get(name) {
-            Some(other) if other != plan => out.push(format!("different plans for {name}")),
-            Some(_) => {}
-            None => out.push(format!("{name} is in A only")),
-        }
-    }
-    for name in b.plans.keys().filter(|n| !a.plans.contains_key(*n)) {
-        out.push(format!("{name} is in B only"));
-    }
-    out
-}
-
 /// The exit status of `lab compare --fail-outside` past its bound.
 pub const OUTSIDE_THE_BOUND: u8 = 3;
+
+/// The exit status of `lab compare` refusing two runs that were not
+/// measured alike (timing or store), without `--across-plans`.
+pub const NOT_ALIKE: u8 = 4;
+
+/// `lab compare`'s refusal: the two runs measured every cell differently.
+#[derive(Debug)]
+pub struct NotAlike(pub String);
+
+impl std::fmt::Display for NotAlike {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotAlike {}
 
 /// How many ratios were paired, and how many of B's medians lay outside
 /// A's stated intervals, each named.
@@ -276,14 +194,19 @@ impl Tally {
     }
 }
 
-/// The comparison of two reports, as text.
+/// The comparison of two reports, as text, like with like.
 pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
-    compare_tally(a, b, worst).0
+    compare_tally(a, b, worst, false).0
 }
 
-/// [`compare`], and its [`Tally`].
-pub fn compare_tally(a: &Report, b: &Report, worst: usize) -> (String, Tally) {
-    let (ra, rb) = (ratios(a), ratios(b));
+/// [`compare`], and its [`Tally`]. Sections whose experiments were planned
+/// with different settings are left out unless `across` (`--across-plans`).
+pub fn compare_tally(a: &Report, b: &Report, worst: usize, across: bool) -> (String, Tally) {
+    let same_way = alike(&a.run, &b.run);
+    let left_out = |section: &str| !across && same_way.apart.contains_key(section);
+    let (mut ra, mut rb) = (ratios(a), ratios(b));
+    ra.retain(|k, _| !left_out(&k.0));
+    rb.retain(|k, _| !left_out(&k.0));
     let mut paired = 0;
     let (mut b_in_a, mut a_in_b, mut overlap) = (0, 0, 0);
     let mut misses: Vec<(f64, String)> = Vec::new();
@@ -352,6 +275,13 @@ pub fn compare_tally(a: &Report, b: &Report, worst: usize) -> (String, Tally) {
         }
     };
     let mut out = String::new();
+    for w in &same_way.run_wide {
+        let _ = writeln!(
+            out,
+            "NOT LIKE WITH LIKE: {w}. Every cell was measured differently, so A's intervals \
+             do not describe B; the ratios are compared anyway (--across-plans)."
+        );
+    }
     let diffs = differences(&a.run, &b.run);
     if diffs.is_empty() {
         let _ = writeln!(out, "same machine, commit, timing and plans");
@@ -359,6 +289,28 @@ pub fn compare_tally(a: &Report, b: &Report, worst: usize) -> (String, Tally) {
         for d in &diffs {
             let _ = writeln!(out, "warning: {d}");
         }
+    }
+    for (section, why) in &same_way.apart {
+        let _ = if across {
+            writeln!(
+                out,
+                "NOT LIKE WITH LIKE: {section} was planned with other settings ({why}); \
+                 compared anyway (--across-plans)"
+            )
+        } else {
+            writeln!(
+                out,
+                "left out: {section}, planned with other settings ({why}); --across-plans \
+                 compares it anyway"
+            )
+        };
+    }
+    for (section, lists) in &same_way.narrowed {
+        let _ = writeln!(
+            out,
+            "{section}: its plans differ only in which cells they hold ({lists}); compared on \
+             the cells both runs measured"
+        );
     }
     let _ = writeln!(
         out,
@@ -448,11 +400,22 @@ fn report_json(p: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// `lab compare`: both runs' `report.json` read and compared; the text and
-/// the tally.
-pub fn run(a: &Path, b: &Path, worst: usize) -> anyhow::Result<(String, Tally)> {
+/// the tally. Two runs timed differently, or on different stores, are
+/// refused ([`NotAlike`]) unless `across`.
+pub fn run(a: &Path, b: &Path, worst: usize, across: bool) -> anyhow::Result<(String, Tally)> {
     let (pa, pb) = (report_json(a)?, report_json(b)?);
     let (ra, rb) = (Report::read_json(&pa)?, Report::read_json(&pb)?);
-    let (text, tally) = compare_tally(&ra, &rb, worst);
+    let same_way = alike(&ra.run, &rb.run);
+    if !across && !same_way.run_wide.is_empty() {
+        return Err(NotAlike(format!(
+            "not compared: {}. A's intervals describe reruns of A's plan only; run B with A's \
+             --rounds, --duration, --warmup and store, or pass --across-plans to compare anyway \
+             (then only --max-move means much)",
+            same_way.run_wide.join("; ")
+        ))
+        .into());
+    }
+    let (text, tally) = compare_tally(&ra, &rb, worst, across);
     Ok((
         format!("A: {}\nB: {}\n{text}", pa.display(), pb.display()),
         tally,
@@ -460,144 +423,4 @@ pub fn run(a: &Path, b: &Path, worst: usize) -> anyhow::Result<(String, Tally)> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::report::{Section, Table};
-
-    fn ratio(median: f64, low: f64, high: f64) -> Value {
-        Value::Ratio { median, low, high }
-    }
-
-    fn report(cells: &[Value]) -> Report {
-        let mut s = Section::new("payload", "Payload");
-        s.table(Table {
-            caption: "Throughput".into(),
-            headers: vec!["transport".into(), "1 order".into()],
-            rows: cells
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    vec![
-                        Value::text(format!("t{i}")),
-                        Value::parts(vec![Value::single(100.0, "req/s"), c.clone()]),
-                    ]
-                })
-                .collect(),
-            reading: String::new(),
-        });
-        Report {
-            sections: vec![s],
-            ..Report::default()
-        }
-    }
-
-    #[test]
-    fn agreement_is_counted_and_the_worst_miss_named() {
-        let a = report(&[
-            Value::Baseline,
-            ratio(1.5, 1.4, 1.6),
-            ratio(0.5, 0.45, 0.55),
-        ]);
-        let b = report(&[
-            Value::Baseline,
-            ratio(1.55, 1.5, 1.7),
-            ratio(0.8, 0.75, 0.85),
-        ]);
-        let text = compare(&a, &b, 5);
-        // The baselines are left out: two ratios paired.
-        assert!(text.contains("\n2 ratios in both reports"), "{text}");
-        assert!(text.contains("inside A's stated spread: 1 (50%)"), "{text}");
-        assert!(text.contains("overlap:            1 (50%)"), "{text}");
-        assert!(
-            text.contains("t2 / 1 order: A ×0.50 (0.45–0.55), B ×0.80"),
-            "{text}"
-        );
-        assert!(!text.contains("t1 / 1 order: A"), "{text}");
-        assert!(text.contains("payload         1 of 2    (50%)"), "{text}");
-        // t1: 0.51 of A's upper half-interval; t2: 4.9 of it; median 2.72.
-        assert!(
-            text.contains("half-intervals: median 2.72 over 2 ratios"),
-            "{text}"
-        );
-        // Half-widths ±6.9% and ±10.6%.
-        assert!(text.contains("intervals are ±9% wide"), "{text}");
-        // Neither report says which run it was.
-        assert!(text.contains("warning: a report.json lacks"), "{text}");
-    }
-
-    #[test]
-    fn the_bound_passes_identical_runs_and_fails_a_regression_naming_it() {
-        let a = report(&[
-            Value::Baseline,
-            ratio(1.5, 1.4, 1.6),
-            ratio(0.5, 0.45, 0.55),
-            ratio(2.0, 1.9, 2.1),
-        ]);
-        let (_, same) = compare_tally(&a, &a.clone(), 5);
-        assert_eq!(same.paired, 3);
-        assert!(same.verdict(0.0).is_ok(), "{:?}", same.verdict(0.0));
-        // One transport got ×1.5 slower against the baseline.
-        let b = report(&[
-            Value::Baseline,
-            ratio(1.5, 1.4, 1.6),
-            ratio(0.75, 0.7, 0.8),
-            ratio(2.0, 1.9, 2.1),
-        ]);
-        let (_, t) = compare_tally(&a, &b, 5);
-        let fail = t.verdict(10.0).unwrap_err();
-        assert!(
-            fail.starts_with("fail: 1 of 3 of B's medians (33.3%)"),
-            "{fail}"
-        );
-        assert!(fail.contains("t2 / 1 order: A ×0.50"), "{fail}");
-        assert!(t.verdict(34.0).is_ok());
-        // Nothing in common: a failure, not a pass.
-        let (_, none) = compare_tally(&a, &Report::default(), 5);
-        assert!(none.verdict(100.0).unwrap_err().contains("share no ratio"));
-        assert!(
-            none.verdict_moves(1.5)
-                .unwrap_err()
-                .contains("share no ratio")
-        );
-        // The ×1.5 move passes a bound of ×1.6 and fails one of ×1.4.
-        let ok = t.verdict_moves(1.6).unwrap();
-        assert!(ok.contains("the most: ×1.50"), "{ok}");
-        let moved = t.verdict_moves(1.4).unwrap_err();
-        assert!(moved.starts_with("fail: 1 of 3 ratios moved"), "{moved}");
-        assert!(
-            moved.contains("×1.50  payload / Throughput / t2 / 1 order: A ×0.50, B ×0.75"),
-            "{moved}"
-        );
-        assert!(same.verdict_moves(1.0).is_ok());
-    }
-
-    #[test]
-    fn runs_from_other_machines_commits_or_plans_are_named() {
-        let (a, _) = crate::synthetic::run(&["payload", "naive"], true, 2);
-        let mut b = a.clone();
-        assert!(differences(&to(&a), &to(&b)).is_empty());
-        b.machine.cores = 4;
-        b.machine.git_commit = "0123456789ab".into();
-        b.knobs.quick = false;
-        b.plans.insert(
-            "payload".into(),
-            serde_json::json!({"transports": ["grpc"], "sizes": [1]}),
-        );
-        b.plans.remove("naive");
-        b.knobs.cc = netpath::CongestionControl::Bbr;
-        let d = differences(&to(&a), &to(&b)).join("\n");
-        for needle in [
-            "different TCP congestion control on the packet path: A cubic, B bbr",
-            "different machines",
-            "different commits",
-            "different plans for payload",
-            "naive is in A only",
-        ] {
-            assert!(d.contains(needle), "{needle}: {d}");
-        }
-    }
-
-    fn to(info: &RunInfo) -> serde_json::Value {
-        serde_json::to_value(info).expect("serialises")
-    }
-}
+mod tests;
