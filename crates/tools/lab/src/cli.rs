@@ -94,6 +94,12 @@ pub enum Cmd {
         /// means much.
         #[arg(long)]
         across_plans: bool,
+        /// Compare only the tables whose section or caption holds one of
+        /// these texts (comma-separated, case aside): a named set of ratios,
+        /// e.g. `--only throughput,"upstream p95"` leaves out single-sample
+        /// tails such as the maximum.
+        #[arg(long, value_delimiter = ',', value_name = "TEXTS")]
+        only: Vec<String>,
     },
     /// Combine the k6 summaries of a distributed test's runners (a
     /// k6-operator TestRun's pods, each printing its JSON summary at the end
@@ -317,8 +323,9 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
             fail_outside,
             max_move,
             across_plans,
+            only,
         } => {
-            let (text, tally) = match crate::compare::run(&a, &b, worst, across_plans) {
+            let (text, tally) = match crate::compare::run(&a, &b, worst, across_plans, &only) {
                 Ok(done) => done,
                 Err(e) => {
                     if let Some(refused) = e.downcast_ref::<crate::compare::NotAlike>() {

@@ -2,7 +2,8 @@
 //! binary on two report.json files: identical runs pass (exit 0), a run
 //! where one ratio moved ×1.5 fails (exit 3) naming it, under
 //! `--fail-outside` and under `--max-move`, a report with nothing in
-//! common fails rather than passing vacuously, and a run timed differently
+//! common fails rather than passing vacuously, `--only` narrows the gate to
+//! the tables it names, and a run timed differently
 //! is refused (exit 4) unless `--across-plans`.
 
 mod common;
@@ -88,6 +89,27 @@ fn compare_fails_past_its_bound_and_passes_identical_runs() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("moved by more than ×1.4"), "{err}");
     assert_eq!(moved("1.6").0, 0);
+    // A named set of ratios: the moved one is in the throughput table, so
+    // naming only the CPU table passes and naming throughput fails.
+    let only = |tables: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["compare", "--max-move", "1.4", "--only", tables])
+            .arg(&a)
+            .arg(&slower)
+            .output()
+            .expect("lab runs");
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, out) = only("cpu per request");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("only the tables whose section or caption holds \"cpu per request\""),
+        "{out}"
+    );
+    assert_eq!(only("upstream p95,THROUGHPUT").0, 3);
     assert_eq!(moved("0.5").0, 2, "a factor under 1 is refused");
 
     // Nothing in common: a failure, not a pass.

@@ -101,7 +101,7 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
     assert!(empty.is_empty(), "empty cells:\n{}", empty.join("\n"));
     // report.json is written with the run, and a run compared with itself
     // agrees everywhere, with nothing to warn of but uncommitted changes.
-    let (same, tally) = lab::compare::run(&run.dir, &run.dir, 5, false).unwrap();
+    let (same, tally) = lab::compare::run(&run.dir, &run.dir, 5, false, &[]).unwrap();
     assert!(tally.outside.is_empty() && tally.paired > 0, "{same}");
     assert!(!same.contains("different"), "{same}");
     assert!(

@@ -402,9 +402,19 @@ fn report_json(p: &Path) -> anyhow::Result<PathBuf> {
 /// `lab compare`: both runs' `report.json` read and compared; the text and
 /// the tally. Two runs timed differently, or on different stores, are
 /// refused ([`NotAlike`]) unless `across`.
-pub fn run(a: &Path, b: &Path, worst: usize, across: bool) -> anyhow::Result<(String, Tally)> {
+/// With `only` not empty, only the tables whose `section / caption` holds
+/// one of its texts (case aside) are compared: a named set of ratios.
+pub fn run(
+    a: &Path,
+    b: &Path,
+    worst: usize,
+    across: bool,
+    only: &[String],
+) -> anyhow::Result<(String, Tally)> {
     let (pa, pb) = (report_json(a)?, report_json(b)?);
-    let (ra, rb) = (Report::read_json(&pa)?, Report::read_json(&pb)?);
+    let (mut ra, mut rb) = (Report::read_json(&pa)?, Report::read_json(&pb)?);
+    keep_only(&mut ra, only);
+    keep_only(&mut rb, only);
     let same_way = alike(&ra.run, &rb.run);
     if !across && !same_way.run_wide.is_empty() {
         return Err(NotAlike(format!(
@@ -416,10 +426,40 @@ pub fn run(a: &Path, b: &Path, worst: usize, across: bool) -> anyhow::Result<(St
         .into());
     }
     let (text, tally) = compare_tally(&ra, &rb, worst, across);
+    let named = if only.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "only the tables whose section or caption holds {}\n",
+            only.iter()
+                .map(|o| format!("{o:?}"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        )
+    };
     Ok((
-        format!("A: {}\nB: {}\n{text}", pa.display(), pb.display()),
+        format!("A: {}\nB: {}\n{named}{text}", pa.display(), pb.display()),
         tally,
     ))
+}
+
+/// Drops every table whose `section / caption` holds none of `only`'s
+/// texts (case aside); keeps them all when `only` is empty.
+fn keep_only(r: &mut Report, only: &[String]) {
+    if only.is_empty() {
+        return;
+    }
+    let needles: Vec<String> = only.iter().map(|o| o.to_lowercase()).collect();
+    for s in &mut r.sections {
+        let id = s.id.clone();
+        s.blocks.retain(|b| match b {
+            Block::Table(t) => {
+                let name = format!("{id} / {}", t.caption).to_lowercase();
+                needles.iter().any(|n| name.contains(n.as_str()))
+            }
+            _ => true,
+        });
+    }
 }
 
 #[cfg(test)]

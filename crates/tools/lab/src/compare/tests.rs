@@ -226,7 +226,7 @@ fn runs_timed_differently_are_refused_unless_asked() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(&pa, a.json().unwrap()).unwrap();
     std::fs::write(&pb, b.json().unwrap()).unwrap();
-    let err = run(&pa, &pb, 5, false).unwrap_err();
+    let err = run(&pa, &pb, 5, false, &[]).unwrap_err();
     let refused = err.downcast_ref::<NotAlike>().expect("a refusal");
     assert!(
         refused
@@ -234,13 +234,13 @@ fn runs_timed_differently_are_refused_unless_asked() {
             .starts_with("not compared: the runs were timed differently: A 2 rounds"),
         "{refused}"
     );
-    let (text, tally) = run(&pa, &pb, 5, true).unwrap();
+    let (text, tally) = run(&pa, &pb, 5, true, &[]).unwrap();
     assert!(
         text.contains("\nNOT LIKE WITH LIKE: the runs were timed differently"),
         "{text}"
     );
     assert_eq!(tally.paired, 1);
     // The same timing is compared without asking.
-    assert_eq!(run(&pa, &pa, 5, false).unwrap().1.paired, 1);
+    assert_eq!(run(&pa, &pa, 5, false, &[]).unwrap().1.paired, 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
