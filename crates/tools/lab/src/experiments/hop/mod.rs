@@ -104,17 +104,43 @@ pub struct HopRun {
 }
 
 impl HopRun {
+    /// Each round's median paired ratio of `via` to the floor at `orders`
+    /// (`None` for a round without its blocks).
+    fn paired_rounds(&self, via: &str, orders: u32) -> Vec<Option<f64>> {
+        let rounds = self.pairs.iter().map(|p| p.round).max().unwrap_or(0);
+        (1..=rounds)
+            .map(|k| {
+                let blocks: Vec<f64> = self
+                    .pairs
+                    .iter()
+                    .filter(|p| p.via == via && p.orders == orders && p.round == k)
+                    .flat_map(|p| p.ratios.iter().copied())
+                    .collect();
+                Spread::of(&blocks).map(|s| s.median)
+            })
+            .collect()
+    }
+
     /// The paired ratio of `via` to the floor: each round's median over its
-    /// blocks, summarised over the rounds (median, lowest and highest
-    /// round).
+    /// blocks, summarised over the rounds as their median with a 95% rerun
+    /// interval, the round-to-round noise pooled over every transport and
+    /// size ([`rerun_interval`]), as every other ratio of the report.
     fn paired(&self, via: &str, orders: u32) -> Option<Spread> {
-        let medians: Vec<f64> = self
-            .pairs
-            .iter()
-            .filter(|p| p.via == via && p.orders == orders)
-            .filter_map(|p| Some(Spread::of(&p.ratios)?.median))
+        let cells: std::collections::BTreeSet<(&str, u32)> =
+            self.pairs.iter().map(|p| (p.via.as_str(), p.orders)).collect();
+        let rows: Vec<Vec<Option<f64>>> = cells
+            .into_iter()
+            .map(|(v, n)| self.paired_rounds(v, n))
             .collect();
-        Spread::of(&medians)
+        let ratios: Vec<f64> = self.paired_rounds(via, orders).into_iter().flatten().collect();
+        rerun_interval(&ratios, Noise::pooled(&rows))
+    }
+
+    /// [`Self::paired`]'s rounds as they fell: median, lowest and highest
+    /// round.
+    fn paired_range(&self, via: &str, orders: u32) -> Option<Spread> {
+        let ratios: Vec<f64> = self.paired_rounds(via, orders).into_iter().flatten().collect();
+        Spread::of(&ratios)
     }
 
     /// The floor's µs per call at `orders` in its paired blocks: the median
