@@ -13,9 +13,11 @@ use std::process::Command;
 
 use lab::session::build_report;
 
-fn compare(a: &Path, b: &Path, pct: &str) -> (i32, String, String) {
+/// `lab compare OPTIONS A B`: its exit code, stdout and stderr.
+fn lab_compare(options: &[&str], a: &Path, b: &Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["compare", "--fail-outside", pct])
+        .arg("compare")
+        .args(options)
         .arg(a)
         .arg(b)
         .output()
@@ -25,6 +27,10 @@ fn compare(a: &Path, b: &Path, pct: &str) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+fn compare(a: &Path, b: &Path, pct: &str) -> (i32, String, String) {
+    lab_compare(&["--fail-outside", pct], a, b)
 }
 
 /// Multiplies the first ratio of `json` by `by` (median and interval);
@@ -74,16 +80,8 @@ fn compare_fails_past_its_bound_and_passes_identical_runs() {
     assert_eq!(code, 0, "{err}");
     // A gross move fails --max-move whatever the intervals allow.
     let moved = |x: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-            .args(["compare", "--max-move", x])
-            .arg(&a)
-            .arg(&slower)
-            .output()
-            .expect("lab runs");
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let (code, _, err) = lab_compare(&["--max-move", x], &a, &slower);
+        (code, err)
     };
     let (code, err) = moved("1.4");
     assert_eq!(code, 3, "{err}");
@@ -92,16 +90,8 @@ fn compare_fails_past_its_bound_and_passes_identical_runs() {
     // A named set of ratios: the moved one is in the throughput table, so
     // naming only the CPU table passes and naming throughput fails.
     let only = |tables: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-            .args(["compare", "--max-move", "1.4", "--only", tables])
-            .arg(&a)
-            .arg(&slower)
-            .output()
-            .expect("lab runs");
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
+        let (code, out, _) = lab_compare(&["--max-move", "1.4", "--only", tables], &a, &slower);
+        (code, out)
     };
     let (code, out) = only("cpu per request");
     assert_eq!(code, 0, "{out}");
@@ -131,14 +121,8 @@ fn compare_fails_past_its_bound_and_passes_identical_runs() {
         "{err}"
     );
     assert!(out.is_empty(), "nothing compared is printed: {out}");
-    let across = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["compare", "--across-plans", "--max-move", "1.01"])
-        .arg(&a)
-        .arg(&timed)
-        .output()
-        .expect("lab runs");
-    let out = String::from_utf8_lossy(&across.stdout);
-    assert_eq!(across.status.code(), Some(0), "{out}");
+    let (code, out, _) = lab_compare(&["--across-plans", "--max-move", "1.01"], &a, &timed);
+    assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("NOT LIKE WITH LIKE: the runs were timed differently"),
         "{out}"
