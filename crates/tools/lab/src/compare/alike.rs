@@ -10,14 +10,11 @@ use serde::Deserialize as _;
 
 use crate::session::RunInfo;
 
-/// Where two runs differ in what a comparison assumes is the same.
-pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
-    let (Ok(a), Ok(b)) = (RunInfo::deserialize(a), RunInfo::deserialize(b)) else {
-        return vec![
-            "a report.json lacks its run's description: machines, commits and plans unchecked"
-                .into(),
-        ];
-    };
+/// Where two runs differ in what a comparison assumes is the same but does
+/// not change how a cell is measured: the machine, the versions, the
+/// commit, the environment; and the experiments one run has and the other
+/// lacks. (The timing, the store and the plans are [`Alike`]'s.)
+fn warnings(a: &RunInfo, b: &RunInfo) -> Vec<String> {
     let mut out = Vec::new();
     let (ma, mb) = (&a.machine, &b.machine);
     let machine = |m: &crate::measure::machine::Machine| {
@@ -50,20 +47,6 @@ pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> 
             out.push(format!("{name} ran with uncommitted changes"));
         }
     }
-    if a.timing != b.timing {
-        out.push(format!(
-            "different timing: A {} rounds × {} s after {} s, B {} rounds × {} s after {} s",
-            a.timing.rounds,
-            a.timing.duration_s,
-            a.timing.warmup_s,
-            b.timing.rounds,
-            b.timing.duration_s,
-            b.timing.warmup_s
-        ));
-    }
-    if a.store != b.store {
-        out.push(format!("different stores: A {}, B {}", a.store, b.store));
-    }
     if a.pinning != b.pinning {
         out.push("different CPU pinning".to_owned());
     }
@@ -89,19 +72,15 @@ pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> 
             seen.into_iter().cloned().collect::<Vec<_>>().join("+")
         }
     };
-    if cc(&a) != cc(&b) {
+    if cc(a) != cc(b) {
         out.push(format!(
             "different TCP congestion control on the packet path: A {}, B {} (a different environment: its cells compare only under the same algorithm)",
-            cc(&a),
-            cc(&b)
+            cc(a),
+            cc(b)
         ));
     }
-    for (name, plan) in &a.plans {
-        match b.plans.get(name) {
-            Some(other) if other != plan => out.push(format!("different plans for {name}")),
-            Some(_) => {}
-            None => out.push(format!("{name} is in A only")),
-        }
+    for name in a.plans.keys().filter(|n| !b.plans.contains_key(*n)) {
+        out.push(format!("{name} is in A only"));
     }
     for name in b.plans.keys().filter(|n| !a.plans.contains_key(*n)) {
         out.push(format!("{name} is in B only"));
@@ -112,6 +91,10 @@ pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> 
 /// How two runs' measurements line up, from their descriptions.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Alike {
+    /// Where the runs differ without changing how a cell is measured (the
+    /// machine, the commit, the environment, experiments in one run only):
+    /// warned about.
+    pub warnings: Vec<String>,
     /// What differs for every cell (the timing, the store): no interval of
     /// one run describes the other's medians.
     pub run_wide: Vec<String>,
@@ -126,13 +109,22 @@ pub struct Alike {
 }
 
 /// [`Alike`] for two `run.json` values (as `report.json` holds them).
-/// Without both descriptions nothing can be checked: [`differences`] warns
-/// of that, and everything is compared.
+/// Without both descriptions nothing can be checked: a warning says so, and
+/// everything is compared.
 pub fn alike(a: &serde_json::Value, b: &serde_json::Value) -> Alike {
     let (Ok(a), Ok(b)) = (RunInfo::deserialize(a), RunInfo::deserialize(b)) else {
-        return Alike::default();
+        return Alike {
+            warnings: vec![
+                "a report.json lacks its run's description: machines, commits and plans unchecked"
+                    .into(),
+            ],
+            ..Alike::default()
+        };
     };
-    let mut out = Alike::default();
+    let mut out = Alike {
+        warnings: warnings(&a, &b),
+        ..Alike::default()
+    };
     if a.timing != b.timing {
         out.run_wide.push(format!(
             "the runs were timed differently: A {}, B {}",

@@ -29,7 +29,7 @@ use crate::report::value::Value;
 use crate::report::{Block, Report};
 
 mod alike;
-pub use alike::{Alike, alike, differences};
+pub use alike::{Alike, alike};
 
 /// A ratio as a report states it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -202,7 +202,17 @@ pub fn compare(a: &Report, b: &Report, worst: usize) -> String {
 /// [`compare`], and its [`Tally`]. Sections whose experiments were planned
 /// with different settings are left out unless `across` (`--across-plans`).
 pub fn compare_tally(a: &Report, b: &Report, worst: usize, across: bool) -> (String, Tally) {
-    let same_way = alike(&a.run, &b.run);
+    compare_alike(a, b, &alike(&a.run, &b.run), worst, across)
+}
+
+/// [`compare_tally`] with the runs' [`Alike`] already worked out.
+fn compare_alike(
+    a: &Report,
+    b: &Report,
+    same_way: &Alike,
+    worst: usize,
+    across: bool,
+) -> (String, Tally) {
     let left_out = |section: &str| !across && same_way.apart.contains_key(section);
     let (mut ra, mut rb) = (ratios(a), ratios(b));
     ra.retain(|k, _| !left_out(&k.0));
@@ -282,13 +292,11 @@ pub fn compare_tally(a: &Report, b: &Report, worst: usize, across: bool) -> (Str
              do not describe B; the ratios are compared anyway (--across-plans)."
         );
     }
-    let diffs = differences(&a.run, &b.run);
-    if diffs.is_empty() {
+    if same_way == &Alike::default() {
         let _ = writeln!(out, "same machine, commit, timing and plans");
-    } else {
-        for d in &diffs {
-            let _ = writeln!(out, "warning: {d}");
-        }
+    }
+    for w in &same_way.warnings {
+        let _ = writeln!(out, "warning: {w}");
     }
     for (section, why) in &same_way.apart {
         let _ = if across {
@@ -425,7 +433,7 @@ pub fn run(
         ))
         .into());
     }
-    let (text, tally) = compare_tally(&ra, &rb, worst, across);
+    let (text, tally) = compare_alike(&ra, &rb, &same_way, worst, across);
     let named = if only.is_empty() {
         String::new()
     } else {
