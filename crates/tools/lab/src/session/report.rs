@@ -133,8 +133,9 @@ fn intro(info: &RunInfo) -> Vec<String> {
              pooled over the experiment's cells (or the pair's own, when larger). The intervals \
              are built from rounds within this run, so they cover another run only as far as \
              runs differ no more than rounds do: quiet back-to-back runs of one plan on the \
-             project's machine kept 96–99% of each other's medians inside them (the book's \
-             Repeatability; Postgres cells fewer), a busy machine or another plan fewer. `lab compare` \
+             project's machine kept 96–99% of each other's medians inside them, and quiet runs of \
+             the Postgres cells 93–100% (the book's Repeatability); a busy machine or another \
+             plan fewer. `lab compare` \
              checks two runs against each other's intervals. A round is flagged when k6 used \
              {K6_SATURATED_CORES} core or more (its numbers then measure k6 too), when other \
              programs used {} cores or more during it, or when it saw errors. \
