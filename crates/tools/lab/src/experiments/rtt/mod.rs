@@ -76,15 +76,17 @@ impl Experiment for Rtt {
         } else {
             &[H1_JSON, H2C_JSON, GRPC, TCP_PROTO]
         };
+        let vias: Vec<String> = knobs
+            .transports
+            .clone()
+            .unwrap_or_else(|| defaults.iter().map(|s| (*s).to_owned()).collect());
         RttPlan {
             rtts_ms: if knobs.taster {
                 vec![0, 20]
             } else {
                 vec![0, 1, 5, 20]
             },
-            vias: knobs.transports.clone().unwrap_or_else(|| {
-                defaults.iter().map(|s| (*s).to_owned()).collect()
-            }),
+            vias: vias.clone(),
             pools: if knobs.quick { vec![4] } else { vec![1, 4] },
             vus: 16,
             orders: if knobs.taster {
@@ -94,11 +96,16 @@ impl Experiment for Rtt {
             },
             path: knobs.path,
             cc: knobs.cc,
-            // What the proxy hides: not in the taster.
+            // What the proxy hides (not in the taster): every transport of the grid on warm,
+            // pooled connections, and a new connection per call (cold).
             hidden_vias: if knobs.taster || knobs.path == PathChoice::Proxy {
                 Vec::new()
             } else {
-                vec![H1_JSON.to_owned(), transports::H1_JSON_CLOSE.to_owned(), GRPC.to_owned()]
+                let mut h = vias;
+                if !h.iter().any(|v| v == transports::H1_JSON_CLOSE) {
+                    h.push(transports::H1_JSON_CLOSE.to_owned());
+                }
+                h
             },
             hidden_orders: vec![1, 1000],
             idle_ms: if knobs.taster || knobs.path == PathChoice::Proxy {
@@ -436,9 +443,10 @@ mod tests {
         };
         let r = Rtt::plan(&quick);
         let c = cells(&r);
-        // The grid on packets, then the proxy-against-packets cells (the
-        // packet cells of h1-json and grpc at 1 order shared with the grid).
-        assert_eq!(c.len(), 4 * 3 + 3 * 2 * 2 - 2 + 2 * 2);
+        // The grid on packets, then the proxy-against-packets cells (its
+        // three transports and h1-json-close; the packet cells of the three
+        // at 1 order shared with the grid), then idle-then-burst.
+        assert_eq!(c.len(), 4 * 3 + 4 * 2 * 2 - 3 + 2 * 2);
         assert_eq!(c.iter().filter(|c| c.think_ms == IDLE_MS).count(), 2);
         assert!(c.iter().all(|c| c.pool == 4));
         assert!(
@@ -446,13 +454,13 @@ mod tests {
                 .any(|c| c.env.path.is_some_and(|p| p.rtt_ms == 20) && c.via == "h2c-json")
         );
         let proxied = c.iter().filter(|c| c.env.rtt_ms.is_some()).count();
-        assert_eq!(proxied, 3 * 2);
+        assert_eq!(proxied, 4 * 2);
         assert!(
             c.iter()
                 .any(|c| c.env.rtt_ms == Some(20) && c.via == "h1-json-close" && c.orders == 1000)
         );
         let full = Rtt::plan(&Knobs::default());
-        assert_eq!(cells(&full).len(), 4 * 4 * 2 + 3 * 2 * 2 - 2 + 2 * 2);
+        assert_eq!(cells(&full).len(), 4 * 4 * 2 + 5 * 2 * 2 - 4 + 2 * 2);
         // On the proxy, no comparison.
         let on_proxy = Rtt::plan(&Knobs {
             quick: true,
@@ -521,7 +529,15 @@ mod tests {
             .iter()
             .find(|t| t.caption.starts_with("What the delay proxy hides"))
             .expect("a proxy-against-packets table");
-        assert_eq!(hidden.rows.len(), 3 * 2);
+        // Every transport of the grid warm, and a new connection per call,
+        // at 1 and 1,000 orders.
+        assert_eq!(hidden.rows.len(), (plan.vias.len() + 1) * 2);
+        for via in plan.vias.iter().map(String::as_str).chain(["h1-json-close"]) {
+            assert!(
+                hidden.rows.iter().any(|r| r[0].label().starts_with(&format!("{via} ("))),
+                "{via} is not in the proxy-against-packets table"
+            );
+        }
         let idle = tables
             .iter()
             .find(|t| t.caption.starts_with("Idle, then a burst"))
