@@ -403,3 +403,48 @@ fn an_added_address_is_across_the_path_from_a_and_beside_it_from_the_host() {
         assert_eq!(cc.to_string_lossy().trim_end_matches('\0'), "bbr");
     }
 }
+
+/// The namespaces of ours whose names start with `prefix`.
+fn namespaces(prefix: &str) -> Vec<String> {
+    netpath::ns::ip(&["netns", "list"])
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_killed_owners_namespaces_are_removed_by_the_next_start() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netpath"))
+        .args(["up", "--link", "delay=1ms"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("carrying packets") {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("`netpath up` ended before carrying packets: {said}");
+        }
+        said.push_str(&line);
+    }
+    let prefix = format!("netpath-{}-", child.id());
+    assert_eq!(namespaces(&prefix).len(), 2, "{said}");
+    // SIGKILL: nothing of the owner runs to take its path down.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = namespaces(&prefix);
+    assert_eq!(left.len(), 2, "a killed owner leaves its namespaces");
+    // The next path to come up removes them, and its own stay.
+    let next = up("", CongestionControl::Cubic);
+    assert_eq!(namespaces(&prefix), Vec::<String>::new(), "{left:?}");
+    for side in [Side::A, Side::B] {
+        assert_eq!(namespaces(next.ns(side)).len(), 1);
+    }
+}
