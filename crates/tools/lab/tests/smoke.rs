@@ -486,3 +486,77 @@ fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A slow replica on the packet path (root and /dev/net/tun, as CI has):
+/// every replica listens at an address of its own in namespace B and the
+/// slow one's delay proxy runs beside it there, so a call to it pays the
+/// path's round trip and the proxy's, and a call to another the path's
+/// alone. Balanced round robin by user-service, a third of the calls do.
+#[test]
+fn a_slow_replica_on_the_packet_path_pays_the_path_and_its_own_delay() {
+    use lab::measure::cell::{Balance, Env, PacketPath, Replicas, SLOW_RTT_MS, fixed_user};
+    use std::time::{Duration, Instant};
+    let bins = common::service_binaries();
+    let out = common::temp_dir("slow-on-path");
+    let cfg = lab::measure::services::ServiceConfig {
+        bins: lab::measure::services::Binaries {
+            order: bins.join("order-service"),
+            user: bins.join("user-service"),
+        },
+        databases: None,
+        store_databases: None,
+        target: None,
+        pin: false,
+        log_dir: out.clone(),
+        certs: None,
+    };
+    let env = Env {
+        path: Some(PacketPath::rtt(20)),
+        replicas: Some(Replicas {
+            n: 3,
+            balance: Balance::Client,
+            slow: true,
+            rotation: false,
+        }),
+        ..Env::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let running =
+        lab::measure::services::start(&cfg, Some(3), &env, "slow-on-path", &stop).unwrap();
+    assert!(running.slow_proxy.is_some(), "the slow replica's proxy");
+    assert_eq!(running.replicas.len(), 3);
+    for r in &running.replicas {
+        assert!(
+            r.public.to_string().starts_with("10.9"),
+            "{r:?}: not on the path"
+        );
+    }
+    let user = running.user_rest_addr().unwrap();
+    let path = format!("/v1/users/{}/orders?limit=1&via=grpc", fixed_user(1));
+    let call = || {
+        let t = Instant::now();
+        let a = lab::measure::http::get(user, &path, Duration::from_secs(10)).unwrap();
+        assert_eq!(a.status, 200);
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    // Each replica's connection made first (its handshakes cross the path).
+    for _ in 0..6 {
+        call();
+    }
+    let mut ms: Vec<f64> = (0..30).map(|_| call()).collect();
+    running.stop();
+    ms.sort_by(f64::total_cmp);
+    // Every call crossed the path at least once each way.
+    assert!(ms[0] >= 19.5, "{ms:?}");
+    // Round robin over three: the fastest 20 reached the two quick
+    // replicas, the slowest 10 the slow one (medians: robust to a stray
+    // late call on a shared machine).
+    let (quick, slow) = ms.split_at(20);
+    let (q, s) = (quick[10], slow[5]);
+    let slow_min = 20.0 + f64::from(SLOW_RTT_MS) - 1.0;
+    assert!(
+        q < slow_min - 5.0,
+        "quick replicas' median {q:.2} ms: {ms:?}"
+    );
+    assert!(s >= slow_min, "the slow replica's median {s:.2} ms: {ms:?}");
+}

@@ -413,6 +413,48 @@ mod tests {
         );
     }
 
+    #[test]
+    fn without_the_packet_path_only_its_cells_are_skipped_and_said_why() {
+        use crate::experiment::Experiment as _;
+        let knobs = Knobs {
+            quick: true,
+            ..Knobs::default()
+        };
+        let p = crate::experiments::rtt::Rtt::plan(&knobs);
+        let rtt: Vec<Cell> = crate::experiments::rtt::cells(&p);
+        let on_path = rtt.iter().filter(|c| c.env.path.is_some()).count();
+        assert!(on_path > 0, "rtt's quick plan runs on the packet path");
+        let cells: Vec<(String, Cell)> = rtt
+            .into_iter()
+            .map(|c| ("rtt".to_owned(), c))
+            .chain(std::iter::once((
+                "payload".to_owned(),
+                Knobs::closed("grpc", 1),
+            )))
+            .collect();
+        let n = cells.len();
+        let why = "the packet path needs root (network namespaces and TUN devices)";
+        let (keep, skipped) = without_packet_path(cells, why);
+        assert_eq!(keep.len() + skipped.len(), n);
+        assert_eq!(skipped.len(), on_path);
+        assert!(keep.iter().all(|(_, c)| c.env.path.is_none()));
+        assert!(keep.iter().any(|(e, _)| e == "payload"));
+        assert!(
+            skipped
+                .iter()
+                .all(|k| k.experiment == "rtt" && k.why == why)
+        );
+        let (info, results) = crate::synthetic::run(&["payload"], true, 2);
+        let first = skipped[0].what.clone();
+        let info = RunInfo { skipped, ..info };
+        let md = build_report(&info, &results).markdown();
+        assert!(
+            md.contains("Planned cells not measured on this machine") && md.contains(why),
+            "{md}"
+        );
+        assert!(md.contains(&first), "{md}");
+    }
+
     fn on_path(cc: netpath::CongestionControl) -> (String, Cell) {
         let env = crate::measure::cell::Env {
             path: Some(crate::measure::cell::PacketPath {
