@@ -494,6 +494,9 @@ pub async fn serve(
         .trace_fn(telemetry::spans::grpc_server::<()>)
         // Outermost, so that gRPC-web calls are counted as such.
         .layer(RecordLayer::new(metrics).serving(methods))
+        // A call answered before its body was read reads the rest first
+        // (gRPC-web over HTTP/1.1 keeps its connection; HTTP/2 its window).
+        .layer(service_kit::serve::leftover::EarlyAnswerLayer)
         .layer(tonic_web::GrpcWebLayer::new())
         // Inside gRPC-web, so that a gRPC-web call's status is in real trailers.
         .layer(telemetry::spans::GrpcStatusLayer::new(Some(conn.body_read)))

@@ -279,6 +279,9 @@ impl Application {
                 telemetry::metrics::RecordLayer::new(self.state.metrics.requests.clone())
                     .serving(methods),
             )
+            // A call answered before its body was read reads the rest first,
+            // so that its HTTP/2 window stays open for the calls after it.
+            .layer(service_kit::serve::leftover::EarlyAnswerLayer)
             .layer(telemetry::spans::GrpcStatusLayer::new(Some(conn.body_read)))
             .layer(tower::util::MapResponseLayer::new(
                 service_kit::preface::oversize_is_resource_exhausted::<tonic::body::Body>,

@@ -88,3 +88,67 @@ where
     }
     Ok(a)
 }
+
+/// What [`post_then_get`] saw: whether the whole request (body and the GET
+/// after it) was written, the first answer, and the second (or why there
+/// was none: the connection was closed after the first).
+pub struct PostThenGet {
+    pub wrote: std::io::Result<()>,
+    pub first: RawAnswer,
+    pub second: std::io::Result<RawAnswer>,
+}
+
+/// Sends a POST of `body` to `path` on a new connection to `addr` (with
+/// `headers` after `host` and `content-length`) and, on the same
+/// connection, a GET of `/readyz`, writing while the answers are read (as
+/// a client streaming its upload does): a raw client that sees exactly what
+/// the server did with a body it answered before reading.
+pub async fn post_then_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> PostThenGet {
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt as _;
+    let s = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    let (r, mut w) = s.into_split();
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let writer = tokio::spawn(async move {
+        w.write_all(head.as_bytes()).await?;
+        w.write_all(&body).await?;
+        w.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await?;
+        w.flush().await?;
+        // Returned, so that the write half stays open until the answers
+        // are read.
+        Ok::<_, std::io::Error>(w)
+    });
+    let mut r = tokio::io::BufReader::new(r);
+    let first = tokio::time::timeout(Duration::from_secs(10), read_h1(&mut r))
+        .await
+        .expect("an answer within 10 s")
+        .expect("the first answer");
+    let second = tokio::time::timeout(Duration::from_secs(10), read_h1(&mut r))
+        .await
+        .expect("the second answer or the end within 10 s");
+    let wrote = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the write ends within 10 s")
+        .expect("the writer task")
+        .map(drop);
+    PostThenGet {
+        wrote,
+        first,
+        second,
+    }
+}

@@ -111,7 +111,7 @@ impl<B: Body + Unpin> Drop for Leftover<B> {
 
 /// [`drain`], if fewer than [`DRAIN_AT_ONCE`] bodies are being drained;
 /// `false` (not reusable) at once otherwise.
-pub(super) async fn drain_if_room<B>(body: B) -> bool
+pub(crate) async fn drain_if_room<B>(body: B) -> bool
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
@@ -148,6 +148,70 @@ where
     tokio::time::timeout(DRAIN_TIME, read)
         .await
         .unwrap_or(false)
+}
+
+/// For a tonic listener, what the REST listeners' connection service does
+/// (see `super::tracked`): a call answered before its request body was
+/// read (an unknown method, a refusal) reads the rest first, within
+/// [`DRAIN_BYTES`] and [`DRAIN_TIME`]; past that, an HTTP/1.1 answer
+/// (gRPC-web) says `Connection: close`. Over HTTP/2 the read keeps the
+/// connection's flow-control window open for the calls after it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EarlyAnswerLayer;
+
+impl<S> tower::Layer<S> for EarlyAnswerLayer {
+    type Service = EarlyAnswer<S>;
+    fn layer(&self, inner: S) -> EarlyAnswer<S> {
+        EarlyAnswer { inner }
+    }
+}
+
+/// See [`EarlyAnswerLayer`].
+#[derive(Debug, Clone)]
+pub struct EarlyAnswer<S> {
+    inner: S,
+}
+
+type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl<S, ResBody> tower::Service<axum::http::Request<tonic::body::Body>> for EarlyAnswer<S>
+where
+    S: tower::Service<
+            axum::http::Request<tonic::body::Body>,
+            Response = axum::http::Response<ResBody>,
+        >,
+    S::Future: Send + 'static,
+    ResBody: Send + 'static,
+{
+    type Response = axum::http::Response<ResBody>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: axum::http::Request<tonic::body::Body>) -> Self::Future {
+        let h1 = req.version() <= axum::http::Version::HTTP_11;
+        let slot: Slot<tonic::body::Body> = Arc::default();
+        let req = req.map(|b| tonic::body::Body::new(Leftover::new(b, slot.clone())));
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let mut res = answer.await?;
+            let unread = slot.lock().ok().and_then(|mut s| s.take());
+            let reusable = match unread {
+                None => true,
+                Some(body) => drain_if_room(body).await,
+            };
+            if h1 && !reusable {
+                res.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(res)
+        })
+    }
 }
 
 #[cfg(test)]

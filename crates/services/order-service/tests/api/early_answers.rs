@@ -4,52 +4,30 @@
 //! cut under a client still writing. The client is raw TCP, so what is
 //! checked is what the server wrote and whether the socket took the body.
 
-use std::time::Duration;
-
-use tokio::io::{AsyncWriteExt as _, BufReader};
-use tokio::net::TcpStream;
-
 use crate::helpers::{Backend, TestApp, spawn};
-use testkit::http::{RawAnswer, read_h1};
+use testkit::http::{PostThenGet, RawAnswer, post_then_get};
 
-/// Sends a POST of `body` to `path` and, on the same connection, a GET of
-/// `/readyz`, writing while the answers are read (as a client streaming its
-/// upload does); the write's outcome and both answers.
-async fn post_then_get(
+/// [`post_then_get`] of a Connect call.
+async fn connect_then_get(
     app: &TestApp,
     path: &str,
     content_type: &str,
     body: Vec<u8>,
 ) -> (std::io::Result<()>, RawAnswer, std::io::Result<RawAnswer>) {
-    let s = TcpStream::connect(app.rest).await.unwrap();
-    let (r, mut w) = s.into_split();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: {content_type}\r\nconnect-protocol-version: 1\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    let writer = tokio::spawn(async move {
-        w.write_all(head.as_bytes()).await?;
-        w.write_all(&body).await?;
-        w.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await?;
-        w.flush().await?;
-        // Returned, so that the write half stays open until the answers
-        // are read.
-        Ok::<_, std::io::Error>(w)
-    });
-    let mut r = BufReader::new(r);
-    let first = tokio::time::timeout(Duration::from_secs(10), read_h1(&mut r))
-        .await
-        .expect("an answer within 10 s")
-        .expect("the first answer");
-    let second = tokio::time::timeout(Duration::from_secs(10), read_h1(&mut r))
-        .await
-        .expect("the second answer or the end within 10 s");
-    let wrote = tokio::time::timeout(Duration::from_secs(10), writer)
-        .await
-        .expect("the write ends within 10 s")
-        .unwrap()
-        .map(drop);
+    let PostThenGet {
+        wrote,
+        first,
+        second,
+    } = post_then_get(
+        app.rest,
+        path,
+        &[
+            ("content-type", content_type),
+            ("connect-protocol-version", "1"),
+        ],
+        body,
+    )
+    .await;
     (wrote, first, second)
 }
 
@@ -65,7 +43,7 @@ fn code(a: &RawAnswer) -> String {
 #[tokio::test]
 async fn an_unknown_connect_method_answered_early_leaves_the_connection_usable() {
     let app = spawn(Backend::Memory).await;
-    let (wrote, first, second) = post_then_get(
+    let (wrote, first, second) = connect_then_get(
         &app,
         "/order.v2.OrderService/NoSuchMethod",
         "application/json",
@@ -89,7 +67,7 @@ async fn an_unknown_connect_method_answered_early_leaves_the_connection_usable()
 #[tokio::test]
 async fn an_oversized_connect_request_gets_its_refusal_not_a_broken_pipe() {
     let app = spawn(Backend::Memory).await;
-    let (wrote, first, second) = post_then_get(
+    let (wrote, first, second) = connect_then_get(
         &app,
         "/order.v2.OrderService/ListOrders",
         "application/proto",
@@ -100,5 +78,32 @@ async fn an_oversized_connect_request_gets_its_refusal_not_a_broken_pipe() {
     wrote.expect("the whole 5 MB was taken");
     let second = second.expect("the connection stays usable");
     assert_eq!(second.status, 200, "{second:?}");
+    app.stop().await;
+}
+
+/// gRPC-web over HTTP/1.1, on the gRPC port: a call to a method that does
+/// not exist is answered (`grpc-status: 12`) before its 256 KiB body is
+/// read; the body is read off, and the connection takes the next request.
+#[tokio::test]
+async fn a_grpc_web_call_answered_early_leaves_the_connection_usable() {
+    let app = spawn(Backend::Memory).await;
+    let p = post_then_get(
+        app.grpc,
+        "/order.v2.OrderService/NoSuchMethod",
+        &[("content-type", "application/grpc-web+proto")],
+        vec![0u8; 256 * 1024],
+    )
+    .await;
+    assert_eq!(p.first.header("grpc-status"), Some("12"), "{:?}", p.first);
+    p.wrote.expect("the whole body was taken");
+    let second = p.second.unwrap_or_else(|e| {
+        panic!(
+            "the connection was closed after the early answer ({e}); its `connection` header: {:?}",
+            p.first.header("connection")
+        )
+    });
+    // Whatever the gRPC port answers a GET, it answered on the same
+    // connection.
+    assert!(second.status >= 200, "{second:?}");
     app.stop().await;
 }

@@ -12,6 +12,7 @@ mod caps;
 mod client_faults;
 mod compose;
 mod dashboard;
+mod early_answers;
 mod flood;
 mod gzip;
 mod hdr;
