@@ -133,3 +133,35 @@ async fn a_gzip_request_is_read_and_an_unknown_encoding_is_refused_with_the_list
     }
     app.stop().await;
 }
+
+/// `Connect-Protocol-Version` is not required (the book says why): a plain
+/// POST of a unary call without it, as `curl` sends, gets the orders.
+#[tokio::test]
+async fn a_unary_call_without_connect_protocol_version_is_answered() {
+    let app = spawn(Backend::Memory).await;
+    let want = expected_orders(10);
+    let res = app
+        .h1()
+        .post(app.url("/order.v2.OrderService/ListOrders"))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"userId":"{}","pageSize":10}}"#,
+            dataset::fixed_user_id(10)
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let page: serde_json::Value = res.json().await.unwrap();
+    let mut got: Vec<&str> = page["orders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap())
+        .collect();
+    let mut ids: Vec<String> = want.iter().map(|o| o.id.to_string()).collect();
+    got.sort_unstable();
+    ids.sort();
+    assert_eq!(got, ids);
+    app.stop().await;
+}

@@ -95,3 +95,53 @@ async fn a_connect_error_about_a_huge_body_stays_small() {
     }
     app.stop().await;
 }
+
+/// A 501 is the client's mistake (here a Connect request compressed with
+/// an encoding the server does not read): the real binary logs it at
+/// DEBUG, never at ERROR as tower-http's trace layer does by default.
+#[tokio::test]
+async fn a_501_is_logged_as_the_clients_mistake_not_as_an_error() {
+    let proc =
+        crate::helpers::start_binary(&[("RUST_LOG", "info,telemetry::http_failure=debug")]).await;
+    let rest = proc.addr("rest");
+    let res = reqwest::Client::new()
+        .post(format!("http://{rest}/order.v2.OrderService/ListOrders"))
+        .header("content-type", "application/json")
+        .header("content-encoding", "br")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 501);
+    let levels = |proc: &testkit::process::Proc| -> Vec<(String, String)> {
+        proc.log_lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| {
+                (
+                    v["level"].as_str().unwrap_or_default().to_owned(),
+                    v["fields"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    };
+    // The trace layer's line comes once the answer is sent.
+    let mut seen = levels(&proc);
+    for _ in 0..50 {
+        if seen.iter().any(|(_, m)| m.contains("does not implement")) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        seen = levels(&proc);
+    }
+    assert!(
+        seen.iter()
+            .any(|(l, m)| l == "DEBUG" && m.contains("does not implement")),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|(l, _)| l == "ERROR"), "{seen:?}");
+    proc.sigterm().await;
+}
