@@ -9,11 +9,27 @@
 //   server-deadline  10,000 orders with `grpc-timeout: 1m` sent as metadata
 //                    and no deadline of the client's own: whatever status
 //                    comes back is the server's
+//   gzip             order-service with every request gzip-compressed (and
+//                    one call on a channel without): ListOrders, StreamOrders
+//   health check HOST:PORT SERVICE...
+//                    Check for each SERVICE ("" is the whole server) and a
+//                    name no service has; Watch on the first for 0.5 s
+//   health unknown HOST:PORT
+//                    Watch on a name no service has for 0.5 s
+//   reflection v1|v1alpha HOST:PORT
+//                    list the port's services through server reflection,
+//                    then fetch each one's descriptors and read its methods
+//
+// Health and reflection go through grpc-js's generic client with their
+// messages declared below (the standard services' own, field for field)
+// and the descriptors decoded by protobufjs, as grpcurl-like Node tools do.
 //
 // Prints one JSON object; the Rust test (tests/api/interop) checks it.
 
 import grpc from "@grpc/grpc-js";
 import protoLoader from "@grpc/proto-loader";
+import protobuf from "protobufjs";
+import descriptor from "protobufjs/ext/descriptor/index.js";
 
 import { PROTO_DIR, emit, orderJson, user } from "./common.mjs";
 
@@ -143,12 +159,174 @@ async function serverDeadlineUsers(addr) {
   return { ...answer, took_ms: Date.now() - started };
 }
 
-const [scenario, addr, id] = process.argv.slice(2);
+/** gRPC's standard services' messages, as health.proto and reflection.proto declare them. */
+const STANDARD = protobuf.parse(
+  `syntax = "proto3";
+  package standard;
+  message HealthCheckRequest { string service = 1; }
+  message HealthCheckResponse {
+    enum ServingStatus { UNKNOWN = 0; SERVING = 1; NOT_SERVING = 2; SERVICE_UNKNOWN = 3; }
+    ServingStatus status = 1;
+  }
+  message ServerReflectionRequest {
+    string host = 1;
+    oneof message_request {
+      string file_by_filename = 3;
+      string file_containing_symbol = 4;
+      string list_services = 7;
+    }
+  }
+  message FileDescriptorResponse { repeated bytes file_descriptor_proto = 1; }
+  message ServiceResponse { string name = 1; }
+  message ListServiceResponse { repeated ServiceResponse service = 1; }
+  message ErrorResponse { int32 error_code = 1; string error_message = 2; }
+  message ServerReflectionResponse {
+    string valid_host = 1;
+    ServerReflectionRequest original_request = 2;
+    oneof message_response {
+      FileDescriptorResponse file_descriptor_response = 4;
+      ListServiceResponse list_services_response = 6;
+      ErrorResponse error_response = 7;
+    }
+  }`,
+  { keepCase: true },
+).root;
+
+/** (serialize, deserialize) of a message type of STANDARD, for grpc-js's generic client. */
+function codec(name) {
+  const t = STANDARD.lookupType(`standard.${name}`);
+  return [
+    (v) => Buffer.from(t.encode(t.create(v)).finish()),
+    (b) => t.toObject(t.decode(b), { enums: String, defaults: true, bytes: Buffer }),
+  ];
+}
+
+const UNKNOWN_SERVICE = "no.such.Service";
+const WATCH_MS = 500;
+
+function healthCheck(client, service) {
+  const [ser] = codec("HealthCheckRequest");
+  const [, de] = codec("HealthCheckResponse");
+  return new Promise((resolve) => {
+    client.makeUnaryRequest("/grpc.health.v1.Health/Check", ser, de, { service }, deadline(T), (err, a) =>
+      resolve(err ? { error: errorJson(err) } : { status: a.status }),
+    );
+  });
+}
+
+/** The statuses a Watch yields until its deadline, and how the stream ended. */
+function healthWatch(client, service) {
+  const [ser] = codec("HealthCheckRequest");
+  const [, de] = codec("HealthCheckResponse");
+  return new Promise((resolve) => {
+    const statuses = [];
+    const call = client.makeServerStreamRequest("/grpc.health.v1.Health/Watch", ser, de, { service }, deadline(WATCH_MS));
+    call.on("data", (a) => statuses.push(a.status));
+    call.on("error", (e) => resolve({ statuses, end: errorJson(e) }));
+    call.on("end", () => resolve({ statuses, end: { code: "OK" } }));
+  });
+}
+
+async function health(kind, addr, services) {
+  const client = new grpc.Client(addr, grpc.credentials.createInsecure());
+  try {
+    if (kind === "check") {
+      const check = {};
+      for (const s of [...services, UNKNOWN_SERVICE]) check[s] = await healthCheck(client, s);
+      return { check, watch: await healthWatch(client, services[0]) };
+    }
+    if (kind === "unknown") return { watch: await healthWatch(client, UNKNOWN_SERVICE) };
+    throw new Error(`unknown health scenario ${kind}`);
+  } finally {
+    client.close();
+  }
+}
+
+/** One reflection stream: each request written, every answer read to the end. */
+function reflectionStream(client, version, requests) {
+  const [ser] = codec("ServerReflectionRequest");
+  const [, de] = codec("ServerReflectionResponse");
+  const path = `/grpc.reflection.${version}.ServerReflection/ServerReflectionInfo`;
+  return new Promise((resolve, reject) => {
+    const answers = [];
+    const call = client.makeBidiStreamRequest(path, ser, de, deadline(T));
+    call.on("data", (a) => answers.push(a));
+    call.on("error", reject);
+    call.on("end", () => resolve(answers));
+    for (const r of requests) call.write(r);
+    call.end();
+  });
+}
+
+/** The methods of `service` ([name, client streaming, server streaming]), from the files reflection sent. */
+function methodsOf(service, files) {
+  for (const bytes of files) {
+    const f = descriptor.FileDescriptorProto.decode(bytes);
+    for (const s of f.service ?? []) {
+      if (`${f.package}.${s.name}` === service) {
+        return (s.method ?? []).map((m) => [m.name, Boolean(m.clientStreaming), Boolean(m.serverStreaming)]);
+      }
+    }
+  }
+  return null;
+}
+
+async function reflection(version, addr) {
+  if (version !== "v1" && version !== "v1alpha") throw new Error(`unknown reflection version ${version}`);
+  const client = new grpc.Client(addr, grpc.credentials.createInsecure());
+  try {
+    const [listed] = await reflectionStream(client, version, [{ list_services: "" }]);
+    const services = listed.list_services_response.service.map((s) => s.name).sort();
+    const answers = await reflectionStream(
+      client,
+      version,
+      services.map((s) => ({ file_containing_symbol: s })),
+    );
+    const methods = {};
+    services.forEach((s, i) => {
+      const files = answers[i]?.file_descriptor_response?.file_descriptor_proto ?? [];
+      methods[s] = methodsOf(s, files);
+    });
+    return { services, methods };
+  } catch (e) {
+    return { error: errorJson(e) };
+  } finally {
+    client.close();
+  }
+}
+
+/**
+ * order-service with gzip on every request of a channel (grpc-js's
+ * `grpc.default_compression_algorithm`), and one call on a channel without:
+ * the orders each answer carried. (grpc-js takes `grpc-encoding` out of the
+ * headers it hands over, so the answers' own encoding is not seen here.)
+ */
+async function gzip(addr) {
+  const gz = new pkg.order.v2.OrderService(addr, grpc.credentials.createInsecure(), {
+    ...OPTIONS,
+    "grpc.default_compression_algorithm": 2, // gzip
+  });
+  const plain = new pkg.order.v2.OrderService(addr, grpc.credentials.createInsecure(), OPTIONS);
+  const orders = (p) => p.orders.map(order);
+  return {
+    unary: await unary(gz, "ListOrders", { user_id: user(1000), page_size: 1000 }, { call: deadline(T) }, orders),
+    stream: await serverStream(gz, "StreamOrders", { user_id: user(100), page_size: 100 }, deadline(T), (m) =>
+      order(m.order),
+    ),
+    uncompressed_call: await unary(plain, "ListOrders", { user_id: user(10), page_size: 10 }, { call: deadline(T) }, orders),
+  };
+}
+
+const [scenario, addr, id, ...rest] = process.argv.slice(2);
 const scenarios = {
   orders: () => orders(addr),
   users: () => users(addr, id),
   "server-deadline": () => serverDeadline(addr),
   "server-deadline-users": () => serverDeadlineUsers(addr),
+  gzip: () => gzip(addr),
+  // health KIND HOST:PORT SERVICE...; reflection VERSION HOST:PORT
+  health: () => health(addr, id, rest),
+  reflection: () => reflection(addr, id),
 };
 if (!scenarios[scenario]) {
   console.error(`unknown scenario ${scenario}`);

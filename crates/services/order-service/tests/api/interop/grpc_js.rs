@@ -1,13 +1,15 @@
 //! @grpc/grpc-js (Node, proto/ loaded at run time by @grpc/proto-loader)
 //! against order-service's gRPC port: unary, server and bidi streams, an
-//! error, a deadline.
+//! error, a deadline, gzip-compressed requests, health and reflection.
 
 use model::FieldSet;
 use serde_json::Value;
 
+use super::grpcio::SERVED;
 use super::kit::node_client;
 use super::oracle::{assert_orders, error_of, ok_of, orders_of};
-use crate::helpers::{Backend, spawn};
+use super::standard_services::{self as std_services, Client};
+use crate::helpers::{Backend, spawn, spawn_with};
 
 async fn gets_the_data_sets_orders_errors_and_deadlines(backend: Backend) {
     let app = spawn(backend).await;
@@ -75,4 +77,49 @@ async fn grpc_js_gets_the_data_sets_orders_errors_and_deadlines_in_memory() {
 #[tokio::test]
 async fn grpc_js_gets_the_data_sets_orders_errors_and_deadlines_on_postgres() {
     gets_the_data_sets_orders_errors_and_deadlines(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn grpc_js_gzip_requests_carry_the_same_orders() {
+    let app = spawn_with(Backend::Memory, |s| s.grpc_gzip = true).await;
+    let got = node_client("grpc_js.mjs", &["gzip", &app.grpc.to_string()]).await;
+    assert_orders(
+        ok_of(&got["unary"], "unary"),
+        &orders_of(1000),
+        FieldSet::ALL,
+        "grpc-js gzip ListOrders",
+    );
+    assert_orders(
+        ok_of(&got["stream"], "stream"),
+        &orders_of(100),
+        FieldSet::ALL,
+        "grpc-js gzip StreamOrders",
+    );
+    assert_orders(
+        ok_of(&got["uncompressed_call"], "uncompressed_call"),
+        &orders_of(10),
+        FieldSet::ALL,
+        "grpc-js, a channel without compression",
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_js_health_check_and_watch_say_serving() {
+    let app = spawn(Backend::Memory).await;
+    std_services::assert_serving(
+        Client::GrpcJs,
+        app.grpc,
+        &["order.v2.OrderService", "order.v1.OrderService"],
+    )
+    .await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_js_reflection_v1_describes_every_service_served() {
+    let app = spawn(Backend::Memory).await;
+    let got = std_services::reflect(Client::GrpcJs, app.grpc, "v1").await;
+    std_services::assert_describes(&got, &SERVED);
+    app.stop().await;
 }

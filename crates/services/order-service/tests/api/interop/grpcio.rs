@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::kit::python_client;
 use super::oracle::{assert_orders, error_of, ids, ok_of, orders_of};
-use super::standard_services::{self as std_services, HEALTH, Served};
+use super::standard_services::{self as std_services, Client, HEALTH, Served};
 use crate::helpers::{Backend, TestApp, spawn, spawn_with};
 
 /// What order-service's gRPC port serves, as reflection should describe it.
@@ -271,6 +271,7 @@ async fn grpcio_gzip_requests_and_gzip_answers_carry_the_same_orders() {
 async fn grpcio_health_check_and_watch_say_serving() {
     let app = spawn(Backend::Memory).await;
     std_services::assert_serving(
+        Client::Grpcio,
         app.grpc,
         &["order.v2.OrderService", "order.v1.OrderService"],
     )
@@ -281,7 +282,7 @@ async fn grpcio_health_check_and_watch_say_serving() {
 #[tokio::test]
 async fn grpcio_reflection_v1_describes_every_service_served() {
     let app = spawn(Backend::Memory).await;
-    let got = std_services::reflect(app.grpc, "v1").await;
+    let got = std_services::reflect(Client::Grpcio, app.grpc, "v1").await;
     std_services::assert_describes(&got, &SERVED);
     app.stop().await;
 }

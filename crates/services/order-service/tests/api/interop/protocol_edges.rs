@@ -23,34 +23,37 @@ use super::connect_node::connect_node;
 use super::grpcio::SERVED;
 use super::kit::node_client;
 use super::oracle::{assert_orders, orders_of};
-use super::standard_services as std_services;
+use super::standard_services::{self as std_services, Client};
 use crate::helpers::{Backend, spawn};
 
 #[tokio::test]
 async fn a_health_watch_of_an_unknown_service_says_service_unknown_and_stays_open() {
     let app = spawn(Backend::Memory).await;
-    std_services::assert_watch_of_unknown_says_service_unknown(app.grpc).await;
+    for client in [Client::Grpcio, Client::GrpcJs] {
+        std_services::assert_watch_of_unknown_says_service_unknown(client, app.grpc).await;
+    }
     app.stop().await;
 }
 
 #[tokio::test]
 async fn reflection_v1_lists_only_the_services_the_port_serves() {
     let app = spawn(Backend::Memory).await;
-    let got = std_services::reflect(app.grpc, "v1").await;
-    std_services::assert_lists_only(&got, &SERVED);
+    for client in [Client::Grpcio, Client::GrpcJs] {
+        let got = std_services::reflect(client, app.grpc, "v1").await;
+        std_services::assert_lists_only(&got, &SERVED);
+    }
     app.stop().await;
 }
 
 #[tokio::test]
 async fn reflection_v1alpha_is_answered_and_lists_only_the_services_the_port_serves() {
     let app = spawn(Backend::Memory).await;
-    let got = std_services::reflect(app.grpc, "v1alpha").await;
-    assert!(
-        got.get("error").is_none(),
-        "grpcio-reflection's v1alpha client: {got}"
-    );
-    std_services::assert_describes(&got, &SERVED);
-    std_services::assert_lists_only(&got, &SERVED);
+    for client in [Client::Grpcio, Client::GrpcJs] {
+        let got = std_services::reflect(client, app.grpc, "v1alpha").await;
+        assert!(got.get("error").is_none(), "{client:?}'s v1alpha: {got}");
+        std_services::assert_describes(&got, &SERVED);
+        std_services::assert_lists_only(&got, &SERVED);
+    }
     app.stop().await;
 }
 

@@ -1,14 +1,39 @@
 //! gRPC's standard services as third-party tools use them: health through
 //! grpcio-health-checking's stubs (as a Kubernetes probe or a client-side
-//! health checker asks) and reflection through grpcio-reflection's client
-//! (as grpcurl and Postman list and describe a port). user-service's
-//! interop tests include this file by path.
+//! health checker asks) or grpc-js's generic client, and reflection through
+//! grpcio-reflection's client or grpc-js with protobufjs decoding the
+//! descriptors (as grpcurl and Postman list and describe a port).
+//! user-service's interop tests include this file by path.
 
 use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
-use super::kit::python_client;
+use super::kit::{node_client, python_client};
+
+/// The third-party client that asks.
+#[derive(Debug, Clone, Copy)]
+pub enum Client {
+    /// Python's grpcio, with grpcio-health-checking and grpcio-reflection.
+    Grpcio,
+    /// Node's @grpc/grpc-js (interop/node/grpc_js.mjs).
+    GrpcJs,
+}
+
+impl Client {
+    /// Health: `args` are the scenario, the address and the services.
+    async fn health(self, args: &[&str]) -> Value {
+        match self {
+            Client::Grpcio => python_client("health.py", args).await,
+            Client::GrpcJs => {
+                let all: Vec<&str> = std::iter::once("health")
+                    .chain(args.iter().copied())
+                    .collect();
+                node_client("grpc_js.mjs", &all).await
+            }
+        }
+    }
+}
 
 /// A service a port serves and its methods: (name, client streaming, server
 /// streaming).
@@ -29,11 +54,11 @@ const REFLECTION: [&str; 2] = [
 /// Check answers SERVING for the whole server ("") and each of `apis`, and
 /// NOT_FOUND for a name no service has; a Watch on the whole server yields
 /// SERVING and stays open until the caller's deadline.
-pub async fn assert_serving(addr: SocketAddr, apis: &[&str]) {
+pub async fn assert_serving(client: Client, addr: SocketAddr, apis: &[&str]) {
     let addr = addr.to_string();
     let mut args = vec!["check", &addr, ""];
     args.extend(apis);
-    let got = python_client("health.py", &args).await;
+    let got = client.health(&args).await;
     for name in std::iter::once(&"").chain(apis) {
         assert_eq!(
             got["check"][name]["status"], "SERVING",
@@ -54,8 +79,8 @@ pub async fn assert_serving(addr: SocketAddr, apis: &[&str]) {
 /// A Watch on a name no service has yields SERVICE_UNKNOWN and stays open
 /// (the service may be registered later), as grpc.health.v1 specifies;
 /// it is not ended with NOT_FOUND, which is Check's answer.
-pub async fn assert_watch_of_unknown_says_service_unknown(addr: SocketAddr) {
-    let got = python_client("health.py", &["unknown", &addr.to_string()]).await;
+pub async fn assert_watch_of_unknown_says_service_unknown(client: Client, addr: SocketAddr) {
+    let got = client.health(&["unknown", &addr.to_string()]).await;
     assert_eq!(
         got["watch"]["statuses"].get(0),
         Some(&json!("SERVICE_UNKNOWN")),
@@ -67,9 +92,14 @@ pub async fn assert_watch_of_unknown_says_service_unknown(addr: SocketAddr) {
     );
 }
 
-/// What reflection `version` ("v1" or "v1alpha") says the port serves.
-pub async fn reflect(addr: SocketAddr, version: &str) -> Value {
-    python_client("reflection.py", &[version, &addr.to_string()]).await
+/// What reflection `version` ("v1" or "v1alpha") says the port serves, as
+/// `client` reads it.
+pub async fn reflect(client: Client, addr: SocketAddr, version: &str) -> Value {
+    let addr = addr.to_string();
+    match client {
+        Client::Grpcio => python_client("reflection.py", &[version, &addr]).await,
+        Client::GrpcJs => node_client("grpc_js.mjs", &["reflection", version, &addr]).await,
+    }
 }
 
 /// Every one of `served` is listed, and its descriptors (fetched through

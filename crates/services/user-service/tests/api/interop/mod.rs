@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::helpers::{OrderService, UserService, point_at, spawn_users, spawn_users_on};
 use kit::{node_client, python_client};
 use oracle::{assert_orders, error_of, fixed_user, ids, ok_of, orders_of};
-use standard_services::{HEALTH, Served};
+use standard_services::{Client, HEALTH, Served};
 
 /// What user-service's gRPC port serves, as reflection should describe it.
 pub const SERVED: [Served<'static>; 2] = [
@@ -254,14 +254,29 @@ async fn grpc_js_gets_the_user_and_its_orders_an_error_and_a_deadline() {
 #[tokio::test]
 async fn grpcio_health_check_and_watch_say_user_service_is_serving() {
     let users = spawn_users_on(user_service::Settings::default(), None).await;
-    standard_services::assert_serving(users.grpc, &["user.v1.UserService"]).await;
+    standard_services::assert_serving(Client::Grpcio, users.grpc, &["user.v1.UserService"]).await;
+    users.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_js_health_check_and_watch_say_user_service_is_serving() {
+    let users = spawn_users_on(user_service::Settings::default(), None).await;
+    standard_services::assert_serving(Client::GrpcJs, users.grpc, &["user.v1.UserService"]).await;
+    users.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_js_reflection_v1_describes_user_service() {
+    let users = spawn_users_on(user_service::Settings::default(), None).await;
+    let got = standard_services::reflect(Client::GrpcJs, users.grpc, "v1").await;
+    standard_services::assert_describes(&got, &SERVED);
     users.stop().await;
 }
 
 #[tokio::test]
 async fn grpcio_reflection_v1_describes_user_service() {
     let users = spawn_users_on(user_service::Settings::default(), None).await;
-    let got = standard_services::reflect(users.grpc, "v1").await;
+    let got = standard_services::reflect(Client::Grpcio, users.grpc, "v1").await;
     standard_services::assert_describes(&got, &SERVED);
     users.stop().await;
 }

@@ -9,35 +9,38 @@
 //! - (c) the server itself ends a call past its `grpc-timeout` with
 //!   DEADLINE_EXCEEDED, not an answer.
 
-use super::standard_services as std_services;
+use super::standard_services::{self as std_services, Client};
 use super::{SERVED, in_memory, kit::node_client};
 use crate::helpers::spawn_users_on;
 
 #[tokio::test]
 async fn a_health_watch_of_an_unknown_service_says_service_unknown_and_stays_open() {
     let users = spawn_users_on(user_service::Settings::default(), None).await;
-    std_services::assert_watch_of_unknown_says_service_unknown(users.grpc).await;
+    for client in [Client::Grpcio, Client::GrpcJs] {
+        std_services::assert_watch_of_unknown_says_service_unknown(client, users.grpc).await;
+    }
     users.stop().await;
 }
 
 #[tokio::test]
 async fn reflection_v1_lists_only_the_services_the_port_serves() {
     let users = spawn_users_on(user_service::Settings::default(), None).await;
-    let got = std_services::reflect(users.grpc, "v1").await;
-    std_services::assert_lists_only(&got, &SERVED);
+    for client in [Client::Grpcio, Client::GrpcJs] {
+        let got = std_services::reflect(client, users.grpc, "v1").await;
+        std_services::assert_lists_only(&got, &SERVED);
+    }
     users.stop().await;
 }
 
 #[tokio::test]
 async fn reflection_v1alpha_is_answered_and_lists_only_the_services_the_port_serves() {
     let users = spawn_users_on(user_service::Settings::default(), None).await;
-    let got = std_services::reflect(users.grpc, "v1alpha").await;
-    assert!(
-        got.get("error").is_none(),
-        "grpcio-reflection's v1alpha client: {got}"
-    );
-    std_services::assert_describes(&got, &SERVED);
-    std_services::assert_lists_only(&got, &SERVED);
+    for client in [Client::Grpcio, Client::GrpcJs] {
+        let got = std_services::reflect(client, users.grpc, "v1alpha").await;
+        assert!(got.get("error").is_none(), "{client:?}'s v1alpha: {got}");
+        std_services::assert_describes(&got, &SERVED);
+        std_services::assert_lists_only(&got, &SERVED);
+    }
     users.stop().await;
 }
 
