@@ -248,20 +248,8 @@ fn k6_summary(
 #[test]
 fn k6_checks_every_answer_by_its_length_under_load() {
     let k6 = common::require_k6();
-    let bins = common::service_binaries();
     let out = common::temp_dir("lengths");
-    let cfg = lab::measure::services::ServiceConfig {
-        bins: lab::measure::services::Binaries {
-            order: bins.join("order-service"),
-            user: bins.join("user-service"),
-        },
-        databases: None,
-        store_databases: None,
-        target: None,
-        pin: false,
-        log_dir: out.clone(),
-        certs: None,
-    };
+    let cfg = common::service_config(&out);
     let stop = Arc::new(AtomicBool::new(false));
     let running = lab::measure::services::start(
         &cfg,
@@ -496,20 +484,8 @@ fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
 fn a_slow_replica_on_the_packet_path_pays_the_path_and_its_own_delay() {
     use lab::measure::cell::{Balance, Env, PacketPath, Replicas, SLOW_RTT_MS, fixed_user};
     use std::time::{Duration, Instant};
-    let bins = common::service_binaries();
     let out = common::temp_dir("slow-on-path");
-    let cfg = lab::measure::services::ServiceConfig {
-        bins: lab::measure::services::Binaries {
-            order: bins.join("order-service"),
-            user: bins.join("user-service"),
-        },
-        databases: None,
-        store_databases: None,
-        target: None,
-        pin: false,
-        log_dir: out.clone(),
-        certs: None,
-    };
+    let cfg = common::service_config(&out);
     let env = Env {
         path: Some(PacketPath::rtt(20)),
         replicas: Some(Replicas {

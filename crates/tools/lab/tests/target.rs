@@ -13,23 +13,11 @@ use std::sync::atomic::AtomicBool;
 
 use lab::experiment::NOT_SEEN;
 use lab::measure::figures::{Measures, Metric};
-use lab::measure::services::{Binaries, ServiceConfig, Target};
+use lab::measure::services::Target;
 use lab::session::{self, RunOptions, build_report, load};
 
 fn by_hand(out: &std::path::Path) -> lab::measure::services::Running {
-    let bins = common::service_binaries();
-    let cfg = ServiceConfig {
-        bins: Binaries {
-            order: bins.join("order-service"),
-            user: bins.join("user-service"),
-        },
-        databases: None,
-        store_databases: None,
-        target: None,
-        pin: false,
-        log_dir: out.to_path_buf(),
-        certs: None,
-    };
+    let cfg = common::service_config(out);
     lab::measure::services::start(
         &cfg,
         Some(8),

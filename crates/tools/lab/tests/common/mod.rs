@@ -211,6 +211,25 @@ pub fn service_binaries() -> PathBuf {
     dir
 }
 
+/// The services built by [`service_binaries`], started by hand (no
+/// database, no target, no pinning, no certificates), logging into
+/// `log_dir`.
+pub fn service_config(log_dir: &Path) -> lab::measure::services::ServiceConfig {
+    let bins = service_binaries();
+    lab::measure::services::ServiceConfig {
+        bins: lab::measure::services::Binaries {
+            order: bins.join("order-service"),
+            user: bins.join("user-service"),
+        },
+        databases: None,
+        store_databases: None,
+        target: None,
+        pin: false,
+        log_dir: log_dir.to_path_buf(),
+        certs: None,
+    }
+}
+
 /// Processes whose parent is this test process.
 pub fn children_of_this_process() -> Vec<String> {
     let me = std::process::id().to_string();
