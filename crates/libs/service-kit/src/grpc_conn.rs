@@ -23,6 +23,14 @@
 //! - With rotation on, a connection past its maximum age and grace that has
 //!   not closed by itself is dropped.
 //!
+//! A connection tonic closes gracefully (a shutdown's GOAWAY, its streams
+//! done) lingers: its write side is shut, then what the client still sends
+//! (window updates while it reads the last answers) is read and dropped
+//! until the client closes too, for at most [`LINGER`]. Closing a socket
+//! with unread bytes makes the kernel send a reset and drop what it had
+//! not yet sent: the last answers would be lost under a client still
+//! reading them.
+//!
 //! An idle connection is closed without a GOAWAY (tonic has no way to send
 //! one per connection): a client that sends a call at that very moment
 //! sees the connection close, as with any HTTP/1.1 keep-alive close.
@@ -41,6 +49,9 @@ use crate::serve::stall::{self, Stall};
 
 /// The bytes that tell HTTP/2 from HTTP/1.1: the connection preface's length.
 pub const ENOUGH: usize = h2_frames::PREFACE.len();
+
+/// How long a gracefully closed connection waits for its client's close.
+pub const LINGER: Duration = Duration::from_secs(2);
 
 /// What is known of the connection's protocol.
 #[derive(Debug)]
@@ -91,6 +102,9 @@ pub struct Watched<I> {
     /// flow-control window left shut with an answer begun.
     socket_stall: Stall,
     window_stall: Stall,
+    /// Set once the write side is shut: until when the client's last bytes
+    /// are read and dropped.
+    linger: Option<Pin<Box<Sleep>>>,
 }
 
 impl<I> Watched<I> {
@@ -107,6 +121,7 @@ impl<I> Watched<I> {
             end_of_life: None,
             socket_stall: Stall::new(limits.write, stall::SOCKET),
             window_stall: Stall::new(limits.write, stall::WINDOW),
+            linger: None,
         }
     }
 
@@ -331,7 +346,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
     }
 }
 
-impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -353,7 +368,29 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        if self.linger.is_none() {
+            std::task::ready!(Pin::new(&mut self.inner).poll_shutdown(cx))?;
+            self.linger = Some(Box::pin(tokio::time::sleep(LINGER)));
+        }
+        // Read and drop until the client's close, an error, or the bound
+        // (checked between reads: a client that keeps sending is cut there).
+        let mut scratch = [0u8; 8192];
+        for _ in 0..64 {
+            let linger = self.linger.as_mut().expect("set above");
+            if linger.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        // Others' turn: come back for more.
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     fn poll_write_vectored(
