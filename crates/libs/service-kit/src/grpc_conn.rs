@@ -43,15 +43,12 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::serve::ConnLimits;
+use crate::serve::{ConnLimits, LINGER};
 use crate::serve::h2_frames::{self, H2Watch};
 use crate::serve::stall::{self, Stall};
 
 /// The bytes that tell HTTP/2 from HTTP/1.1: the connection preface's length.
 pub const ENOUGH: usize = h2_frames::PREFACE.len();
-
-/// How long a gracefully closed connection waits for its client's close.
-pub const LINGER: Duration = Duration::from_secs(2);
 
 /// What is known of the connection's protocol.
 #[derive(Debug)]

@@ -14,8 +14,9 @@
 //!   problem types both services share, and the pages that describe them;
 //! - [`shed`]: load shedding, the one limit of work in service;
 //! - [`serve`]: serving a router with time bounds per connection and a
-//!   shutdown that loses no request and ends in time; [`cap`]: the cap on
-//!   a listener's open connections;
+//!   shutdown that loses no request and ends in time (`serve::h3`: the
+//!   same over QUIC); [`cap`]: the cap on a listener's open connections;
+//!   [`h3_client`]: HTTP/3 client connections;
 //! - [`preface`]: the same bounds for tonic listeners, and their bounded
 //!   drain; [`health`]: gRPC health that follows readiness (its service,
 //!   which keeps a `Watch` of an unknown name open, in `health/service.rs`);
@@ -34,6 +35,7 @@ pub mod cap;
 pub mod db;
 pub mod deadline;
 pub mod grpc_conn;
+pub mod h3_client;
 pub mod health;
 pub mod negotiate;
 pub mod preface;

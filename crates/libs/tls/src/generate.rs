@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -114,4 +116,24 @@ pub fn write_lab_certs(dir: &Path) -> Result<LabCerts, GenerateError> {
         client_cert: write("client.pem", &client_pem)?,
         client_key: write("client.key", &client_key)?,
     })
+}
+
+/// A self-signed server certificate for [`SERVER_NAMES`], and its key, in
+/// memory (see `ServerTls::self_signed`).
+pub fn self_signed_server()
+-> Result<(CertificateDer<'static>, PrivateKeyDer<'static>), GenerateError> {
+    let mut params = CertificateParams::new(
+        SERVER_NAMES
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect::<Vec<_>>(),
+    )?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "order-service (self-signed)");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    let der = PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    Ok((cert.der().clone(), der))
 }

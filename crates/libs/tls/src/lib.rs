@@ -49,6 +49,8 @@ pub use tokio_rustls::{client::TlsStream as ClientStream, server::TlsStream as S
 pub const ALPN_H2: &[&[u8]] = &[b"h2"];
 /// ALPN for a client that speaks HTTP/1.1 only.
 pub const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
+/// ALPN of HTTP/3 (QUIC listeners and clients).
+pub const ALPN_H3: &[&[u8]] = &[b"h3"];
 /// ALPN for a listener that serves both (HTTP/2 preferred).
 pub const ALPN_H2_HTTP1: &[&[u8]] = &[b"h2", b"http/1.1"];
 
@@ -174,18 +176,49 @@ impl ServerTls {
     pub fn load(files: &ServerFiles) -> Result<Self, TlsError> {
         let certs = load_certs("server certificate", &files.cert)?;
         let key = load_key("server key", &files.key)?;
+        let client_roots = match &files.client_ca {
+            None => None,
+            Some(path) => Some((path.clone(), load_roots("client CA", path)?)),
+        };
+        let mismatch = format!(
+            "the server key {} does not go with the certificate {}",
+            files.key.display(),
+            files.cert.display()
+        );
+        Self::from_parts(certs, key, client_roots, mismatch)
+    }
+
+    /// A certificate made for this process alone, signed by nobody: for a
+    /// listener that must encrypt (QUIC always does) on a service whose TLS
+    /// is off. Its clients cannot verify it, and say so (see
+    /// [`ClientTls::unverified`]).
+    #[cfg(feature = "generate")]
+    pub fn self_signed() -> Result<Self, TlsError> {
+        let (cert, key) = generate::self_signed_server().map_err(|e| TlsError::Rustls {
+            what: format!("making a self-signed certificate: {e}"),
+            source: rustls::Error::General(e.to_string()),
+        })?;
+        Self::from_parts(vec![cert], key, None, "the self-signed key".into())
+    }
+
+    fn from_parts(
+        certs: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+        client_roots: Option<(PathBuf, RootCertStore)>,
+        mismatch: String,
+    ) -> Result<Self, TlsError> {
         let builder = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(rustls_error("choosing TLS versions"))?;
-        let builder = match &files.client_ca {
+        let mutual = client_roots.is_some();
+        let builder = match client_roots {
             None => builder.with_no_client_auth(),
-            Some(path) => {
-                let roots = load_roots("client CA", path)?;
+            Some((path, roots)) => {
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
                         .build()
                         .map_err(|e| TlsError::ClientCa {
-                            path: path.clone(),
+                            path,
                             problem: e.to_string(),
                         })?;
                 builder.with_client_cert_verifier(verifier)
@@ -193,19 +226,23 @@ impl ServerTls {
         };
         let mut config = builder
             .with_single_cert(certs, key)
-            .map_err(rustls_error(format!(
-                "the server key {} does not go with the certificate {}",
-                files.key.display(),
-                files.cert.display()
-            )))?;
+            .map_err(rustls_error(mismatch))?;
         // Stateless tickets for TLS 1.3 (and 1.2) resumption; the default
         // in-memory session cache stays for TLS 1.2 session ids.
         config.ticketer = rustls::crypto::ring::Ticketer::new()
             .map_err(rustls_error("making the session ticketer"))?;
         Ok(ServerTls {
             config: Arc::new(config),
-            mutual: files.client_ca.is_some(),
+            mutual,
         })
+    }
+
+    /// The rustls configuration advertising `alpn`, for a QUIC listener
+    /// (which runs its handshake itself).
+    pub fn rustls_config(&self, alpn: &[&[u8]]) -> Arc<ServerConfig> {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
     }
 
     /// Whether clients must present a certificate.
@@ -347,6 +384,80 @@ impl ClientTls {
             alpn_required: alpn.first().map(|p| p.to_vec()),
             counters,
         }
+    }
+
+    /// A configuration that accepts any server certificate: for a QUIC
+    /// transport (always encrypted) to a service whose TLS is off, which
+    /// has only a self-signed certificate ([`ServerTls::self_signed`]). It
+    /// encrypts, and proves nothing of who answers.
+    pub fn unverified() -> Result<Self, TlsError> {
+        let config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(rustls_error("choosing TLS versions"))?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
+            .with_no_client_auth();
+        Ok(ClientTls {
+            config: Arc::new(config),
+        })
+    }
+
+    /// The rustls configuration offering `alpn`, for a QUIC client.
+    pub fn rustls_config(&self, alpn: &[&[u8]]) -> Arc<ClientConfig> {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+}
+
+/// Accepts every server certificate, checking only that the handshake's
+/// signatures are made with the certificate's key (see
+/// [`ClientTls::unverified`]).
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -127,8 +127,13 @@ fn main() {
     rt.block_on(async {
         let proc = testkit::process::start_binary(
             std::path::Path::new(env!("CARGO_BIN_EXE_order-service")),
-            &["ORDER_REST_ADDR", "ORDER_GRPC_ADDR", "ORDER_TCP_ADDR"]
-                .map(|k| (k, "127.0.0.1:0".to_owned())),
+            &[
+                "ORDER_REST_ADDR",
+                "ORDER_GRPC_ADDR",
+                "ORDER_TCP_ADDR",
+                "ORDER_H3_ADDR",
+            ]
+            .map(|k| (k, "127.0.0.1:0".to_owned())),
             "order-service ready to serve",
         )
         .await;

@@ -3,6 +3,7 @@
 //! the legacy `order.v1.OrderService`, health and reflection, and gRPC-web on
 //! the same port.
 
+use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -423,13 +424,12 @@ fn overloaded() -> http::Response<tonic::body::Body> {
 
 /// Serves gRPC (and gRPC-web) on `listener` until `shutdown` is cancelled.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    GrpcListener { listener, tls, cap }: GrpcListener,
     orders: Orders,
     limits: GrpcLimits,
     metrics: Arc<RequestMetrics>,
     shutdown: CancellationToken,
-    tls: Option<tls::Acceptor>,
-    cap: service_kit::cap::ConnCap,
+    h3: Option<tokio::sync::oneshot::Sender<H3Calls>>,
 ) -> anyhow::Result<()> {
     let server_timing = orders.server_timing;
     let (health_service, readiness) = service_kit::health::following(
@@ -485,13 +485,16 @@ pub async fn serve(
             service_kit::serve::seed(),
         ));
     }
-    let router = server
-        .accept_http1(true)
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .timeout(conn.body_read)
-        .http2_keepalive_interval(Some(conn.idle))
-        .http2_keepalive_timeout(Some(service_kit::preface::KEEPALIVE_TIMEOUT))
-        .trace_fn(telemetry::spans::grpc_server::<()>)
+    let routes = tonic::service::Routes::builder()
+        // The request cap of the APIs, not tonic's 4 MiB default.
+        .add_service(health_service.max_decoding_message_size(limits.max_request_bytes))
+        .add_service(reflection.max_decoding_message_size(limits.max_request_bytes))
+        .add_service(reflection_v1alpha.max_decoding_message_size(limits.max_request_bytes))
+        .add_service(v2)
+        .add_service(v1)
+        .clone()
+        .routes();
+    let layers = tower::ServiceBuilder::new()
         // Outermost, so that gRPC-web calls are counted as such.
         .layer(RecordLayer::new(metrics).serving(methods))
         // A call answered before its body was read reads the rest first
@@ -520,18 +523,91 @@ pub async fn serve(
         // Innermost: from the call routed to its trailers (see `crate::timing`).
         .layer(tower::util::option_layer(
             server_timing.then_some(crate::timing::GrpcTimingLayer),
-        ))
-        // The request cap of the APIs, not tonic's 4 MiB default.
-        .add_service(health_service.max_decoding_message_size(limits.max_request_bytes))
-        .add_service(reflection.max_decoding_message_size(limits.max_request_bytes))
-        .add_service(reflection_v1alpha.max_decoding_message_size(limits.max_request_bytes))
-        .add_service(v2)
-        .add_service(v1);
+        ));
+    if let Some(h3) = h3 {
+        // The same calls, layers and all, for the HTTP/3 listener.
+        let _ = h3.send(H3Calls::new(
+            layers.clone().service(routes.clone().prepare()),
+        ));
+    }
+    let router = server
+        .accept_http1(true)
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .timeout(conn.body_read)
+        .http2_keepalive_interval(Some(conn.idle))
+        .http2_keepalive_timeout(Some(service_kit::preface::KEEPALIVE_TIMEOUT))
+        .trace_fn(telemetry::spans::grpc_server::<()>)
+        .layer(layers.into_inner())
+        .add_routes(routes);
     let served =
         service_kit::preface::serve_tonic(router, listener, tls, conn, cap, shutdown).await;
     readiness.abort();
     served?;
     Ok(())
+}
+
+/// The gRPC listener's socket, its TLS when on, and its connection cap.
+#[derive(Debug)]
+pub struct GrpcListener {
+    pub listener: tokio::net::TcpListener,
+    pub tls: Option<tls::Acceptor>,
+    pub cap: service_kit::cap::ConnCap,
+}
+
+/// The gRPC calls as the HTTP/3 listener serves them: every layer of the
+/// TCP listener's calls but tonic's own (the call's span is made by the
+/// HTTP/3 listener's dispatch, as `trace_fn` makes it here).
+#[derive(Clone)]
+pub struct H3Calls(
+    tower::util::BoxCloneSyncService<
+        http::Request<tonic::body::Body>,
+        http::Response<tonic::body::Body>,
+        Infallible,
+    >,
+);
+
+impl std::fmt::Debug for H3Calls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("H3Calls")
+    }
+}
+
+impl H3Calls {
+    fn new<S, B>(service: S) -> Self
+    where
+        S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<B>>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: std::fmt::Display,
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError>,
+    {
+        use tower::ServiceExt as _;
+        H3Calls(tower::util::BoxCloneSyncService::new(tower::service_fn(
+            move |request| {
+                let service = service.clone();
+                async move {
+                    Ok(match service.oneshot(request).await {
+                        Ok(answer) => answer.map(tonic::body::Body::new),
+                        Err(e) => Status::internal(format!("the call failed: {e}")).into_http(),
+                    })
+                }
+            },
+        )))
+    }
+
+    /// Answers one call.
+    pub async fn call(
+        self,
+        request: http::Request<tonic::body::Body>,
+    ) -> http::Response<tonic::body::Body> {
+        use tower::ServiceExt as _;
+        let Ok(answer) = self.0.oneshot(request).await;
+        answer
+    }
 }
 
 /// The services the gRPC health check answers for: the whole server ("")

@@ -12,12 +12,14 @@
 //!   - [`rest::error`]: each REST error as its status and problem body.
 //! - [`grpc`]: gRPC v2 (unary, streams, bidi) and v1, health, reflection, gRPC-web.
 //! - [`connect`]: `order.v2.OrderService` over Connect (connect-rust), on the REST port.
+//! - [`h3`]: HTTP/3 (QUIC): REST, Connect and gRPC on one UDP port.
 //! - [`tcp`]: the raw-TCP floor (length-prefixed protobuf frames).
 //! - [`timing`]: the answer's own account of its time (`ORDER_SERVER_TIMING`).
 //! - [`metrics`]: the store's series on `/metrics`, its Postgres pool among them.
 
 pub mod connect;
 pub mod grpc;
+pub mod h3;
 pub mod metrics;
 pub mod rest;
 pub mod service;

@@ -48,6 +48,19 @@ pub enum Command {
     Seed,
 }
 
+/// The HTTP/3 listener's UDP address, or none (`off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H3Addr(pub Option<SocketAddr>);
+
+fn parse_h3_addr(s: &str) -> Result<H3Addr, String> {
+    if s == "off" {
+        return Ok(H3Addr(None));
+    }
+    s.parse()
+        .map(|a| H3Addr(Some(a)))
+        .map_err(|e| format!("{e}: an address such as 0.0.0.0:8443, or off"))
+}
+
 /// Everything the service can be told.
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
@@ -62,6 +75,14 @@ pub struct Settings {
     /// Raw-TCP listener: length-prefixed protobuf lookups (the tcp-proto floor).
     #[arg(long, env = "ORDER_TCP_ADDR", default_value = "0.0.0.0:50062")]
     pub tcp_addr: SocketAddr,
+
+    /// HTTP/3 (QUIC) listener, a UDP port: the REST routes and Connect,
+    /// and gRPC (told apart by `content-type: application/grpc…`), under
+    /// the TCP listeners' caps and timeouts. QUIC is always encrypted: with
+    /// TLS set it uses the same certificate; without, a self-signed one
+    /// made at start, which clients cannot verify. `off`: no listener.
+    #[arg(long, env = "ORDER_H3_ADDR", default_value = "0.0.0.0:8443", value_parser = parse_h3_addr)]
+    pub h3_addr: H3Addr,
 
     /// Admin listener: /healthz, /readyz and /metrics only, plain HTTP,
     /// never shed, with a cap of its own (64 connections). A flood of the
@@ -294,6 +315,7 @@ impl Settings {
         s.rest_addr = any;
         s.grpc_addr = any;
         s.tcp_addr = any;
+        s.h3_addr = H3Addr(Some(any));
         s.database_url = database_url.map(DatabaseUrl);
         s
     }

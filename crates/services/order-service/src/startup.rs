@@ -31,10 +31,14 @@ pub struct Application {
     rest: TcpListener,
     grpc: TcpListener,
     tcp: TcpListener,
+    /// HTTP/3 on UDP, unless off.
+    h3: Option<service_kit::serve::h3::H3Listener>,
     /// /healthz, /readyz and /metrics on a port of their own, when set.
     admin: Option<TcpListener>,
     /// TLS for every listener, when the settings name a certificate.
     tls: Option<tls::ServerTls>,
+    /// What the HTTP/3 listener's connections carried.
+    h3_counters: Arc<service_kit::serve::h3::H3Counters>,
 }
 
 /// Connects to Postgres (and migrates) or builds the in-memory store.
@@ -70,7 +74,26 @@ impl Application {
             Some(files) => Some(tls::ServerTls::load(&files).context("setting up TLS")?),
             None => None,
         };
+        let h3 = match settings.h3_addr.0 {
+            None => None,
+            Some(addr) => {
+                // QUIC always encrypts: the service's certificate, or one
+                // of its own when TLS is off.
+                let quic_tls = match &tls {
+                    Some(t) => t.clone(),
+                    None => tls::ServerTls::self_signed()
+                        .context("making the HTTP/3 listener's certificate")?,
+                };
+                Some(service_kit::serve::h3::H3Listener::bind(
+                    addr,
+                    &quic_tls,
+                    &settings.conn_limits(),
+                )?)
+            }
+        };
         let app = Application {
+            h3,
+            h3_counters: Arc::default(),
             tls,
             rest: bind("REST", settings.rest_addr).await?,
             grpc: bind("gRPC", settings.grpc_addr).await?,
@@ -87,6 +110,7 @@ impl Application {
             rest = %app.rest_addr(),
             grpc = %app.grpc_addr(),
             tcp = %app.tcp_addr(),
+            h3 = app.h3_addr().map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
             admin = app.admin_addr().map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
             tls = app.tls_mode(),
             "order-service ready to serve"
@@ -107,6 +131,16 @@ impl Application {
     /// The raw-TCP listener's address.
     pub fn tcp_addr(&self) -> SocketAddr {
         self.tcp.local_addr().unwrap_or(self.settings.tcp_addr)
+    }
+
+    /// The HTTP/3 listener's UDP address, if there is one.
+    pub fn h3_addr(&self) -> Option<SocketAddr> {
+        self.h3.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// What the HTTP/3 listener's connections carried (those that ended).
+    pub fn h3_counters(&self) -> Arc<service_kit::serve::h3::H3Counters> {
+        self.h3_counters.clone()
     }
 
     /// The admin listener's address, if there is one.
@@ -165,16 +199,19 @@ impl Application {
         };
         let admin_router = crate::rest::admin_router(rest_state.clone());
         let rest_router = crate::rest::router(rest_state);
+        let h3_rest = rest_router.clone();
         let limits = s.conn_limits();
-        let ([rest_cap, grpc_cap, tcp_cap, admin_cap], caps) = service_kit::cap::listener_caps(
-            "order",
-            [
-                ("rest", s.max_connections as usize),
-                ("grpc", s.max_connections as usize),
-                ("tcp", s.max_tcp_connections as usize),
-                ("admin", service_kit::serve::ADMIN_CONNECTIONS),
-            ],
-        );
+        let ([rest_cap, grpc_cap, h3_cap, tcp_cap, admin_cap], caps) =
+            service_kit::cap::listener_caps(
+                "order",
+                [
+                    ("rest", s.max_connections as usize),
+                    ("grpc", s.max_connections as usize),
+                    ("h3", s.max_connections as usize),
+                    ("tcp", s.max_tcp_connections as usize),
+                    ("admin", service_kit::serve::ADMIN_CONNECTIONS),
+                ],
+            );
         metrics.add_collector(caps);
         let rest = {
             let t = token.clone();
@@ -192,8 +229,19 @@ impl Application {
                 .map_err(anyhow::Error::from)
             }
         };
+        let (h3_calls, h3_calls_rx) = match self.h3.is_some() {
+            true => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
         let grpc = crate::grpc::serve(
-            self.grpc,
+            crate::grpc::GrpcListener {
+                listener: self.grpc,
+                tls: grpc_tls,
+                cap: grpc_cap,
+            },
             self.orders.clone(),
             GrpcLimits {
                 max_request_bytes: s.max_request_bytes as usize,
@@ -207,8 +255,7 @@ impl Application {
             },
             metrics.clone(),
             token.clone(),
-            grpc_tls,
-            grpc_cap,
+            h3_calls,
         );
         let tcp = crate::tcp::serve(
             self.tcp,
@@ -233,6 +280,28 @@ impl Application {
             ("gRPC", Box::pin(grpc)),
             ("raw TCP", Box::pin(tcp)),
         ];
+        if let (Some(listener), Some(calls)) = (self.h3, h3_calls_rx) {
+            let stop = token.clone().cancelled_owned();
+            let counters = self.h3_counters.clone();
+            listeners.push((
+                "HTTP/3",
+                Box::pin(async move {
+                    let calls = calls
+                        .await
+                        .context("the gRPC listener ended before the HTTP/3 one began")?;
+                    service_kit::serve::h3::serve_h3(
+                        listener,
+                        crate::h3::service(h3_rest, calls),
+                        stop,
+                        limits,
+                        h3_cap,
+                        counters,
+                    )
+                    .await
+                    .map_err(anyhow::Error::from)
+                }),
+            ));
+        }
         if let Some(listener) = self.admin {
             let stop = token.clone().cancelled_owned();
             listeners.push((

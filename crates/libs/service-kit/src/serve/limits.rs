@@ -40,6 +40,11 @@ pub struct ConnLimits {
     pub max_age_grace: Duration,
 }
 
+/// How long a connection closed gracefully (its answers handed to the
+/// socket, or to QUIC, not yet delivered) waits for its client to close
+/// before it is closed: closing first could drop the last answers.
+pub const LINGER: Duration = Duration::from_secs(2);
+
 /// The write-progress timeout unless set: 10 s.
 pub const DEFAULT_WRITE: Duration = Duration::from_secs(10);
 

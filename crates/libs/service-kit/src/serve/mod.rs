@@ -41,12 +41,14 @@
 //!   watchdog that closes it when a bound passes;
 //! - `tracked`: the service around the router that counts requests and
 //!   ends HTTP/1.1 answers with `Connection: close` once closing;
+//! - [`h3`]: HTTP/3, the same bounds and drain over QUIC;
 //! - [`leftover`]: a request body left unread by an early answer,
 //!   read within a bound so that the client sees the answer.
 
 mod activity;
 mod connection;
 pub(crate) mod h2_frames;
+pub mod h3;
 pub mod leftover;
 pub mod limits;
 pub(crate) mod stall;
@@ -67,7 +69,7 @@ pub use crate::cap::ConnCap;
 /// Connections open at once on a service's admin listener (health,
 /// readiness, metrics): a few probes and scrapers, never the API's clients.
 pub const ADMIN_CONNECTIONS: usize = 64;
-pub use limits::{AGE_JITTER, ConnLimits, DRAIN_SLACK, jittered, seed, splitmix};
+pub use limits::{AGE_JITTER, ConnLimits, DRAIN_SLACK, LINGER, jittered, seed, splitmix};
 pub use stall::WriteTimeout;
 
 /// Serves `router` on `listener` until `shutdown` completes, then drains as

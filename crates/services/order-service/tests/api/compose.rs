@@ -35,6 +35,7 @@ const FREE_PORTS: &[(&str, &str)] = &[
     ("ORDER_REST_ADDR", "127.0.0.1:0"),
     ("ORDER_GRPC_ADDR", "127.0.0.1:0"),
     ("ORDER_TCP_ADDR", "127.0.0.1:0"),
+    ("ORDER_H3_ADDR", "127.0.0.1:0"),
 ];
 
 fn binary() -> &'static Path {

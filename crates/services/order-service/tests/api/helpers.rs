@@ -19,6 +19,10 @@ pub struct TestApp {
     pub rest: SocketAddr,
     pub grpc: SocketAddr,
     pub tcp: SocketAddr,
+    /// The HTTP/3 listener (UDP), unless the settings turned it off.
+    pub h3: Option<SocketAddr>,
+    /// What its connections carried.
+    pub h3_counters: std::sync::Arc<service_kit::serve::h3::H3Counters>,
     /// The admin listener, when the settings asked for one.
     pub admin: Option<SocketAddr>,
     pub db: Option<testkit::postgres::TestDb>,
@@ -45,6 +49,8 @@ pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> 
         rest: app.rest_addr(),
         grpc: app.grpc_addr(),
         tcp: app.tcp_addr(),
+        h3: app.h3_addr(),
+        h3_counters: app.h3_counters(),
         admin: app.admin_addr(),
         db,
         serving: InProcess::spawn(|stop| app.run_until_stopped(stop)),
@@ -146,10 +152,15 @@ pub fn expected_orders(count: u32) -> Vec<model::Order> {
 /// no database unless `env` names one), ready to serve: its addresses are
 /// `rest`, `grpc` and `tcp`.
 pub async fn start_binary(env: &[(&str, &str)]) -> Proc {
-    let mut all: Vec<(&str, String)> = ["ORDER_REST_ADDR", "ORDER_GRPC_ADDR", "ORDER_TCP_ADDR"]
-        .into_iter()
-        .map(|k| (k, "127.0.0.1:0".to_owned()))
-        .collect();
+    let mut all: Vec<(&str, String)> = [
+        "ORDER_REST_ADDR",
+        "ORDER_GRPC_ADDR",
+        "ORDER_TCP_ADDR",
+        "ORDER_H3_ADDR",
+    ]
+    .into_iter()
+    .map(|k| (k, "127.0.0.1:0".to_owned()))
+    .collect();
     all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
     testkit::process::start_binary(
         std::path::Path::new(env!("CARGO_BIN_EXE_order-service")),

@@ -24,6 +24,7 @@ mod flood;
 mod fuzz;
 mod grpc_raw;
 mod h2_bounds;
+mod h3;
 mod health_reflection;
 mod helpers;
 mod interop;

@@ -52,6 +52,7 @@ impl Stack {
             ("ORDER_REST_ADDR", "127.0.0.1:0".to_owned()),
             ("ORDER_GRPC_ADDR", "127.0.0.1:0".to_owned()),
             ("ORDER_TCP_ADDR", "127.0.0.1:0".to_owned()),
+            ("ORDER_H3_ADDR", "127.0.0.1:0".to_owned()),
             ("ORDER_DATABASE_URL", orders_db_url(&orders_db.url)),
             // A store that went away is a 503 / UNAVAILABLE well within
             // user-service's upstream timeout.

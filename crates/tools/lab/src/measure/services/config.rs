@@ -74,6 +74,8 @@ pub struct Ports {
     pub order_rest: u16,
     pub order_grpc: u16,
     pub order_tcp: u16,
+    /// order-service's HTTP/3 listener: a UDP port.
+    pub order_h3: u16,
     pub user_rest: u16,
     pub user_grpc: u16,
     /// Where the lab reaches each service: 127.0.0.1, or its namespace's
@@ -83,7 +85,7 @@ pub struct Ports {
 }
 
 impl Ports {
-    /// Five ports free right now. Held together while picking so that none
+    /// Five TCP ports and a UDP port free right now. Held together while picking so that none
     /// comes out twice; the small race with other programs between here and
     /// the services binding them is reported as a start failure.
     pub fn pick() -> anyhow::Result<Ports> {
@@ -94,10 +96,12 @@ impl Ports {
             .iter()
             .map(|l| l.local_addr().map(|a| a.port()))
             .collect::<Result<Vec<_>, _>>()?;
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").context("finding a free UDP port")?;
         Ok(Ports {
             order_rest: p[0],
             order_grpc: p[1],
             order_tcp: p[2],
+            order_h3: udp.local_addr()?.port(),
             user_rest: p[3],
             user_grpc: p[4],
             order_ip: LOCALHOST,

@@ -161,6 +161,10 @@ impl Pair<'_> {
         .env(
             "ORDER_TCP_ADDR",
             SocketAddr::new(ip, ports.order_tcp).to_string(),
+        )
+        .env(
+            "ORDER_H3_ADDR",
+            SocketAddr::new(ip, ports.order_h3).to_string(),
         );
         match self.certs {
             Some(c) => cmd

@@ -235,7 +235,8 @@ fn start_replicas(
         let mut cmd = command(cfg, &cfg.bins.order, 0, &log, layout.ns(Side::B))?;
         cmd.env("ORDER_REST_ADDR", at(own, ports.order_rest).to_string())
             .env("ORDER_GRPC_ADDR", at(own, ports.order_grpc).to_string())
-            .env("ORDER_TCP_ADDR", at(own, ports.order_tcp).to_string());
+            .env("ORDER_TCP_ADDR", at(own, ports.order_tcp).to_string())
+            .env("ORDER_H3_ADDR", at(own, ports.order_h3).to_string());
         if r.rotation {
             cmd.env("ORDER_MAX_CONNECTION_AGE_MS", ROTATION_AGE_MS.to_string());
         }

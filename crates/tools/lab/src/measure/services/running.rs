@@ -72,6 +72,7 @@ impl Running {
                 order_rest: 0,
                 order_grpc: 0,
                 order_tcp: 0,
+                order_h3: 0,
                 user_rest: 0,
                 user_grpc: 0,
                 order_ip: super::config::LOCALHOST,

@@ -1,0 +1,63 @@
+//! HTTP/3 clients: a QUIC endpoint with the caller's TLS (ALPN `h3`), and
+//! connections to one server on it (h3-util's, which open the QUIC
+//! connection on first use and again after it closes, requests
+//! multiplexed on it as HTTP/2's are).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often an idle client connection pings, so that a server's idle
+/// timeout, not a NAT's, decides when it closes.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
+
+/// Makes a connection to the server, once per QUIC connection.
+pub type Connector = h3_util::quinn::H3QuinnConnector;
+
+/// Requests with bodies of type `B` to one server over one QUIC
+/// connection at a time (opened on first use and after it ends).
+pub type Connection<B> = h3_util::client::H3Connection<Connector, B>;
+
+/// A client endpoint (a UDP socket of its own) for servers at addresses
+/// of `to`'s family, trusting what `tls` trusts.
+pub fn endpoint(tls: &tls::ClientTls, to: SocketAddr) -> std::io::Result<quinn::Endpoint> {
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls.rustls_config(tls::ALPN_H3))
+        .map_err(|e| std::io::Error::other(format!("TLS cannot serve QUIC: {e}")))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(KEEP_ALIVE));
+    config.transport_config(Arc::new(transport));
+    let local: SocketAddr = match to {
+        SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let mut endpoint = quinn::Endpoint::client(local)?;
+    endpoint.set_default_client_config(config);
+    Ok(endpoint)
+}
+
+/// A connector to `addr` on `endpoint`, checking the server's certificate
+/// for `server_name`.
+pub fn connector(endpoint: &quinn::Endpoint, addr: SocketAddr, server_name: &str) -> Connector {
+    let uri: http::Uri = format!("https://{addr}")
+        .parse()
+        .expect("a socket address makes a URI");
+    h3_util::quinn::H3QuinnConnector::new(uri, server_name.to_owned(), endpoint.clone())
+}
+
+/// A connection to `addr` for bodies of type `B`.
+pub fn connection<B>(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    server_name: &str,
+) -> Connection<B>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+{
+    let uri: http::Uri = format!("https://{addr}")
+        .parse()
+        .expect("a socket address makes a URI");
+    h3_util::client::H3Connection::new(connector(endpoint, addr, server_name), uri, None)
+}

@@ -1,0 +1,464 @@
+//! HTTP/3: a service served over QUIC on a UDP socket, under the same
+//! bounds as the TCP listeners ([`ConnLimits`], a [`ConnCap`]) and drained
+//! alike at shutdown.
+//!
+//! QUIC carries each request on a stream of its own; a lost packet stalls
+//! only the streams whose bytes it held, and the handshake (TLS 1.3, always
+//! on) takes one round trip. What each bound becomes here:
+//!
+//! - the cap: a connection past it is refused before its handshake (QUIC's
+//!   `CONNECTION_REFUSED`), as a TCP listener closes one as it comes;
+//! - the handshake must end within [`tls::HANDSHAKE_TIMEOUT`];
+//! - a request's head must be whole within the header-read timeout of its
+//!   stream's opening, or the stream is stopped; its body within the
+//!   body-read timeout of its head, or the body fails to read (the REST
+//!   routes answer 408);
+//! - a connection with no request in service for the idle timeout is
+//!   closed, whatever the client sends meanwhile (QUIC's keep-alive pings
+//!   included); QUIC's own idle timeout, the same, ends one that goes
+//!   silent;
+//! - requests in service at once: `max_streams` (QUIC's stream limit, as
+//!   HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS); each stream may hold
+//!   [`STREAM_WINDOW`] unread, the connection [`CONNECTION_WINDOW`], so a
+//!   client that floods cannot make a service hold more;
+//! - an answer whose client takes nothing for the write timeout is reset
+//!   (`H3_REQUEST_CANCELLED`), which frees what it held;
+//! - a request's head larger than [`MAX_HEAD_BYTES`] is refused by h3.
+//!
+//! At the signal, new connections are refused (`CONNECTION_REFUSED`), each connection gets a
+//! GOAWAY naming the last request it will serve, and the requests in
+//! service finish; then the client is given [`LINGER`] to take the last
+//! answers and close (a request's end means its answer is queued in QUIC,
+//! not delivered). The drain ends `grace` plus [`DRAIN_SLACK`] after the
+//! signal whatever clients do.
+//!
+//! [`DRAIN_SLACK`]: super::DRAIN_SLACK
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf as _, Bytes};
+use http_body::Body as _;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{ConnCap, ConnLimits, DRAIN_SLACK, LINGER};
+
+/// What one stream may hold unread: a request's body beyond it waits for
+/// the service to read.
+pub const STREAM_WINDOW: u32 = 1 << 20;
+/// What one connection may hold unread, all its streams together.
+pub const CONNECTION_WINDOW: u32 = 4 << 20;
+/// The largest request head (HTTP/3's SETTINGS_MAX_FIELD_SECTION_SIZE).
+pub const MAX_HEAD_BYTES: u64 = 16 << 10;
+
+/// The request body an HTTP/3 request arrives with.
+pub type RequestBody = axum::body::Body;
+/// What the service answers.
+pub type Answer = http::Response<axum::body::Body>;
+
+/// Bytes a QUIC listener's connections have carried, both ways, as UDP
+/// payload (QUIC headers, encryption and acknowledgements included).
+#[derive(Debug, Default)]
+pub struct H3Counters {
+    /// Connections handshaken.
+    pub connections: std::sync::atomic::AtomicU64,
+    /// Connections refused at the cap.
+    pub refused: std::sync::atomic::AtomicU64,
+    /// UDP payload bytes received, of connections that have ended.
+    pub udp_rx: std::sync::atomic::AtomicU64,
+    /// UDP payload bytes sent, of connections that have ended.
+    pub udp_tx: std::sync::atomic::AtomicU64,
+}
+
+/// A bound UDP socket and the QUIC configuration it will serve with.
+#[derive(Debug)]
+pub struct H3Listener {
+    endpoint: quinn::Endpoint,
+}
+
+/// Why a QUIC listener could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum H3Error {
+    #[error("binding the QUIC (HTTP/3) listener to UDP {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the TLS configuration cannot serve QUIC: {0}")]
+    Crypto(String),
+}
+
+impl H3Listener {
+    /// Binds UDP `addr` and readies QUIC with `tls` (ALPN `h3`) and the
+    /// bounds of `limits`.
+    pub fn bind(
+        addr: SocketAddr,
+        tls: &tls::ServerTls,
+        limits: &ConnLimits,
+    ) -> Result<Self, H3Error> {
+        let crypto =
+            quinn::crypto::rustls::QuicServerConfig::try_from(tls.rustls_config(tls::ALPN_H3))
+                .map_err(|e| H3Error::Crypto(e.to_string()))?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(Arc::new(transport(limits)));
+        let endpoint = quinn::Endpoint::server(config, addr)
+            .map_err(|source| H3Error::Bind { addr, source })?;
+        Ok(H3Listener { endpoint })
+    }
+
+    /// The UDP address it listens on (port 0 resolved).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+}
+
+/// QUIC's transport settings for a listener under `limits`.
+fn transport(limits: &ConnLimits) -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(limits.max_streams.into())
+        // h3's control and QPACK streams, with room for a spare.
+        .max_concurrent_uni_streams(4u32.into())
+        .stream_receive_window(STREAM_WINDOW.into())
+        .receive_window(CONNECTION_WINDOW.into())
+        .max_idle_timeout(limits.idle.try_into().ok());
+    t
+}
+
+/// Serves `service` on `listener` until `shutdown` completes, then drains
+/// as the module doc says. At most `cap` connections at once.
+pub async fn serve_h3<S>(
+    listener: H3Listener,
+    service: S,
+    shutdown: impl Future<Output = ()> + Send,
+    limits: ConnLimits,
+    cap: ConnCap,
+    counters: Arc<H3Counters>,
+) -> std::io::Result<()>
+where
+    S: tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    let endpoint = listener.endpoint;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let incoming = tokio::select! {
+            () = &mut shutdown => break,
+            Some(done) = connections.join_next(), if !connections.is_empty() => {
+                if let Err(e) = done && e.is_panic() {
+                    tracing::error!(error = %e, "an HTTP/3 connection panicked");
+                }
+                continue;
+            }
+            incoming = endpoint.accept() => match incoming {
+                Some(i) => i,
+                None => break,
+            },
+        };
+        let Some(admitted) = cap.admit() else {
+            counters
+                .refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            incoming.refuse();
+            continue;
+        };
+        let service = service.clone();
+        let stop = stop_rx.clone();
+        let counters = counters.clone();
+        connections.spawn(async move {
+            let _admitted = admitted;
+            if let Err(e) = connection(incoming, service, limits, stop, &counters).await {
+                tracing::debug!(error = %e, "HTTP/3 connection ended");
+            }
+        });
+    }
+    // Drain: new connections refused, a GOAWAY on each open one, the
+    // requests in service finish within the bound.
+    let _ = stop_tx.send(true);
+    let deadline = tokio::time::sleep(limits.grace + DRAIN_SLACK);
+    let mut deadline = std::pin::pin!(deadline);
+    loop {
+        tokio::select! {
+            () = &mut deadline => {
+                tracing::warn!(
+                    left = connections.len(),
+                    "HTTP/3 connections still open at the end of the drain: closed"
+                );
+                connections.shutdown().await;
+                break;
+            }
+            done = connections.join_next() => if done.is_none() {
+                break;
+            },
+            Some(incoming) = endpoint.accept() => {
+                counters
+                    .refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                incoming.refuse();
+            }
+        }
+    }
+    endpoint.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"shutting down");
+    let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+    Ok(())
+}
+
+/// HTTP/3's NO_ERROR code.
+const H3_NO_ERROR: u32 = 0x100;
+
+async fn connection<S>(
+    incoming: quinn::Incoming,
+    service: S,
+    limits: ConnLimits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    counters: &H3Counters,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    let quic = tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, incoming)
+        .await
+        .map_err(|_| "no QUIC handshake within the handshake timeout")??;
+    counters
+        .connections
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let served = requests(quic.clone(), service, limits, &mut stop).await;
+    let stats = quic.stats();
+    counters
+        .udp_rx
+        .fetch_add(stats.udp_rx.bytes, std::sync::atomic::Ordering::Relaxed);
+    counters
+        .udp_tx
+        .fetch_add(stats.udp_tx.bytes, std::sync::atomic::Ordering::Relaxed);
+    served
+}
+
+/// A connection's requests, each in a task of its own, until the
+/// connection ends, idles past its bound, or drains.
+async fn requests<S>(
+    quic: quinn::Connection,
+    service: S,
+    limits: ConnLimits,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    let mut conn: h3::server::Connection<h3_quinn::Connection, Bytes> = h3::server::builder()
+        .max_field_section_size(MAX_HEAD_BYTES)
+        .build(h3_quinn::Connection::new(quic.clone()))
+        .await?;
+    let mut in_service = JoinSet::new();
+    let mut quiet_since = Instant::now();
+    let mut draining = false;
+    loop {
+        let idle_at = quiet_since + limits.idle;
+        tokio::select! {
+            changed = stop.changed(), if !draining => {
+                if changed.is_ok() && !*stop.borrow() {
+                    continue;
+                }
+                draining = true;
+                conn.shutdown(0).await?;
+                if in_service.is_empty() {
+                    break;
+                }
+            }
+            accepted = conn.accept(), if !draining => match accepted? {
+                Some(resolver) => {
+                    let service = service.clone();
+                    in_service.spawn(request(resolver, service, limits));
+                }
+                None => break,
+            },
+            Some(_) = in_service.join_next(), if !in_service.is_empty() => {
+                if in_service.is_empty() {
+                    if draining {
+                        break;
+                    }
+                    quiet_since = Instant::now();
+                }
+            }
+            () = tokio::time::sleep_until(idle_at), if in_service.is_empty() && !draining => {
+                tracing::debug!("closing an HTTP/3 connection: no request within the idle timeout");
+                break;
+            }
+        }
+    }
+    if draining {
+        // Every answer is handed to QUIC, not yet delivered: closing now
+        // would drop what the client has not acknowledged. The client,
+        // which has its GOAWAY and its answers, closes; at most
+        // [`LINGER`] is waited for that.
+        let _ = tokio::time::timeout(LINGER, quic.closed()).await;
+    }
+    quic.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+    Ok(())
+}
+
+type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
+
+/// One request: its head within the header-read timeout, the service's
+/// answer, the answer written under the write timeout.
+async fn request<S>(resolver: Resolver, mut service: S, limits: ConnLimits)
+where
+    S: tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible> + Send,
+    S::Future: Send,
+{
+    let (head, stream) =
+        match tokio::time::timeout(limits.header_read, resolver.resolve_request()).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "an HTTP/3 request's head could not be read");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(
+                    "an HTTP/3 request's head did not arrive within the header-read timeout"
+                );
+                return;
+            }
+        };
+    let (mut send, recv) = stream.split();
+    let (parts, ()) = head.into_parts();
+    // The body-read timeout, as on the TCP listeners: a body still coming
+    // past it fails to read (the REST routes answer 408).
+    let body = axum::body::Body::new(crate::deadline::DeadlineBody::new(
+        Incoming {
+            stream: recv,
+            data_done: false,
+            finished: false,
+            reading: false,
+        },
+        limits.body_read,
+    ));
+    let request = http::Request::from_parts(parts, body);
+    let Ok(answer) = tower::ServiceExt::oneshot(&mut service, request).await;
+    let (parts, body) = answer.into_parts();
+    if let Err(e) = write(&mut send, parts, body, limits.write).await {
+        tracing::debug!(error = %e, "an HTTP/3 answer was not sent whole");
+        send.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+    }
+}
+
+type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+
+/// Writes an answer, each part within `write` of the last (the client must
+/// take bytes for the answer to progress).
+async fn write(
+    send: &mut SendHalf,
+    parts: http::response::Parts,
+    body: axum::body::Body,
+    write: Duration,
+) -> Result<(), String> {
+    let within =
+        |what: &'static str| move |_| format!("the client took no {what} within the write timeout");
+    tokio::time::timeout(
+        write,
+        send.send_response(http::Response::from_parts(parts, ())),
+    )
+    .await
+    .map_err(within("answer head"))?
+    .map_err(|e| e.to_string())?;
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| format!("the answer's body failed: {e}"))?;
+        match frame.into_data() {
+            Ok(mut data) => {
+                if data.has_remaining() {
+                    let bytes = data.copy_to_bytes(data.remaining());
+                    tokio::time::timeout(write, send.send_data(bytes))
+                        .await
+                        .map_err(within("bytes"))?
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    tokio::time::timeout(write, send.send_trailers(trailers))
+                        .await
+                        .map_err(within("trailers"))?
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+    }
+    tokio::time::timeout(write, send.finish())
+        .await
+        .map_err(within("end of the answer"))?
+        .map_err(|e| e.to_string())
+}
+
+type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+
+/// A request's body as it arrives on its stream. Dropped unread, it asks
+/// the client to stop sending (`H3_REQUEST_CANCELLED`), unless a read is
+/// under way: h3-quinn 0.0.10 panics on a stop while a read is pending
+/// (the stream is inside the read's future); dropping that future stops
+/// the stream anyway (quinn stops an unfinished stream it drops).
+struct Incoming {
+    stream: RecvHalf,
+    data_done: bool,
+    finished: bool,
+    reading: bool,
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        if !self.finished && !self.reading {
+            self.stream
+                .stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
+        }
+    }
+}
+
+impl http_body::Body for Incoming {
+    type Data = Bytes;
+    type Error = h3::error::StreamError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        this.reading = true;
+        if !this.data_done {
+            match std::task::ready!(this.stream.poll_recv_data(cx)) {
+                Ok(Some(mut data)) => {
+                    this.reading = false;
+                    let bytes = data.copy_to_bytes(data.remaining());
+                    return Poll::Ready(Some(Ok(http_body::Frame::data(bytes))));
+                }
+                Ok(None) => this.data_done = true,
+                Err(e) => {
+                    (this.reading, this.finished) = (false, true);
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+        let trailers = std::task::ready!(this.stream.poll_recv_trailers(cx));
+        (this.reading, this.finished) = (false, true);
+        match trailers {
+            Ok(Some(t)) => Poll::Ready(Some(Ok(http_body::Frame::trailers(t)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! HTTP/3: the QUIC listener answers REST, Connect and gRPC with the same
+//! bytes as the TCP listeners (the data set is the oracle for gRPC's
+//! orders), and holds to the same bounds: its cap refuses a connection past
+//! it, an idle connection is closed, a request in service at the signal is
+//! answered.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use model::{FieldSet, Order};
+use prost::Message as _;
+use proto::order::v2 as pb2;
+
+use crate::helpers::{Backend, TestApp, expected_orders, list_request, spawn, spawn_with};
+
+/// A client endpoint that takes the service's self-signed certificate.
+fn endpoint(to: SocketAddr) -> quinn::Endpoint {
+    let tls = tls::ClientTls::unverified().unwrap();
+    service_kit::h3_client::endpoint(&tls, to).unwrap()
+}
+
+/// One request over HTTP/3; the status, content type and body.
+async fn h3_send(
+    conn: &mut service_kit::h3_client::Connection<Full<Bytes>>,
+    request: http::Request<Full<Bytes>>,
+) -> (u16, String, Bytes) {
+    let answer = tower::ServiceExt::oneshot(&mut *conn, request)
+        .await
+        .expect("an HTTP/3 answer");
+    let status = answer.status().as_u16();
+    let ct = answer
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = answer.into_body().collect().await.unwrap().to_bytes();
+    (status, ct, body)
+}
+
+fn h3_get(h3: SocketAddr, path: &str, accept: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(format!("https://{h3}{path}"))
+        .header("accept", accept)
+        .body(Full::default())
+        .unwrap()
+}
+
+async fn h1_bytes(app: &TestApp, path: &str, accept: &str) -> Bytes {
+    let res = app
+        .h1()
+        .get(app.url(path))
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.bytes().await.unwrap()
+}
+
+fn stream_request(user: &str, n: i32) -> pb2::StreamOrdersRequest {
+    let l = list_request(user, n, FieldSet::ALL);
+    pb2::StreamOrdersRequest {
+        user_id: l.user_id,
+        page_size: l.page_size,
+        page_token: l.page_token,
+        read_mask: l.read_mask,
+    }
+}
+
+fn orders_of(page: pb2::ListOrdersResponse) -> Vec<Order> {
+    page.orders
+        .into_iter()
+        .map(|o| Order::try_from(o).unwrap())
+        .collect()
+}
+
+async fn same_answers_over_h3(backend: Backend) {
+    let app = spawn(backend).await;
+    let h3 = app.h3.expect("an HTTP/3 listener");
+    let ep = endpoint(h3);
+    let mut conn = service_kit::h3_client::connection(&ep, h3, "localhost");
+    let want = expected_orders(100);
+    let user = dataset::fixed_user_id(100).to_string();
+
+    // REST, JSON and protobuf: the bytes HTTP/1.1 gets.
+    let path = format!("/v2/orders?user_id={user}&limit=100");
+    for accept in ["application/json", "application/x-protobuf"] {
+        let (status, ct, body) = h3_send(&mut conn, h3_get(h3, &path, accept)).await;
+        assert_eq!(status, 200, "{accept}");
+        assert_eq!(ct, accept);
+        assert_eq!(body, h1_bytes(&app, &path, accept).await, "{accept}");
+    }
+    let (_, _, body) = h3_send(&mut conn, h3_get(h3, &path, "application/x-protobuf")).await;
+    assert_eq!(
+        orders_of(pb2::ListOrdersResponse::decode(body).unwrap()),
+        want
+    );
+
+    // Connect unary, binary: the same path as gRPC's method, told apart by
+    // its content type.
+    let connect = http::Request::post(format!("https://{h3}/order.v2.OrderService/ListOrders"))
+        .header("content-type", "application/proto")
+        .body(Full::new(Bytes::from(
+            list_request(&user, 100, FieldSet::ALL).encode_to_vec(),
+        )))
+        .unwrap();
+    let (status, ct, body) = h3_send(&mut conn, connect).await;
+    assert_eq!((status, ct.as_str()), (200, "application/proto"));
+    assert_eq!(
+        orders_of(pb2::ListOrdersResponse::decode(body).unwrap()),
+        want
+    );
+
+    // gRPC: unary and server streaming, tonic's client over tonic-h3.
+    let channel = tonic_h3::H3Channel::new(
+        service_kit::h3_client::connector(&ep, h3, "localhost"),
+        format!("https://{h3}").parse().unwrap(),
+        None,
+    );
+    let mut grpc = pb2::order_service_client::OrderServiceClient::new(channel)
+        .max_decoding_message_size(64 << 20);
+    let unary = grpc
+        .list_orders(list_request(&user, 100, FieldSet::ALL))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(orders_of(unary), want);
+    let mut stream = grpc
+        .stream_orders(stream_request(&user, 100))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut streamed = Vec::new();
+    while let Some(o) = stream.message().await.unwrap() {
+        streamed.push(Order::try_from(o.order.unwrap()).unwrap());
+    }
+    assert_eq!(streamed, want);
+    // A gRPC error is a gRPC status, not an HTTP one.
+    let bad = grpc
+        .list_orders(list_request("not-a-uuid", 10, FieldSet::ALL))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn http3_answers_rest_connect_and_grpc_as_the_tcp_listeners_do_in_memory() {
+    same_answers_over_h3(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn http3_answers_rest_connect_and_grpc_as_the_tcp_listeners_do_on_postgres() {
+    same_answers_over_h3(Backend::Postgres).await;
+}
+
+/// Opens a QUIC connection and asks for a page; the error if it fails.
+async fn one_get(ep: &quinn::Endpoint, h3: SocketAddr, user: &str) -> Result<u16, String> {
+    let mut conn = service_kit::h3_client::connection::<Full<Bytes>>(ep, h3, "localhost");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        tower::ServiceExt::oneshot(
+            &mut conn,
+            h3_get(
+                h3,
+                &format!("/v2/orders?user_id={user}&limit=1"),
+                "application/json",
+            ),
+        ),
+    )
+    .await
+    .map_err(|_| "no answer within 5 s".to_owned())?
+    .map_err(|e| e.to_string())?;
+    Ok(answer.status().as_u16())
+}
+
+#[tokio::test]
+async fn the_cap_refuses_a_quic_connection_past_it_and_an_idle_one_is_closed() {
+    let app = spawn_with(Backend::Memory, |s| {
+        s.max_connections = 2;
+        s.idle_timeout_ms = 600;
+    })
+    .await;
+    let h3 = app.h3.unwrap();
+    let user = dataset::fixed_user_id(10).to_string();
+    // Two connections held open (each endpoint is a connection of its own).
+    let held: Vec<quinn::Connection> = {
+        let mut v = Vec::new();
+        for _ in 0..2 {
+            let ep = endpoint(h3);
+            let c = ep.connect(h3, "localhost").unwrap().await.unwrap();
+            v.push(c);
+        }
+        v
+    };
+    let third = one_get(&endpoint(h3), h3, &user).await;
+    assert!(third.is_err(), "a third connection was served: {third:?}");
+    assert_eq!(app.h3_counters.refused.load(Ordering::Relaxed), 1);
+    // With no request in service, the two close at the idle timeout (the
+    // client's keep-alive pings do not keep them), and a slot is free again.
+    for c in &held {
+        let why = tokio::time::timeout(Duration::from_secs(5), c.closed())
+            .await
+            .expect("an idle connection is closed by the service");
+        assert!(
+            matches!(
+                why,
+                quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::TimedOut
+            ),
+            "{why:?}"
+        );
+    }
+    assert_eq!(one_get(&endpoint(h3), h3, &user).await, Ok(200));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_call_in_service_at_the_signal_is_answered_and_a_new_connection_is_refused() {
+    let app = spawn(Backend::Memory).await;
+    let h3 = app.h3.unwrap();
+    let ep = endpoint(h3);
+    let channel = tonic_h3::H3Channel::new(
+        service_kit::h3_client::connector(&ep, h3, "localhost"),
+        format!("https://{h3}").parse().unwrap(),
+        None,
+    );
+    let mut grpc = pb2::order_service_client::OrderServiceClient::new(channel)
+        .max_decoding_message_size(64 << 20);
+    let user = dataset::fixed_user_id(10_000).to_string();
+    // A 10,000-order stream begun, its first message read; then the signal.
+    let mut stream = grpc
+        .stream_orders(stream_request(&user, 10_000))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut n = usize::from(stream.message().await.unwrap().is_some());
+    let stopping = tokio::spawn(app.serving.stop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    while stream.message().await.unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(
+        n, 10_000,
+        "every order of the stream begun before the signal"
+    );
+    let late = one_get(&endpoint(h3), h3, &user).await;
+    let late = late.expect_err("a connection after the signal was served");
+    assert!(
+        late.contains("refused"),
+        "refused, not left to time out: {late}"
+    );
+    stopping.await.unwrap();
+}
+
+/// A raw HTTP/3 client on a connection of its own: what a slow client
+/// does is up to the test.
+async fn raw_client(h3: SocketAddr) -> h3::client::SendRequest<h3_quinn::OpenStreams, Bytes> {
+    let quic = endpoint(h3)
+        .connect(h3, "localhost")
+        .unwrap()
+        .await
+        .unwrap();
+    let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(quic))
+        .await
+        .unwrap();
+    tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+    send
+}
+
+#[tokio::test]
+async fn a_body_that_stops_coming_is_answered_408_at_the_body_read_timeout() {
+    let app = spawn_with(Backend::Memory, |s| s.body_read_timeout_ms = 500).await;
+    let h3 = app.h3.unwrap();
+    let mut send = raw_client(h3).await;
+    let request = http::Request::post(format!("https://{h3}/v2/orders"))
+        .header("content-type", "application/json")
+        .header("content-length", "1000")
+        .body(())
+        .unwrap();
+    let mut stream = send.send_request(request).await.unwrap();
+    stream
+        .send_data(Bytes::from_static(b"{\"user_id\":"))
+        .await
+        .unwrap();
+    let begun = std::time::Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(5), stream.recv_response())
+        .await
+        .expect("answered within 5 s")
+        .unwrap();
+    assert_eq!(answer.status(), 408);
+    assert!(
+        begun.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        begun.elapsed()
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_answer_its_client_does_not_read_is_reset_at_the_write_timeout() {
+    let app = spawn_with(Backend::Memory, |s| s.write_timeout_ms = 500).await;
+    let h3 = app.h3.unwrap();
+    let mut send = raw_client(h3).await;
+    let user = dataset::fixed_user_id(10_000).to_string();
+    let request = http::Request::get(format!("https://{h3}/v2/orders?user_id={user}&limit=10000"))
+        .body(())
+        .unwrap();
+    let mut stream = send.send_request(request).await.unwrap();
+    stream.finish().await.unwrap();
+    let answer = stream.recv_response().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    // Several MB of JSON, more than QUIC lets the server send unread: the
+    // answer stalls, and past the write timeout it is reset.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut read = 0usize;
+    let ended = loop {
+        match stream.recv_data().await {
+            Ok(Some(d)) => read += bytes::Buf::remaining(&d),
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e.to_string()),
+        }
+    };
+    assert!(ended.is_err(), "the whole answer came ({read} bytes)");
+    // The connection serves on.
+    let request = http::Request::get(format!("https://{h3}/healthz"))
+        .body(())
+        .unwrap();
+    let mut again = send.send_request(request).await.unwrap();
+    again.finish().await.unwrap();
+    assert_eq!(again.recv_response().await.unwrap().status(), 200);
+    app.stop().await;
+}
