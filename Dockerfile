@@ -66,7 +66,7 @@ FROM runtime AS order-service
 COPY --from=builder /out/order-service /usr/local/bin/order-service
 # REST (HTTP/1.1 + h2c), gRPC (+ gRPC-web), raw TCP: ORDER_REST_ADDR,
 # ORDER_GRPC_ADDR and ORDER_TCP_ADDR change them.
-EXPOSE 8082 50052 50062
+EXPOSE 8082 50052 50062 8443/udp
 # Exec form: the service is PID 1 and gets SIGTERM itself, which drains
 # requests and streams in flight before it exits.
 ENTRYPOINT ["/usr/local/bin/order-service"]

@@ -43,9 +43,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::serve::{ConnLimits, LINGER};
 use crate::serve::h2_frames::{self, H2Watch};
 use crate::serve::stall::{self, Stall};
+use crate::serve::{ConnLimits, LINGER};
 
 /// The bytes that tell HTTP/2 from HTTP/1.1: the connection preface's length.
 pub const ENOUGH: usize = h2_frames::PREFACE.len();

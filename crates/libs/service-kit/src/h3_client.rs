@@ -7,9 +7,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often an idle client connection pings, so that a server's idle
-/// timeout, not a NAT's, decides when it closes.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How often a client connection pings when nothing else is sent: a
+/// server that has gone away is noticed [`IDLE`] after its last word, not
+/// at the first call after it.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
+/// A client connection that hears nothing for this long is closed (QUIC
+/// takes the smaller of the two sides' idle timeouts): a dead server or a
+/// silent path, which QUIC cannot tell apart, ends the connection then,
+/// and the next call opens a new one.
+pub const IDLE: Duration = Duration::from_secs(6);
 
 /// Makes a connection to the server, once per QUIC connection.
 pub type Connector = h3_util::quinn::H3QuinnConnector;
@@ -25,7 +31,9 @@ pub fn endpoint(tls: &tls::ClientTls, to: SocketAddr) -> std::io::Result<quinn::
         .map_err(|e| std::io::Error::other(format!("TLS cannot serve QUIC: {e}")))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
-    transport.keep_alive_interval(Some(KEEP_ALIVE));
+    transport
+        .keep_alive_interval(Some(KEEP_ALIVE))
+        .max_idle_timeout(Some(IDLE.try_into().expect("6 s is a QUIC idle timeout")));
     config.transport_config(Arc::new(transport));
     let local: SocketAddr = match to {
         SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),

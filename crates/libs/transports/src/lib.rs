@@ -12,7 +12,7 @@
 //! ([`H1_JSON`], [`TCP_PROTO`]) from here. A new transport is added here
 //! first.
 //!
-//! The names are kebab-case: the protocol and wire first (`h1`, `h2c`,
+//! The names are kebab-case: the protocol and wire first (`h1`, `h2c`, `h3`,
 //! `connect-h1`, `connect-h2c`, `grpc`, `tcp`), then what tells it apart
 //! (the body, or how the connection is used). No dependencies, so anything
 //! in the workspace can use it.
@@ -75,10 +75,22 @@ pub const TCP_PROTO: &str = "tcp-proto";
 /// the caller.
 pub const GRPC_V1: &str = "grpc-v1";
 
+/// HTTP/3 (QUIC, always encrypted), JSON body, N connections with the
+/// calls multiplexed as [`H2C_JSON`]'s: the REST routes over QUIC.
+pub const H3_JSON: &str = "h3-json";
+/// HTTP/3, protobuf body, as [`H3_JSON`].
+pub const H3_PROTO: &str = "h3-proto";
+/// gRPC unary `ListOrders` over HTTP/3 (tonic's client on tonic-h3's
+/// channel, gRFC G2), N connections as [`H3_JSON`].
+pub const GRPC_H3: &str = "grpc-h3";
+
+/// How many transports there are.
+pub const COUNT: usize = 19;
+
 /// Every transport's name, in the order of the design's matrix: the names of
 /// [`Transport::ALL`], position by position.
-pub const ALL: [&str; 16] = {
-    let mut names = [""; 16];
+pub const ALL: [&str; COUNT] = {
+    let mut names = [""; COUNT];
     let mut i = 0;
     while i < names.len() {
         names[i] = Transport::ALL[i].name();
@@ -132,6 +144,12 @@ pub enum Transport {
     TcpProto,
     /// gRPC unary on the legacy all-strings `order.v1` API.
     GrpcV1,
+    /// HTTP/3, JSON, multiplexed.
+    H3Json,
+    /// HTTP/3, protobuf body, multiplexed.
+    H3Proto,
+    /// gRPC unary `ListOrders` over HTTP/3.
+    GrpcH3,
 }
 
 // Each transport sits at its own index of `Transport::ALL`, which is how
@@ -145,9 +163,18 @@ const _: () = {
 };
 
 impl Transport {
+    /// Whether this transport runs over QUIC (HTTP/3): always encrypted, so
+    /// it is compared with TLS rows, never cleartext ones.
+    pub fn is_quic(self) -> bool {
+        matches!(
+            self,
+            Transport::H3Json | Transport::H3Proto | Transport::GrpcH3
+        )
+    }
+
     /// Every transport, in the order of the design's matrix (the order of
     /// the variants).
-    pub const ALL: [Transport; 16] = [
+    pub const ALL: [Transport; COUNT] = [
         Transport::H1Json,
         Transport::H1JsonClose,
         Transport::H2cJson,
@@ -164,6 +191,9 @@ impl Transport {
         Transport::GrpcBidiTuned,
         Transport::TcpProto,
         Transport::GrpcV1,
+        Transport::H3Json,
+        Transport::H3Proto,
+        Transport::GrpcH3,
     ];
 
     /// The name `via` uses: this transport's entry in [`ALL`].
@@ -185,6 +215,9 @@ impl Transport {
             Transport::GrpcBidiTuned => GRPC_BIDI_TUNED,
             Transport::TcpProto => TCP_PROTO,
             Transport::GrpcV1 => GRPC_V1,
+            Transport::H3Json => H3_JSON,
+            Transport::H3Proto => H3_PROTO,
+            Transport::GrpcH3 => GRPC_H3,
         }
     }
 
@@ -344,6 +377,9 @@ mod tests {
                 "grpc-bidi-tuned",
                 "tcp-proto",
                 "grpc-v1",
+                "h3-json",
+                "h3-proto",
+                "grpc-h3",
             ]
         );
     }
@@ -433,7 +469,7 @@ mod tests {
     fn joined_lists_every_name_in_order() {
         assert_eq!(
             joined(", "),
-            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, h2c-proto-tuned, connect-h1-proto, connect-h2c-proto, grpc, grpc-tuned, grpc-stream, grpc-stream-tuned, grpc-bidi, grpc-bidi-tuned, tcp-proto, grpc-v1"
+            "h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto, h2c-proto-tuned, connect-h1-proto, connect-h2c-proto, grpc, grpc-tuned, grpc-stream, grpc-stream-tuned, grpc-bidi, grpc-bidi-tuned, tcp-proto, grpc-v1, h3-json, h3-proto, grpc-h3"
         );
         assert_eq!(joined("|").split('|').collect::<Vec<_>>(), ALL);
     }

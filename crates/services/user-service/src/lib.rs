@@ -25,12 +25,15 @@
 //!     - [`upstream::shared::h2`]: N multiplexed HTTP/2 connections; hyper's client on them.
 //!     - [`upstream::shared::pool`]: a REST pool, HTTP/1.1 or h2c.
 //!     - [`upstream::shared::h2direct`]: the tuned twins' `h2` connections.
+//!     - [`upstream::shared::h3`]: N HTTP/3 (QUIC) channels, counted as sockets are.
 //!     - [`upstream::shared::codec`]: the gRPC twins' codec, decoding from one `Bytes`.
 //!     - [`upstream::shared::rpc`]: gRPC channels, status mapping, resends, requests.
 //!     - [`upstream::shared::mux`]: many lookups on one connection (bidi, raw TCP).
-//!   - [`upstream::rest`]: h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto(-tuned).
+//!   - [`upstream::rest`]: h1-json, h1-json-close, h2c-json, h1-proto, h2c-proto(-tuned),
+//!     h3-json, h3-proto.
 //!   - [`upstream::connect`]: connect-h1-proto, connect-h2c-proto.
 //!   - [`upstream::grpc`]: grpc, grpc-stream, grpc-v1 (and the batch calls).
+//!   - [`upstream::grpc_h3`]: grpc-h3, gRPC over HTTP/3.
 //!   - [`upstream::bidi`]: grpc-bidi, grpc-bidi-tuned.
 //!   - [`upstream::tuned`]: grpc-tuned, grpc-stream-tuned; why the twins differ.
 //!   - [`upstream::tcp`]: tcp-proto, the floor.

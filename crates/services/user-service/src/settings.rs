@@ -125,11 +125,16 @@ pub struct Settings {
     #[arg(long, env = "USER_ORDER_TCP_ADDR", default_value = "127.0.0.1:50062")]
     pub order_tcp_addr: String,
 
+    /// order-service's HTTP/3 (QUIC) port, host:port on UDP (h3-json,
+    /// h3-proto, grpc-h3).
+    #[arg(long, env = "USER_ORDER_H3_ADDR", default_value = "127.0.0.1:8443")]
+    pub order_h3_addr: String,
+
     /// order-service's replicas, for client-side balancing: addresses or
     /// names (a Kubernetes headless Service's name gives every ready pod),
-    /// comma-separated. Each serves on the ports of the three settings
+    /// comma-separated. Each serves on the ports of the four settings
     /// above, whose hosts then only name the TLS certificate. Unset: every
-    /// call goes to those three addresses (directly, or to a balancer there).
+    /// call goes to those four addresses (directly, or to a balancer there).
     #[arg(long, env = "USER_ORDER_REPLICAS", value_delimiter = ',')]
     pub order_replicas: Vec<String>,
 

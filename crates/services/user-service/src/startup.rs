@@ -80,6 +80,7 @@ pub fn upstream_settings(settings: &Settings) -> anyhow::Result<UpstreamSettings
         rest_url: settings.order_rest_url.clone(),
         grpc_url: settings.order_grpc_url.clone(),
         tcp_addr: settings.order_tcp_addr.clone(),
+        h3_addr: settings.order_h3_addr.clone(),
         pool_size: usize::from(settings.pool_size.max(1)),
         timeout: Duration::from_millis(settings.upstream_timeout_ms.max(1)),
         tls: match settings.order_tls_files() {
@@ -137,6 +138,7 @@ impl Application {
             order_rest = %settings.order_rest_url,
             order_grpc = %settings.order_grpc_url,
             order_tcp = %settings.order_tcp_addr,
+            order_h3 = %settings.order_h3_addr,
             replicas = ?settings.order_replicas,
             pick = %settings.order_pick,
             "order-service transports ready"

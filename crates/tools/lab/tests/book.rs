@@ -201,9 +201,9 @@ fn every_experiment_has_its_page_saying_what_lab_list_says() {
 fn the_transports_page_has_one_row_per_transport_in_the_lists_order() {
     let text = read(&docs().join("transports.md"));
     let table = text
-        .split("\n## The sixteen\n")
+        .split("\n## The nineteen\n")
         .nth(1)
-        .expect("a section \"The sixteen\" in docs/transports.md");
+        .expect("a section \"The nineteen\" in docs/transports.md");
     // The first table of the section: from its header to the first line
     // that is not a row.
     let rows: Vec<&str> = table

@@ -121,8 +121,9 @@ pub fn parse<C: clap::Parser>(bin: &str, env: &BTreeMap<String, String>) -> C {
     C::from_arg_matches(&matches).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Container ports a service publishes. Host ports must equal them: the
-/// README and the k6 scripts' defaults use the same numbers on localhost.
+/// Container ports a service publishes, TCP or UDP (`8443:8443/udp`, the
+/// HTTP/3 listener). Host ports must equal them: the README and the k6
+/// scripts' defaults use the same numbers on localhost.
 pub fn published_ports(compose: &Value, name: &str) -> BTreeSet<u16> {
     let mut ports = BTreeSet::new();
     let Some(list) = service(compose, name).get("ports") else {
@@ -142,10 +143,13 @@ pub fn published_ports(compose: &Value, name: &str) -> BTreeSet<u16> {
             continue;
         }
         let spec = scalar(p, "a port");
-        let spec = spec.strip_suffix("/tcp").unwrap_or(&spec);
+        let spec = spec
+            .strip_suffix("/tcp")
+            .or_else(|| spec.strip_suffix("/udp"))
+            .unwrap_or(&spec);
         assert!(
             !spec.contains('/') && !spec.contains('-'),
-            "{name}: {spec}: only single TCP ports are understood here"
+            "{name}: {spec}: only single TCP or UDP ports are understood here"
         );
         let parts: Vec<&str> = spec.rsplitn(3, ':').collect();
         let container: u16 = parts[0]
@@ -332,8 +336,13 @@ pub fn dockerfile_exposes(name: &str) -> BTreeSet<u16> {
         .lines()
         .filter_map(|l| l.strip_prefix("EXPOSE "))
         .flat_map(|l| {
-            l.split_whitespace()
-                .map(|p| p.parse::<u16>().expect("a port"))
+            l.split_whitespace().map(|p| {
+                let p = p
+                    .strip_suffix("/udp")
+                    .or_else(|| p.strip_suffix("/tcp"))
+                    .unwrap_or(p);
+                p.parse::<u16>().expect("a port")
+            })
         })
         .collect()
 }

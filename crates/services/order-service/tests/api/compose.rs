@@ -65,6 +65,7 @@ fn published_ports_are_the_listeners_on_all_interfaces() {
             ("REST", s.rest_addr),
             ("gRPC", s.grpc_addr),
             ("raw TCP", s.tcp_addr),
+            ("HTTP/3 (UDP)", s.h3_addr.0.expect("HTTP/3 on in compose")),
         ],
     );
 }
@@ -74,7 +75,12 @@ fn the_dockerfile_exposes_the_default_ports() {
     let d = parse::<Cli>(SERVICE, &BTreeMap::new()).settings;
     assert_eq!(
         dockerfile_exposes(SERVICE),
-        BTreeSet::from([d.rest_addr.port(), d.grpc_addr.port(), d.tcp_addr.port()])
+        BTreeSet::from([
+            d.rest_addr.port(),
+            d.grpc_addr.port(),
+            d.tcp_addr.port(),
+            d.h3_addr.0.expect("HTTP/3 on by default").port(),
+        ])
     );
 }
 

@@ -34,6 +34,8 @@ pub struct OrderService {
     pub rest: SocketAddr,
     pub grpc: SocketAddr,
     pub tcp: SocketAddr,
+    /// The HTTP/3 listener (UDP).
+    pub h3: SocketAddr,
     /// Its runtime, whose counters `hop_calls --runtime` reads.
     #[allow(dead_code)]
     pub runtime: tokio::runtime::Handle,
@@ -68,6 +70,7 @@ pub fn order_service() -> OrderService {
                 rest: app.rest_addr(),
                 grpc: app.grpc_addr(),
                 tcp: app.tcp_addr(),
+                h3: app.h3_addr().expect("an HTTP/3 listener"),
                 runtime,
             })
             .expect("the caller waits");
@@ -86,6 +89,7 @@ pub fn upstreams(order: &OrderService) -> Upstreams {
         order_rest_url: format!("http://{}", order.rest).parse().expect("a URL"),
         order_grpc_url: format!("http://{}", order.grpc).parse().expect("a URL"),
         order_tcp_addr: order.tcp.to_string(),
+        order_h3_addr: order.h3.to_string(),
         upstream_breakdown: breakdown(),
         ..Default::default()
     };

@@ -233,7 +233,7 @@ pub struct OrdersParams {
     /// (USER_DEFAULT_VIA). The `x-via` header does the same.
     // The pattern must be a literal; a test holds it to `transports::ALL`.
     #[param(value_type = Option<String>, example = "grpc",
-        pattern = "^(h1-json|h1-json-close|h2c-json|h1-proto|h2c-proto|h2c-proto-tuned|connect-h1-proto|connect-h2c-proto|grpc|grpc-tuned|grpc-stream|grpc-stream-tuned|grpc-bidi|grpc-bidi-tuned|tcp-proto|grpc-v1)$")]
+        pattern = "^(h1-json|h1-json-close|h2c-json|h1-proto|h2c-proto|h2c-proto-tuned|connect-h1-proto|connect-h2c-proto|grpc|grpc-tuned|grpc-stream|grpc-stream-tuned|grpc-bidi|grpc-bidi-tuned|tcp-proto|grpc-v1|h3-json|h3-proto|grpc-h3)$")]
     via: Option<String>,
 }
 
@@ -339,7 +339,7 @@ pub struct UsersOrdersParams {
     fields: Option<String>,
     /// As for `/v1/users/{id}/orders`.
     #[param(value_type = Option<String>, example = "grpc",
-        pattern = "^(h1-json|h1-json-close|h2c-json|h1-proto|h2c-proto|h2c-proto-tuned|connect-h1-proto|connect-h2c-proto|grpc|grpc-tuned|grpc-stream|grpc-stream-tuned|grpc-bidi|grpc-bidi-tuned|tcp-proto|grpc-v1)$")]
+        pattern = "^(h1-json|h1-json-close|h2c-json|h1-proto|h2c-proto|h2c-proto-tuned|connect-h1-proto|connect-h2c-proto|grpc|grpc-tuned|grpc-stream|grpc-stream-tuned|grpc-bidi|grpc-bidi-tuned|tcp-proto|grpc-v1|h3-json|h3-proto|grpc-h3)$")]
     via: Option<String>,
     /// `false` (default): one call to order-service per user, all at once
     /// (a lookup each on the shared stream for grpc-bidi and tcp-proto).

@@ -185,6 +185,7 @@ mod tests {
             rest_url: format!("http://{addr}").parse().unwrap(),
             grpc_url: format!("http://{addr}").parse().unwrap(),
             tcp_addr: addr.to_string(),
+            h3_addr: addr.to_string(),
             pool_size: 1,
             timeout: Duration::from_secs(5),
             tls: None,

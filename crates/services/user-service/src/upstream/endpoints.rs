@@ -17,6 +17,8 @@ pub struct Endpoints {
     pub grpc_url: http::Uri,
     /// `host:port` of the raw-TCP port.
     pub tcp_addr: String,
+    /// `host:port` of the HTTP/3 (QUIC, UDP) port.
+    pub h3_addr: String,
     /// Connections per transport.
     pub pool_size: usize,
     /// The upstream timeout, also sent as the gRPC deadline.
@@ -68,6 +70,11 @@ impl Endpoints {
             .rsplit_once(':')
             .map(|(_, p)| p)
             .with_context(|| format!("{} has no port", self.tcp_addr))?;
+        let h3_port = self
+            .h3_addr
+            .rsplit_once(':')
+            .map(|(_, p)| p)
+            .with_context(|| format!("{} has no port", self.h3_addr))?;
         let tls = self.tls.clone().map(|mut t| {
             t.server_name
                 .get_or_insert_with(|| self.rest_url.host().unwrap_or_default().to_owned());
@@ -77,6 +84,7 @@ impl Endpoints {
             rest_url: with_host(&self.rest_url, ip)?,
             grpc_url: with_host(&self.grpc_url, ip)?,
             tcp_addr: std::net::SocketAddr::new(ip, tcp_port.parse()?).to_string(),
+            h3_addr: std::net::SocketAddr::new(ip, h3_port.parse()?).to_string(),
             pool_size: self.pool_size,
             timeout: self.timeout,
             tls,

@@ -19,7 +19,8 @@
 //!   [`UpstreamSettings`]; with replicas, each transport's adapters behind
 //!   a [`balance`]r;
 //! - the adapters, one module per family, none importing another:
-//!   [`rest`], [`connect`], [`grpc`], [`bidi`], [`tuned`], [`tcp`];
+//!   [`rest`], [`connect`], [`grpc`], [`grpc_h3`], [`bidi`], [`tuned`],
+//!   [`tcp`];
 //! - [`shared`]: what several adapters share (connection pools, the twins'
 //!   connections and codec, the gRPC helpers, request-id multiplexing);
 //! - the port's own types and the plumbing under every call: [`port`],
@@ -30,6 +31,7 @@ pub mod bidi;
 pub mod connect;
 pub mod endpoints;
 pub mod grpc;
+pub mod grpc_h3;
 pub mod parts;
 pub mod port;
 pub mod rest;
@@ -136,7 +138,10 @@ fn adapter(
         | Transport::H2cJson
         | Transport::H1Proto
         | Transport::H2cProto
-        | Transport::H2cProtoTuned => Arc::new(rest::RestSource::new(t, ep, m)?),
+        | Transport::H2cProtoTuned
+        | Transport::H3Json
+        | Transport::H3Proto => Arc::new(rest::RestSource::new(t, ep, m)?),
+        Transport::GrpcH3 => Arc::new(grpc_h3::GrpcH3Source::new(ep, m)?),
         Transport::ConnectH1Proto | Transport::ConnectH2cProto => {
             Arc::new(connect::ConnectSource::new(t, ep, m)?)
         }

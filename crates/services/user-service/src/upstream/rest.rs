@@ -1,11 +1,12 @@
 //! The REST adapters: `h1-json`, `h1-json-close`, `h2c-json`, `h1-proto`,
-//! `h2c-proto` and `h2c-proto-tuned`, all calling `GET /v2/orders` and
-//! differing only in the wire and the body's encoding.
+//! `h2c-proto`, `h2c-proto-tuned`, `h3-json` and `h3-proto`, all calling
+//! `GET /v2/orders` and differing only in the wire and the body's encoding.
 //!
 //! The wires are the shared ones: [`H1Pool`](super::shared::h1::H1Pool)
 //! (`h1-*`), [`H1Close`] (`h1-json-close`),
 //! [`H2Pool`](super::shared::h2::H2Pool) (`h2c-*`), and the `h2` crate's
-//! connections of the tuned twins for `h2c-proto-tuned` ([`Conns`]). The
+//! connections of the tuned twins for `h2c-proto-tuned` ([`Conns`]), and
+//! HTTP/3 channels for `h3-*` ([`H3Conns`]). The
 //! answer is inflated when compressed and decoded here.
 
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use super::semconv::{self, Peer};
 use super::shared::exchange::{Answer, Outgoing, Target, alpn};
 use super::shared::h1::H1Close;
 use super::shared::h2direct::Conns;
+use super::shared::h3::H3Conns;
 use super::shared::pool::Pooled;
 use crate::metrics::TransportMetrics;
 
@@ -37,6 +39,8 @@ enum Wire {
     H1Close(H1Close),
     /// `h2c-proto-tuned`: the `h2` crate's connections, no hyper.
     H2Direct(Conns),
+    /// `h3-*`: HTTP/3 channels to the QUIC port.
+    H3(H3Conns<http_body_util::Full<Bytes>>),
 }
 
 /// One REST adapter: a wire and an encoding.
@@ -56,7 +60,7 @@ pub struct RestSource {
 }
 
 impl RestSource {
-    /// The adapter for one of the six REST transports.
+    /// The adapter for one of the eight REST transports.
     pub fn new(
         transport: Transport,
         ep: &Endpoints,
@@ -77,16 +81,28 @@ impl RestSource {
             }
             Transport::H1JsonClose => (Wire::H1Close(H1Close::new(target, n, metrics)), false),
             Transport::H2cProtoTuned => (Wire::H2Direct(Conns::new(target.dial, n, metrics)), true),
+            Transport::H3Json => (Wire::H3(H3Conns::new(ep, metrics)?), false),
+            Transport::H3Proto => (Wire::H3(H3Conns::new(ep, metrics)?), true),
             other => anyhow::bail!("{other} is not a REST transport"),
+        };
+        let (peer, origin) = match &wire {
+            Wire::H3(_) => (
+                Peer::of_addr(&ep.h3_addr),
+                format!("https://{}", ep.h3_addr),
+            ),
+            _ => (
+                Peer::of_url(&ep.rest_url),
+                format!(
+                    "{}://{}",
+                    ep.rest_url.scheme_str().unwrap_or("http"),
+                    ep.rest_url.authority().map_or("", |a| a.as_str())
+                ),
+            ),
         };
         Ok(RestSource {
             transport,
-            peer: Peer::of_url(&ep.rest_url),
-            origin: format!(
-                "{}://{}",
-                ep.rest_url.scheme_str().unwrap_or("http"),
-                ep.rest_url.authority().map_or("", |a| a.as_str())
-            ),
+            peer,
+            origin,
             gzip: ep.gzip && !matches!(wire, Wire::H2Direct(_)),
             zstd: ep.zstd && !matches!(wire, Wire::H2Direct(_)),
             wire,
@@ -119,6 +135,7 @@ impl RestSource {
             Wire::Pooled(p) => p.send(&out).await?,
             Wire::H1Close(p) => p.send(&out).await?,
             Wire::H2Direct(p) => p.get(&pq, accept).await?,
+            Wire::H3(p) => p.send(&out).await?,
         };
         semconv::record_http_status(answer.status);
         super::parts::server_timing(&answer.headers);

@@ -53,7 +53,9 @@ impl Call {
             | Transport::H2cJson
             | Transport::H1Proto
             | Transport::H2cProto
-            | Transport::H2cProtoTuned => Call::Http {
+            | Transport::H2cProtoTuned
+            | Transport::H3Json
+            | Transport::H3Proto => Call::Http {
                 method: "GET",
                 route: "/v2/orders",
             },
@@ -62,7 +64,9 @@ impl Call {
                 service: V2,
                 method: "ListOrders",
             },
-            Transport::Grpc | Transport::GrpcTuned => Call::grpc(V2, "ListOrders"),
+            Transport::Grpc | Transport::GrpcTuned | Transport::GrpcH3 => {
+                Call::grpc(V2, "ListOrders")
+            }
             Transport::GrpcStream | Transport::GrpcStreamTuned => Call::grpc(V2, "StreamOrders"),
             Transport::GrpcBidi | Transport::GrpcBidiTuned => Call::grpc(V2, "LookupOrders"),
             Transport::TcpProto => Call::Rpc {

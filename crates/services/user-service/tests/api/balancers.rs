@@ -55,7 +55,7 @@ async fn users_through(
         pool_size: pool,
         ..Default::default()
     };
-    point_at(&mut s, rest, grpc, replicas[0].tcp);
+    point_at(&mut s, rest, grpc, replicas[0].tcp, replicas[0].h3);
     spawn_users_on(s, None).await
 }
 

@@ -102,9 +102,12 @@ async fn every_transport_accounts_for_its_call_and_the_parts_fit_the_round_trip(
         proxy.local_addr(0),
         proxy.local_addr(1),
         proxy.local_addr(2),
+        orders.h3,
     );
     let users = spawn_users_on(settings, None).await;
-    for via in Transport::ALL {
+    // The delay proxy carries TCP: QUIC's transports are left out here
+    // (their accounts are checked, without a proxy, below).
+    for via in Transport::ALL.into_iter().filter(|t| !t.is_quic()) {
         for count in [1, 1_000] {
             // The first call opens connections; the second is the one judged.
             parts_of(&users, via, count).await;
@@ -152,24 +155,38 @@ async fn with_the_setting_off_no_account_is_given_and_no_byte_added() {
     let asks_timing = spawn_users_with(&timing, |s| s.upstream_breakdown = true).await;
     let asks_plain = spawn_users_with(&plain, |s| s.upstream_breakdown = true).await;
     let ignores = spawn_users_with(&timing, |_| {}).await;
+    // QUIC's counts are UDP payload, handshakes, acknowledgements and the
+    // frames that follow a handshake (tickets, connection ids) included,
+    // which arrive when they will: over QUIC the whole traffic of ten calls
+    // each side is compared, on as many connections each side.
     for via in Transport::ALL {
-        // Connections first, so that both counts hold one call's bytes.
-        parts_of(&asks_timing, via, 1).await;
-        parts_of(&asks_plain, via, 1).await;
+        let calls = if via.is_quic() { 10 } else { 1 };
+        if !via.is_quic() {
+            // Connections first, so that both counts hold one call's bytes.
+            parts_of(&asks_timing, via, 1).await;
+            parts_of(&asks_plain, via, 1).await;
+        }
         let (t0, p0) = (
             asks_timing.snapshot(via).bytes_read,
             asks_plain.snapshot(via).bytes_read,
         );
-        assert!(parts_of(&asks_timing, via, 1).await.is_some(), "{via}");
-        assert!(
-            parts_of(&asks_plain, via, 1).await.is_none(),
-            "{via}: an account from a server set not to give one"
-        );
+        for _ in 0..calls {
+            assert!(parts_of(&asks_timing, via, 1).await.is_some(), "{via}");
+            assert!(
+                parts_of(&asks_plain, via, 1).await.is_none(),
+                "{via}: an account from a server set not to give one"
+            );
+        }
         // A user-service not asked to record shows none, whatever it got.
         assert!(parts_of(&ignores, via, 1).await.is_none(), "{via}");
         let with = asks_timing.snapshot(via).bytes_read - t0;
         let without = asks_plain.snapshot(via).bytes_read - p0;
         eprintln!("{via}: {with} B with the account, {without} B without");
+        assert_eq!(
+            asks_timing.snapshot(via).connections_opened,
+            asks_plain.snapshot(via).connections_opened,
+            "{via}: as many connections each side"
+        );
         assert!(
             with > without,
             "{via}: {with} B with the account against {without} B without"

@@ -37,6 +37,8 @@ pub struct OrderService {
     pub rest: SocketAddr,
     pub grpc: SocketAddr,
     pub tcp: SocketAddr,
+    /// The HTTP/3 listener (UDP).
+    pub h3: SocketAddr,
     settings: order_service::Settings,
     db: Option<testkit::postgres::TestDb>,
     kill: Option<oneshot::Sender<()>>,
@@ -61,12 +63,12 @@ impl OrderService {
     }
 
     /// order-service in memory, its listeners on `ip` at `ports` (REST,
-    /// gRPC, raw TCP; 0 for any), its settings changed by `tweak`: one
+    /// gRPC, raw TCP, HTTP/3; 0 for any), its settings changed by `tweak`: one
     /// replica of several, which serve on the same ports at different
     /// addresses as pods do.
     pub async fn replica_with(
         ip: std::net::IpAddr,
-        ports: [u16; 3],
+        ports: [u16; 4],
         tweak: impl FnOnce(&mut order_service::Settings),
     ) -> Self {
         init_test_log();
@@ -75,6 +77,7 @@ impl OrderService {
         settings.rest_addr = SocketAddr::new(ip, ports[0]);
         settings.grpc_addr = SocketAddr::new(ip, ports[1]);
         settings.tcp_addr = SocketAddr::new(ip, ports[2]);
+        settings.h3_addr = order_service::settings::H3Addr(Some(SocketAddr::new(ip, ports[3])));
         Self::launch(settings).await
     }
 
@@ -105,7 +108,8 @@ impl OrderService {
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok((app.rest_addr(), app.grpc_addr(), app.tcp_addr())));
+                let h3 = app.h3_addr().expect("an HTTP/3 listener");
+                let _ = ready_tx.send(Ok((app.rest_addr(), app.grpc_addr(), app.tcp_addr(), h3)));
                 // The kill does not drain: run_until_stopped is simply
                 // abandoned, and dropping the runtime below closes every
                 // socket at once, as a crash would.
@@ -116,7 +120,7 @@ impl OrderService {
             });
             rt.shutdown_timeout(Duration::from_secs(5));
         });
-        let (rest, grpc, tcp) = ready_rx
+        let (rest, grpc, tcp, h3) = ready_rx
             .await
             .expect("the order-service thread started")
             .expect("order-service builds");
@@ -124,6 +128,7 @@ impl OrderService {
             rest,
             grpc,
             tcp,
+            h3,
             settings,
             db: None,
             kill: Some(kill_tx),
@@ -149,6 +154,7 @@ impl OrderService {
         settings.rest_addr = self.rest;
         settings.grpc_addr = self.grpc;
         settings.tcp_addr = self.tcp;
+        settings.h3_addr = order_service::settings::H3Addr(Some(self.h3));
         let again = Self::launch(settings).await;
         self.kill = again.kill;
         self.thread = again.thread;
@@ -186,7 +192,13 @@ pub async fn spawn_users_with(
         database_max_connections: 4,
         ..Default::default()
     };
-    point_at(&mut settings, orders.rest, orders.grpc, orders.tcp);
+    point_at(
+        &mut settings,
+        orders.rest,
+        orders.grpc,
+        orders.tcp,
+        orders.h3,
+    );
     tweak(&mut settings);
     spawn_users_on(settings, Some(db)).await
 }
@@ -202,10 +214,12 @@ pub fn point_at(
     rest: SocketAddr,
     grpc: SocketAddr,
     tcp: SocketAddr,
+    h3: SocketAddr,
 ) {
     settings.order_rest_url = format!("http://{rest}").parse().unwrap();
     settings.order_grpc_url = format!("http://{grpc}").parse().unwrap();
     settings.order_tcp_addr = tcp.to_string();
+    settings.order_h3_addr = h3.to_string();
 }
 
 /// user-service with exactly these settings.

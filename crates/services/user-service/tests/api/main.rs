@@ -15,6 +15,7 @@ mod dashboard;
 mod early_answers;
 mod flood;
 mod gzip;
+mod h3_wire;
 mod hdr;
 mod health_reflection;
 mod helpers;

@@ -50,8 +50,13 @@ pub(crate) async fn three_replicas() -> Vec<OrderService> {
 pub(crate) async fn three_replicas_with(
     tweak: impl Fn(&mut order_service::Settings),
 ) -> Vec<OrderService> {
-    let first = OrderService::replica_with(ip(1), [0, 0, 0], &tweak).await;
-    let ports = [first.rest.port(), first.grpc.port(), first.tcp.port()];
+    let first = OrderService::replica_with(ip(1), [0, 0, 0, 0], &tweak).await;
+    let ports = [
+        first.rest.port(),
+        first.grpc.port(),
+        first.tcp.port(),
+        first.h3.port(),
+    ];
     let mut all = vec![first];
     for i in [2, 3] {
         all.push(OrderService::replica_with(ip(i), ports, &tweak).await);
@@ -68,7 +73,7 @@ pub(crate) fn ip(last: u8) -> IpAddr {
 fn settings_for(replicas: &[OrderService], list: &[&str]) -> user_service::Settings {
     let mut s = user_service::Settings::default();
     let r = &replicas[0];
-    point_at(&mut s, r.rest, r.grpc, r.tcp);
+    point_at(&mut s, r.rest, r.grpc, r.tcp, r.h3);
     s.order_replicas = list.iter().map(|s| (*s).to_owned()).collect();
     s
 }

@@ -73,6 +73,7 @@ impl Stack {
                 format!("http://{}", orders.addr("grpc")),
             ),
             ("USER_ORDER_TCP_ADDR", orders.addr("tcp")),
+            ("USER_ORDER_H3_ADDR", orders.addr("h3")),
             ("USER_POOL_SIZE", "2".to_owned()),
         ]);
         let users = start(&users_bin, &env, "user-service listening").await;
@@ -173,12 +174,14 @@ fn expected(
         | Transport::H2cJson
         | Transport::H1Proto
         | Transport::H2cProto
-        | Transport::H2cProtoTuned => ("GET /v2/orders", None),
+        | Transport::H2cProtoTuned
+        | Transport::H3Json
+        | Transport::H3Proto => ("GET /v2/orders", None),
         Transport::ConnectH1Proto | Transport::ConnectH2cProto => (
             "order.v2.OrderService/ListOrders",
             Some(("connect_rpc", V2, "ListOrders")),
         ),
-        Transport::Grpc | Transport::GrpcTuned => (
+        Transport::Grpc | Transport::GrpcTuned | Transport::GrpcH3 => (
             "order.v2.OrderService/ListOrders",
             Some(("grpc", V2, "ListOrders")),
         ),
@@ -204,6 +207,7 @@ fn expected(
 /// The port of order-service's listener that `t` calls.
 fn port_called(stack_ports: &[(&str, String)], t: Transport) -> String {
     let listener = match expected(t) {
+        _ if t.is_quic() => "h3",
         (_, None) | (_, Some(("connect_rpc", _, _))) => "rest",
         (_, Some(("order_tcp", _, _))) => "tcp",
         _ => "grpc",
@@ -271,6 +275,7 @@ async fn every_transports_spans_are_named_and_described_by_the_semantic_conventi
         ("rest", stack.orders.addr("rest")),
         ("grpc", stack.orders.addr("grpc")),
         ("tcp", stack.orders.addr("tcp")),
+        ("h3", stack.orders.addr("h3")),
     ];
     for (t, status) in stack.orders_over_every_transport().await {
         assert_eq!(status, 200, "{t}");
@@ -323,8 +328,10 @@ async fn every_transports_spans_are_named_and_described_by_the_semantic_conventi
                 }
                 expect_attrs(server, &[("http.route", "/v2/orders")], t.name());
                 let url = client.attr("url.full").unwrap_or_default();
+                // HTTP/3 is https: QUIC always encrypts.
+                let scheme = if t.is_quic() { "https" } else { "http" };
                 assert!(
-                    url.starts_with(&format!("http://127.0.0.1:{port}/v2/orders?user_id=")),
+                    url.starts_with(&format!("{scheme}://127.0.0.1:{port}/v2/orders?user_id=")),
                     "{t}: {url}"
                 );
             }

@@ -86,12 +86,20 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
         &format!(
             "Closed loop, {} VUs; user-service's pool is {} connections per transport, so no call \
              waits for a slot (the pool experiment studies the budget); store: {}. \
-             Baseline: **{base}** (REST: HTTP/1.1 + JSON)",
+             Baseline: **{base}**{}",
             Knobs::VUS,
             Knobs::POOL,
-            cx.store
+            cx.store,
+            if base == transports::H1_JSON {
+                " (REST: HTTP/1.1 + JSON)"
+            } else {
+                ""
+            }
         ),
     ));
+    if let Some(note) = super::tables::quic_note(&p.transports) {
+        s.para(note);
+    }
     let cell = Knobs::closed;
     // Every transport's cell at one size, named by its transport.
     let column = |o: u32| -> Vec<(String, Cell)> {

@@ -42,6 +42,32 @@ pub fn baseline(transports: &[String]) -> &str {
     }
 }
 
+/// The stack under the HTTP/3 transports (the versions in Cargo.lock).
+pub const QUIC_STACK: &str = "quinn 0.11 (rustls, ring), h3 0.0.8 with h3-quinn 0.0.10, and h3-util 0.0.6 (tonic-h3's channel) for gRPC";
+
+/// What a section with QUIC transports among `vias` must say of them: the
+/// stack, and the two variables they do not share with the other rows
+/// (encryption, and what their byte counts hold). `None` without them.
+pub fn quic_note<S: AsRef<str>>(vias: &[S]) -> Option<String> {
+    let quic: Vec<&str> = vias
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|v| {
+            v.parse::<transports::Transport>()
+                .is_ok_and(transports::Transport::is_quic)
+        })
+        .collect();
+    (!quic.is_empty()).then(|| {
+        format!(
+            "{} run over QUIC ({QUIC_STACK}: young crates, 0.0.x), which always encrypts (TLS \
+             1.3): their rows pay for encryption that the cleartext rows do not. Their bytes are \
+             UDP payload, QUIC's headers, encryption and acknowledgements included, where a TCP \
+             transport's count leaves TCP's headers and acknowledgements to the kernel.",
+            quic.join(", ")
+        )
+    })
+}
+
 /// A spread multiplied by `k` (a unit change).
 pub fn scaled(s: Option<Spread>, k: f64) -> Option<Spread> {
     s.map(|s| Spread {

@@ -365,6 +365,9 @@ fn section(p: &WirePlan, cx: &Context) -> Section {
         COUNTED_CALLS,
         cx.timing.rounds
     ));
+    if let Some(note) = super::tables::quic_note(&p.transports) {
+        s.para(note);
+    }
     let records: Vec<WireRecord> = match cx.probes::<WireRecord>(WireSize::NAME) {
         Ok(r) => r.into_iter().map(|(_, r)| r).collect(),
         Err(e) => {

@@ -11,7 +11,8 @@ const RIGHT: f64 = 200.0;
 const TOP: f64 = 44.0;
 const BOTTOM: f64 = 84.0;
 
-/// Colours that stay apart for up to sixteen series (every transport).
+/// Colours that stay apart for up to sixteen series (a colour comes back
+/// after sixteen: with every transport, the last three share the first ones').
 const PALETTE: [&str; 16] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#7f7f7f", "#bcbd22", "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd",

@@ -113,10 +113,16 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     services::seed(&svc)?;
 
     let mut work = Work::of(schedules);
+    let (keep, skipped) = preflight::without_quic_through_tcp(work.cells);
+    work.cells = keep;
+    if !skipped.is_empty() {
+        info.skipped.extend(skipped);
+        write_json(&dir.join("run.json"), &info)?;
+    }
     if haproxy_missing {
         let (keep, skipped) = preflight::without_haproxy(work.cells);
         work.cells = keep;
-        info.skipped = skipped;
+        info.skipped.extend(skipped);
         write_json(&dir.join("run.json"), &info)?;
     }
     if let Some(why) = &postgres_missing {

@@ -236,6 +236,25 @@ pub fn without_haproxy(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<
     skip_where(cells, behind, haproxy::INSTALL_HINT)
 }
 
+/// Why a QUIC cell off the packet path cannot run.
+pub const QUIC_NEEDS_UDP: &str = "QUIC (HTTP/3) travels over UDP, which neither the delay proxy nor HAProxy 2.6 here carries (nor the slow replica's proxy); on the packet path, or with the services side by side, it runs";
+
+/// The cells of a QUIC transport that would go through a TCP-only middle
+/// (the delay proxy, for a round trip or a rate cap; HAProxy or the slow
+/// replica's proxy, with replicas) taken out of `cells`, each as skipped
+/// with [`QUIC_NEEDS_UDP`]. Run through a TCP proxy, such a cell would not
+/// be what its name says.
+pub fn without_quic_through_tcp(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let through_tcp = |c: &Cell| {
+        let quic = c
+            .via
+            .parse::<transports::Transport>()
+            .is_ok_and(transports::Transport::is_quic);
+        quic && (c.env.rtt_ms.is_some() || c.env.rate_mbit.is_some() || c.env.replicas.is_some())
+    };
+    skip_where(cells, through_tcp, QUIC_NEEDS_UDP)
+}
+
 /// The cells `skip` picks taken out of `cells`, each as skipped with `why`.
 fn skip_where(
     cells: Vec<(String, Cell)>,
@@ -368,6 +387,49 @@ mod tests {
         assert!(validate(&o).is_ok());
         o.duration_s = Some(0.5);
         assert!(validate(&o).is_err());
+    }
+
+    #[test]
+    fn a_quic_cell_through_the_delay_proxy_or_with_replicas_is_skipped_and_said_why() {
+        use crate::experiment::Experiment as _;
+        // rtt on the delay proxy, every transport asked for: h3 there is
+        // skipped, h3 on loopback and on the packet path kept.
+        let knobs = Knobs {
+            quick: true,
+            transports: Some(vec!["h1-json".into(), "h3-proto".into(), "grpc-h3".into()]),
+            ..Knobs::default()
+        };
+        let proxied = crate::experiments::rtt::Rtt::plan(&Knobs {
+            path: crate::experiment::PathChoice::Proxy,
+            ..knobs.clone()
+        });
+        let mut cells: Vec<(String, Cell)> = crate::experiments::rtt::cells(&proxied)
+            .into_iter()
+            .map(|c| ("rtt".to_owned(), c))
+            .collect();
+        let through_proxy = cells
+            .iter()
+            .filter(|(_, c)| c.via != "h1-json" && c.env.rtt_ms.is_some())
+            .count();
+        assert!(through_proxy > 0);
+        cells.push(("payload".to_owned(), Knobs::closed("h3-proto", 1)));
+        let mut on_path = Knobs::closed("grpc-h3", 1);
+        on_path.env.path = Some(crate::measure::cell::PacketPath::rtt(20));
+        cells.push(("loss".to_owned(), on_path));
+        let n = cells.len();
+        let (keep, skipped) = without_quic_through_tcp(cells);
+        assert_eq!(keep.len() + skipped.len(), n);
+        assert_eq!(skipped.len(), through_proxy);
+        assert!(skipped.iter().all(|s| s.why == QUIC_NEEDS_UDP));
+        assert!(
+            keep.iter()
+                .any(|(e, c)| e == "payload" && c.via == "h3-proto")
+        );
+        assert!(keep.iter().any(|(e, c)| e == "loss" && c.via == "grpc-h3"));
+        assert!(
+            keep.iter()
+                .all(|(_, c)| c.via == "h1-json" || c.env.rtt_ms.is_none())
+        );
     }
 
     #[test]

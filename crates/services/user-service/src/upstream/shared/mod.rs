@@ -12,6 +12,7 @@
 //!   adapters send on it.
 //! - [`h2direct`]: the tuned twins' connections, the `h2` crate's used
 //!   directly.
+//! - [`h3`]: N HTTP/3 (QUIC) channels, counted as the sockets are.
 //! - [`codec`]: the gRPC twins' codec (each answer decoded from one `Bytes`).
 //! - [`rpc`]: the gRPC adapters' channels, status mapping, resends and
 //!   requests.
@@ -23,6 +24,7 @@ pub mod exchange;
 pub mod h1;
 pub mod h2;
 pub mod h2direct;
+pub mod h3;
 pub mod mux;
 pub mod pool;
 pub mod rpc;

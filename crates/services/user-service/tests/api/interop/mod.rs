@@ -56,9 +56,15 @@ fn user(count: u32) -> String {
 
 /// order-service and user-service, both in memory.
 pub async fn in_memory() -> (OrderService, UserService) {
-    let orders = OrderService::replica_with([127, 0, 0, 1].into(), [0; 3], |_| {}).await;
+    let orders = OrderService::replica_with([127, 0, 0, 1].into(), [0; 4], |_| {}).await;
     let mut settings = user_service::Settings::default();
-    point_at(&mut settings, orders.rest, orders.grpc, orders.tcp);
+    point_at(
+        &mut settings,
+        orders.rest,
+        orders.grpc,
+        orders.tcp,
+        orders.h3,
+    );
     let users = spawn_users_on(settings, None).await;
     (orders, users)
 }

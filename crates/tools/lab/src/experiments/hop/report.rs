@@ -28,6 +28,9 @@ pub(super) fn section(p: &HopPlan, run: Option<&HopRun>) -> Section {
             None => "The benchmark did not run.".to_owned(),
         }
     ));
+    if let Some(note) = crate::experiments::tables::quic_note(&p.vias) {
+        s.para(note);
+    }
     let Some(run) = run else {
         return s;
     };

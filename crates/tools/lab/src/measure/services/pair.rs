@@ -75,17 +75,31 @@ pub(super) fn start(
     let proxy = delay_proxy(env, &ports, order_tcp)?;
     // Where user-service dials order-service: its ports, the proxy's, or
     // its address across the path.
+    // The proxy carries TCP only: behind it, HTTP/3 is given port 0, which
+    // fails every QUIC call at once rather than let one pass beside the
+    // proxy (the lab skips QUIC cells there anyway).
     let dial = match (&proxy, &on_path) {
-        (Some(p), _) => (p.local_addr(0), p.local_addr(1), p.local_addr(2)),
+        (Some(p), _) => (
+            p.local_addr(0),
+            p.local_addr(1),
+            p.local_addr(2),
+            SocketAddr::new(ports.order_ip, 0),
+        ),
         (None, Some(p)) => {
             let b = IpAddr::from(p.path.path_addr(netpath::Side::B));
             (
                 SocketAddr::new(b, ports.order_rest),
                 SocketAddr::new(b, ports.order_grpc),
                 SocketAddr::new(b, ports.order_tcp),
+                SocketAddr::new(b, ports.order_h3),
             )
         }
-        (None, None) => (ports.order_rest_addr(), ports.order_grpc_addr(), order_tcp),
+        (None, None) => (
+            ports.order_rest_addr(),
+            ports.order_grpc_addr(),
+            order_tcp,
+            SocketAddr::new(ports.order_ip, ports.order_h3),
+        ),
     };
     let user = match user_pool {
         None => None,
@@ -202,11 +216,16 @@ impl Pair<'_> {
     }
 
     /// user-service with a pool of `pool`, dialling order-service's REST,
-    /// gRPC and TCP ports at `dial`, ready (and its pinning checked).
+    /// gRPC, TCP and HTTP/3 ports at `dial`, ready (and its pinning checked).
     fn user(
         &self,
         pool: u16,
-        (order_rest, order_grpc, order_tcp): (SocketAddr, SocketAddr, SocketAddr),
+        (order_rest, order_grpc, order_tcp, order_h3): (
+            SocketAddr,
+            SocketAddr,
+            SocketAddr,
+            SocketAddr,
+        ),
     ) -> anyhow::Result<Started> {
         let (cfg, env, ports) = (self.cfg, self.env, self.ports);
         let user_log = log_file(&cfg.log_dir, "user-service", self.header)?;
@@ -228,6 +247,7 @@ impl Pair<'_> {
         .env("USER_ORDER_REST_URL", format!("{scheme}://{order_rest}"))
         .env("USER_ORDER_GRPC_URL", format!("{scheme}://{order_grpc}"))
         .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
+        .env("USER_ORDER_H3_ADDR", order_h3.to_string())
         .env("USER_POOL_SIZE", pool.to_string())
         .env("USER_LOG_FORMAT", "json");
         match (self.certs, &self.ns) {

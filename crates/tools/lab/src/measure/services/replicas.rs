@@ -163,6 +163,10 @@ pub(super) fn start(
                 .env("USER_ORDER_REST_URL", format!("http://{order_rest}"))
                 .env("USER_ORDER_GRPC_URL", format!("http://{order_grpc}"))
                 .env("USER_ORDER_TCP_ADDR", order_tcp.to_string())
+                // HAProxy and the slow replica's proxy carry TCP only: QUIC
+                // cells with replicas are skipped, and port 0 fails any
+                // QUIC call at once rather than let it pass beside them.
+                .env("USER_ORDER_H3_ADDR", at(first, 0).to_string())
                 .env("USER_POOL_SIZE", pool.to_string())
                 .env("USER_LOG_FORMAT", "json");
             if r.balance.by_client() {
