@@ -302,6 +302,12 @@ pub const TWINS: [(&str, &str); 4] = [
     (GRPC_BIDI, GRPC_BIDI_TUNED),
 ];
 
+/// Each HTTP/3 transport and the TCP transport that makes the same call
+/// over HTTP/2: the pairs a comparison of QUIC against TCP sets side by
+/// side.
+pub const QUIC_TWINS: [(&str, &str); 3] =
+    [(H3_JSON, H2C_JSON), (H3_PROTO, H2C_PROTO), (GRPC_H3, GRPC)];
+
 /// The tuned twin of stock transport `name`, if it has one.
 pub fn twin_of(name: &str) -> Option<&'static str> {
     TWINS.iter().find(|(stock, _)| *stock == name).map(|t| t.1)
@@ -396,6 +402,20 @@ mod tests {
         let tuned = ALL.iter().filter(|n| n.ends_with("-tuned")).count();
         assert_eq!(tuned, TWINS.len());
         assert_eq!(twin_of(H1_PROTO), None);
+    }
+
+    #[test]
+    fn every_quic_transport_has_one_tcp_twin() {
+        let quic: Vec<&str> = Transport::ALL
+            .iter()
+            .filter(|t| t.is_quic())
+            .map(|t| t.name())
+            .collect();
+        assert_eq!(quic, QUIC_TWINS.map(|p| p.0).to_vec());
+        for (q, t) in QUIC_TWINS {
+            let t: Transport = t.parse().unwrap();
+            assert!(!t.is_quic(), "{q}'s twin {t} is TCP");
+        }
     }
 
     #[test]

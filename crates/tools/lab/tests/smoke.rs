@@ -536,3 +536,54 @@ fn a_slow_replica_on_the_packet_path_pays_the_path_and_its_own_delay() {
     );
     assert!(s >= slow_min, "the slow replica's median {s:.2} ms: {ms:?}");
 }
+
+/// A new connection's first call across a 20 ms packet path (root and
+/// /dev/net/tun, as CI has), both encrypted with the run's certificates:
+/// gRPC over HTTP/3 opens QUIC in one round trip, TLS included, then asks,
+/// where gRPC over TLS on TCP pays TCP's round trip, then TLS 1.3's, then
+/// the call's. Measured from user-service's own upstream time
+/// (`x-upstream-micros`) of its first call on a pool of one connection.
+#[test]
+fn a_first_call_on_the_packet_path_costs_two_round_trips_over_quic_and_three_over_tls_on_tcp() {
+    use lab::measure::cell::{Env, PacketPath, fixed_user};
+    use std::time::Duration;
+    let out = common::temp_dir("quic-handshake");
+    let mut cfg = common::service_config(&out);
+    cfg.certs = Some(tls::generate::write_lab_certs(&out.join("tls")).unwrap());
+    let env = Env {
+        path: Some(PacketPath::rtt(20)),
+        tls: true,
+        ..Env::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let running =
+        lab::measure::services::start(&cfg, Some(1), &env, "quic-handshake", &stop).unwrap();
+    let user = running.user_rest_addr().unwrap();
+    let upstream_ms = |via: &str| {
+        let path = format!("/v1/users/{}/orders?limit=1&via={via}", fixed_user(1));
+        let a = lab::measure::http::get(user, &path, Duration::from_secs(10)).unwrap();
+        assert_eq!(a.status, 200, "{via}");
+        let us: f64 = a
+            .header("x-upstream-micros")
+            .expect("x-upstream-micros")
+            .parse()
+            .unwrap();
+        us / 1e3
+    };
+    let (quic_cold, quic_warm) = (upstream_ms("grpc-h3"), upstream_ms("grpc-h3"));
+    let (tcp_cold, tcp_warm) = (upstream_ms("grpc"), upstream_ms("grpc"));
+    running.stop();
+    eprintln!(
+        "grpc-h3 {quic_cold:.1} ms then {quic_warm:.1} ms; grpc over TLS {tcp_cold:.1} ms then {tcp_warm:.1} ms"
+    );
+    // Warm: one round trip each.
+    for (via, ms) in [("grpc-h3", quic_warm), ("grpc", tcp_warm)] {
+        assert!((19.5..39.0).contains(&ms), "{via} warm: {ms:.1} ms");
+    }
+    // Cold: two round trips over QUIC, three over TLS on TCP.
+    assert!(
+        (39.0..59.0).contains(&quic_cold),
+        "grpc-h3 cold: {quic_cold:.1} ms"
+    );
+    assert!(tcp_cold >= 59.0, "grpc over TLS cold: {tcp_cold:.1} ms");
+}

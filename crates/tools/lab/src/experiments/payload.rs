@@ -75,6 +75,39 @@ impl Experiment for Payload {
     }
 }
 
+/// What QUIC costs in CPU per call on loopback: each HTTP/3 transport's
+/// CPU per request (both services) against the same call over HTTP/2, at
+/// every size, from the ratio and its rerun interval. `None` without such
+/// a pair in the plan.
+fn quic_cpu_reading(p: &PayloadPlan, cx: &Context) -> Option<String> {
+    let pairs: Vec<(&str, &str)> = transports::QUIC_TWINS
+        .into_iter()
+        .filter(|(q, t)| p.transports.iter().any(|v| v == q) && p.transports.iter().any(|v| v == t))
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut said = Vec::new();
+    for (q, t) in pairs {
+        let per_size: Vec<String> = p
+            .sizes
+            .iter()
+            .map(|&o| {
+                let r = cx
+                    .data
+                    .ratio(&Knobs::closed(q, o), &Knobs::closed(t, o), Metric::CpuServices);
+                format!("{} at {}", f::ratio(r), f::orders(o))
+            })
+            .collect();
+        said.push(format!("{q} {} {t}'s", per_size.join(", ")));
+    }
+    Some(format!(
+        "On loopback, QUIC's CPU per call (user-space packets and TLS 1.3 on both ends) against \
+         the same call over cleartext HTTP/2: {}.",
+        said.join("; ")
+    ))
+}
+
 fn section(p: &PayloadPlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "payload",
@@ -145,11 +178,18 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
                 break;
             }
         }
+        let mut reading = capitalise(&reading.join("; ")) + ".";
+        if m == Metric::CpuServices
+            && let Some(q) = quic_cpu_reading(p, cx)
+        {
+            reading.push(' ');
+            reading.push_str(&q);
+        }
         s.table(Table {
             caption: caption.to_owned(),
             headers,
             rows,
-            reading: capitalise(&reading.join("; ")) + ".",
+            reading,
         });
     }
     for &o in &p.sizes {

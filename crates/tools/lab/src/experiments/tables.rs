@@ -68,6 +68,21 @@ pub fn quic_note<S: AsRef<str>>(vias: &[S]) -> Option<String> {
     })
 }
 
+/// A ratio's side of 1, from its rerun interval: "lower", "higher" or
+/// "indistinguishable"; no verdict from a single round, which has no
+/// interval.
+pub fn verdict(r: &Spread) -> &'static str {
+    if r.n < 2 {
+        "one round: no verdict"
+    } else if r.max < 1.0 {
+        "lower"
+    } else if r.min > 1.0 {
+        "higher"
+    } else {
+        "indistinguishable"
+    }
+}
+
 /// A spread multiplied by `k` (a unit change).
 pub fn scaled(s: Option<Spread>, k: f64) -> Option<Spread> {
     s.map(|s| Spread {

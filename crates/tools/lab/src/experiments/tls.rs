@@ -38,10 +38,14 @@ impl Experiment for Tls {
         // QUIC is encrypted either way (without TLS settings, with a
         // self-signed certificate): it has no cleartext row to set TLS
         // against, so it is not in this experiment's pairs.
-        let vias: Vec<String> = knobs
-            .transports()
-            .into_iter()
-            .filter(|v| !v.parse::<transports::Transport>().is_ok_and(transports::Transport::is_quic))
+        let asked = knobs.transports();
+        let vias: Vec<String> = asked.iter().filter(|v| !is_quic(v.as_str())).cloned().collect();
+        // Each QUIC transport against its TCP twin over TLS, when both are
+        // asked for.
+        let quic_pairs: Vec<(String, String)> = transports::QUIC_TWINS
+            .iter()
+            .filter(|(q, t)| asked.iter().any(|v| v == q) && vias.iter().any(|v| v == t))
+            .map(|(q, t)| ((*q).to_owned(), (*t).to_owned()))
             .collect();
         // Across a packet path, a handshake costs round trips: a transport
         // that opens a connection per call, one that pools, one on HTTP/2.
@@ -55,6 +59,7 @@ impl Experiment for Tls {
         };
         TlsPlan {
             vias,
+            quic_pairs,
             orders: knobs.sizes(&[1], &[1, 1000]),
             vus: Knobs::VUS,
             pool: Knobs::POOL,
@@ -69,6 +74,16 @@ impl Experiment for Tls {
 
     fn describe(p: &TlsPlan) -> String {
         let mut d = format!("sizes {:?}, cleartext and TLS", p.orders);
+        if !p.quic_pairs.is_empty() {
+            d.push_str(&format!(
+                "; {} against TLS on TCP",
+                p.quic_pairs
+                    .iter()
+                    .map(|(q, t)| format!("{q} (against {t})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         if !p.path_vias.is_empty() {
             d.push_str(&format!(
                 "; {} also across a {PATH_RTT_MS} ms packet path ({})",
@@ -84,10 +99,21 @@ impl Experiment for Tls {
     }
 }
 
+fn is_quic(via: &str) -> bool {
+    via.parse::<transports::Transport>()
+        .is_ok_and(transports::Transport::is_quic)
+}
+
 /// What the tls experiment measures.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TlsPlan {
+    /// The transports measured in cleartext and over TLS: every one asked
+    /// for but QUIC's, which has no cleartext.
     pub vias: Vec<String>,
+    /// QUIC transports (always encrypted, here with the run's certificates)
+    /// and the TCP transport each is set against over TLS.
+    #[serde(default)]
+    pub quic_pairs: Vec<(String, String)>,
     pub orders: Vec<u32>,
     pub vus: u32,
     pub pool: u16,
@@ -132,6 +158,9 @@ pub fn cells(p: &TlsPlan) -> Vec<Cell> {
             for tls in [false, true] {
                 v.push(p.cell(via, orders, tls));
             }
+        }
+        for (quic, _) in &p.quic_pairs {
+            v.push(p.cell(quic, orders, true));
         }
     }
     if let Some(&orders) = p.orders.first() {
@@ -198,12 +227,68 @@ fn section(p: &TlsPlan, cx: &Context) -> Section {
         }
         t.reading = reading(p, cx, orders);
         s.table(t);
+        if !p.quic_pairs.is_empty() {
+            s.table(quic_table(p, cx, orders));
+        }
     }
     if let (Some(&orders), false) = (p.orders.first(), p.path_vias.is_empty()) {
         s.para(crate::experiments::tables::path_facts(cx, Tls::NAME));
         s.table(path_table(p, cx, orders));
     }
     s
+}
+
+/// HTTP/3 against the same call over TLS on TCP, both verified with the
+/// run's certificates.
+fn quic_table(p: &TlsPlan, cx: &Context, orders: u32) -> Table {
+    let mut rows = Vec::new();
+    let mut said = Vec::new();
+    for (quic, twin) in &p.quic_pairs {
+        let (q, t) = (p.cell(quic, orders, true), p.cell(twin, orders, true));
+        rows.push(vec![
+            quic.clone().into(),
+            twin.clone().into(),
+            cx.fig(&t, Metric::Rate),
+            cx.fig_vs(&q, &t, Metric::Rate),
+            cx.fig(&t, Metric::UpP50),
+            cx.fig_vs(&q, &t, Metric::UpP50),
+            cx.fig(&t, Metric::BytesTotal),
+            cx.fig_vs(&q, &t, Metric::BytesTotal),
+        ]);
+        said.push(match cx.data.ratio(&q, &t, Metric::Rate) {
+            Some(r) => format!(
+                "{quic} served {} {twin}'s rate, {}",
+                f::ratio(Some(r)),
+                crate::experiments::tables::verdict(&r)
+            ),
+            None => format!("{quic} against {twin}: {}", f::MISSING),
+        });
+    }
+    Table {
+        caption: format!(
+            "HTTP/3 (QUIC) against the same call over TLS on TCP, {} per call",
+            f::orders(orders)
+        ),
+        headers: [
+            "QUIC transport",
+            "set against (TLS)",
+            "req/s, TLS on TCP",
+            "req/s, QUIC",
+            "upstream p50 µs, TLS on TCP",
+            "upstream p50 µs, QUIC",
+            "bytes per call, TLS on TCP",
+            "bytes per call, QUIC (UDP payload)",
+        ]
+        .iter()
+        .map(|h| (*h).to_owned())
+        .collect(),
+        rows,
+        reading: format!(
+            "Both encrypted with TLS 1.3 and the run's certificates, so the difference is the \
+             transport: QUIC in user space over UDP against the kernel's TCP. {}.",
+            said.join("; ")
+        ),
+    }
 }
 
 /// TLS across the packet path: what a handshake costs in round trips.
@@ -331,16 +416,22 @@ mod tests {
             ..Knobs::default()
         });
         let c = cells(&p);
-        // Every transport on loopback, and three across the packet path.
-        assert_eq!(c.len(), all * 2 + 3 * 2);
-        assert_eq!(c.iter().filter(|c| c.env.tls).count(), all + 3);
+        // Every transport on loopback, and three across the packet path;
+        // each QUIC transport once, with the run's certificates, against
+        // its TCP twin's TLS cell.
+        assert_eq!(c.len(), all * 2 + 3 * 2 + quic);
+        assert_eq!(c.iter().filter(|c| c.env.tls).count(), all + 3 + quic);
         assert_eq!(c.iter().filter(|c| c.env.tls && c.env.path.is_some()).count(), 3);
+        assert_eq!(p.quic_pairs.len(), quic);
+        for (q, t) in &p.quic_pairs {
+            assert!(c.contains(&p.cell(q, 1, true)) && c.contains(&p.cell(t, 1, true)));
+            assert!(!c.contains(&p.cell(q, 1, false)), "{q} has no cleartext");
+        }
         // The cleartext cells are the payload experiment's own.
         assert!(c.contains(&Knobs::closed("grpc", 1)));
         assert!(c.iter().any(|c| c.env.tls && c.id().ends_with("-tls")));
         assert!(Tls::schedule(&p).needs().certs);
-        assert!(!c.iter().any(|c| c.via.starts_with("h3-") || c.via == "grpc-h3"));
         let full = Tls::plan(&Knobs::default());
-        assert_eq!(cells(&full).len(), all * 4 + 3 * 2);
+        assert_eq!(cells(&full).len(), (all * 2 + quic) * 2 + 3 * 2);
     }
 }

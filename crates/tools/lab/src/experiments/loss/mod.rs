@@ -47,14 +47,14 @@ pub const SPREAD_REPLICAS: u8 = 4;
 impl Experiment for Loss {
     type Plan = LossPlan;
     const NAME: &'static str = "loss";
-    const ABOUT: &'static str = "Packet loss 0 to 3% at a 20 ms round trip on the packet path: one HTTP/2 connection against pools, cubic against bbr";
+    const ABOUT: &'static str = "Packet loss 0 to 3% at a 20 ms round trip on the packet path: one HTTP/2 connection against pools and against HTTP/3, cubic against bbr";
 
     fn target() -> Result<(), &'static str> {
         Err("it puts a packet path it makes between user-service and order-service")
     }
 
     fn plan(knobs: &Knobs) -> LossPlan {
-        use transports::{GRPC, GRPC_BIDI, H1_JSON, H1_PROTO, H2C_PROTO};
+        use transports::{GRPC, GRPC_BIDI, GRPC_H3, H1_JSON, H1_PROTO, H2C_PROTO, H3_PROTO};
         // Every case under the run's algorithm (cubic unless --cc), and
         // 1% under the other of cubic and bbr.
         let at = |loss_pcm: u32| Case {
@@ -83,6 +83,8 @@ impl Experiment for Loss {
                     Arm::new(GRPC, 1),
                     Arm::new(GRPC, 4),
                     Arm::new(GRPC_BIDI, 1),
+                    Arm::new(H3_PROTO, 1),
+                    Arm::new(GRPC_H3, 1),
                 ],
             )
         } else {
@@ -97,6 +99,8 @@ impl Experiment for Loss {
                     Arm::new(GRPC, 1),
                     Arm::new(GRPC, 4),
                     Arm::new(GRPC_BIDI, 1),
+                    Arm::new(H3_PROTO, 1),
+                    Arm::new(GRPC_H3, 1),
                 ],
             )
         };
@@ -170,6 +174,16 @@ fn section(p: &LossPlan, cx: &Context) -> Section {
             p.vus, p.rtt_ms
         ),
     ));
+    let quic_vias: Vec<String> = p.arms.iter().filter(|a| a.quic()).map(|a| a.via.clone()).collect();
+    if let Some(note) = crate::experiments::tables::quic_note(&quic_vias) {
+        s.para(format!(
+            "{note} Over QUIC each call rides a stream of its own, so a lost packet stalls only \
+             the calls whose bytes it carried, and QUIC retransmits it itself, in user space, \
+             under quinn's congestion control (cubic, its default, whatever the kernels run): \
+             its arms are not run in the other algorithm's column, and the kernels' \
+             retransmission counts do not see them."
+        ));
+    }
     s.para(crate::experiments::tables::path_facts(cx, Loss::NAME));
     let mut headers = vec!["transport ×pool".to_owned()];
     headers.extend(p.cases.iter().map(Case::name));
@@ -213,6 +227,15 @@ fn section(p: &LossPlan, cx: &Context) -> Section {
                 .map(|arm| {
                     let mut row = vec![Value::text(arm.name())];
                     for case in &p.cases {
+                        // Not measured by design, and said so in the cell.
+                        if !arm.runs_in(case) {
+                            row.push(Value::text("not run: QUIC runs quinn's own cubic"));
+                            continue;
+                        }
+                        if m == Metric::Retrans && arm.quic() {
+                            row.push(Value::text("in user space: not the kernels' count"));
+                            continue;
+                        }
                         let c = p.cell(arm, orders, case);
                         let v = Value::range(scaled(d.spread(&c, m), k), unit);
                         let base = p.lossless(case.cc).filter(|b| *b != case);
@@ -228,7 +251,13 @@ fn section(p: &LossPlan, cx: &Context) -> Section {
                 })
                 .collect();
             let reading = match m {
-                Metric::UpP99 | Metric::UpP999 => tail_reading(p, cx, orders, m),
+                Metric::UpP99 | Metric::UpP999 => {
+                    let tail = tail_reading(p, cx, orders, m);
+                    match readings::quic_reading(p, cx, orders, m) {
+                        Some(q) => format!("{tail} {q}"),
+                        None => tail,
+                    }
+                }
                 Metric::Rate => cc_reading(p, cx, orders),
                 Metric::Retrans => retrans_reading(p, cx, orders),
                 _ => p50_reading(p, cx, orders),
@@ -285,8 +314,13 @@ mod tests {
         let spread: Vec<_> = c.iter().filter_map(|c| c.env.replicas.map(|r| (r, c.env.path))).collect();
         assert_eq!(spread.len(), 4);
         assert!(spread.iter().all(|(r, p)| r.n == 4 && p.is_some_and(|p| [0, 1000].contains(&p.loss_pcm))));
+        // HTTP/3's two arms beside one HTTP/2 connection, under cubic only
+        // (quinn's own algorithm).
+        let quic: Vec<_> = c.iter().filter(|c| c.via == "grpc-h3" || c.via == "h3-proto").collect();
+        assert_eq!(quic.len(), 2 * 3, "two arms, the three cubic cases");
+        assert!(quic.iter().all(|c| c.env.path.is_some_and(|x| x.cc == CongestionControl::Cubic)));
         let full = Loss::plan(&Knobs::default());
-        assert_eq!(cells(&full).len(), (6 * 8 + 2 * 2) * 2);
+        assert_eq!(cells(&full).len(), (6 * 8 + 5 * 2 + 2 * 2) * 2);
     }
 
     #[test]
@@ -317,6 +351,15 @@ mod tests {
             .expect("a rate table");
         assert!(rate.reading.contains("under bbr"), "{}", rate.reading);
         assert!(rate.headers.iter().any(|h| h == "1% bbr"), "{:?}", rate.headers);
+        // HTTP/3 set against one HTTP/2 connection, the same call, in the
+        // tail's reading.
+        assert!(
+            p99.reading.contains("HTTP/3 against one HTTP/2 connection")
+                && p99.reading.contains("grpc-h3 ×1's p99 was ×")
+                && p99.reading.contains("grpc ×1's"),
+            "{}",
+            p99.reading
+        );
         // In the synthetic data a lost packet costs one connection's calls
         // three times what it costs a pool's, replicas or not.
         let spread = tables
@@ -332,7 +375,7 @@ mod tests {
         );
         let text = report.markdown();
         assert!(
-            text.contains("was the one its column names on both sides in 48 of 48 rounds"),
+            text.contains("was the one its column names on both sides in 60 of 60 rounds"),
             "{text}"
         );
     }

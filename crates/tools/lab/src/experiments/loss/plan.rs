@@ -26,16 +26,33 @@ impl Arm {
         format!("{} ×{}", self.via, self.pool)
     }
 
-    /// Every call shares one connection: one HTTP/2 connection, or a bidi
-    /// stream on one.
+    /// Every call shares one TCP connection: one HTTP/2 connection, or a
+    /// bidi stream on one (QUIC's one connection is not counted here: a
+    /// lost packet stalls only its own stream).
     pub(super) fn one_connection(&self) -> bool {
-        self.via == transports::GRPC_BIDI || (self.pool == 1 && !self.via.starts_with("h1-"))
+        !self.quic()
+            && (self.via == transports::GRPC_BIDI || (self.pool == 1 && !self.via.starts_with("h1-")))
+    }
+
+    /// Over QUIC (HTTP/3): its own congestion control and retransmissions,
+    /// in user space.
+    pub(super) fn quic(&self) -> bool {
+        self.via
+            .parse::<transports::Transport>()
+            .is_ok_and(transports::Transport::is_quic)
+    }
+
+    /// Whether this arm runs in `case`: a QUIC arm only under cubic, which
+    /// is quinn's own congestion control whatever the kernels run (the
+    /// other algorithm's column would not be what it says for it).
+    pub(super) fn runs_in(&self, case: &Case) -> bool {
+        !self.quic() || case.cc == CongestionControl::Cubic
     }
 
     /// Calls spread over several connections, one call per HTTP/1.1
     /// connection at a time, or several HTTP/2 connections.
     pub(super) fn pooled(&self) -> bool {
-        self.pool > 1 && self.via != transports::GRPC_BIDI
+        self.pool > 1 && self.via != transports::GRPC_BIDI && !self.quic()
     }
 }
 
@@ -141,7 +158,7 @@ pub fn cells(p: &LossPlan) -> Vec<Cell> {
     let mut v = Vec::new();
     for &orders in &p.orders {
         for case in &p.cases {
-            for arm in &p.arms {
+            for arm in p.arms.iter().filter(|a| a.runs_in(case)) {
                 v.push(p.cell(arm, orders, case));
             }
         }

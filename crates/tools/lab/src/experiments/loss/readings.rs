@@ -111,7 +111,7 @@ pub(super) fn retrans_reading(p: &LossPlan, cx: &Context, orders: u32) -> String
     let mut most: Option<(String, String, f64)> = None;
     let mut lossless_max: f64 = 0.0;
     for case in &p.cases {
-        for arm in &p.arms {
+        for arm in p.arms.iter().filter(|a| !a.quic()) {
             let Some(v) = cx.data.median(&p.cell(arm, orders, case), Metric::Retrans) else {
                 continue;
             };
@@ -155,9 +155,11 @@ pub(super) fn cc_reading(p: &LossPlan, cx: &Context, orders: u32) -> String {
         return "No loss rate was measured under both cubic and bbr.".to_owned();
     };
     let rank = |case: &Case| -> Option<Vec<String>> {
+        // QUIC's arms run under quinn's own algorithm: not ranked here.
         let mut v: Vec<(String, f64)> = p
             .arms
             .iter()
+            .filter(|a| !a.quic())
             .map(|a| Some((a.name(), cx.data.median(&p.cell(a, orders, case), Metric::Rate)?)))
             .collect::<Option<_>>()?;
         v.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -169,6 +171,7 @@ pub(super) fn cc_reading(p: &LossPlan, cx: &Context, orders: u32) -> String {
     let gain: Vec<f64> = p
         .arms
         .iter()
+        .filter(|a| !a.quic())
         .filter_map(|a| {
             cx.data.ratio(&p.cell(a, orders, bbr), &p.cell(a, orders, cubic), Metric::Rate).map(|r| r.median)
         })
@@ -185,3 +188,59 @@ pub(super) fn cc_reading(p: &LossPlan, cx: &Context, orders: u32) -> String {
         }
     )
 }
+
+/// Whether HTTP/3's tail beats one HTTP/2 connection's, the same call on
+/// one connection each (`grpc-h3` ×1 against `grpc` ×1, `h3-proto` ×1
+/// against `h2c-proto` ×1), at each random loss both ran at: from the
+/// ratio of their tails and its rerun interval. `None` without such a
+/// pair in the plan.
+pub(super) fn quic_reading(p: &LossPlan, cx: &Context, orders: u32, m: Metric) -> Option<String> {
+    let which = if m == Metric::UpP99 { "p99" } else { "p99.9" };
+    let pairs: Vec<(&Arm, &Arm)> = [
+        (transports::GRPC_H3, transports::GRPC),
+        (transports::H3_PROTO, transports::H2C_PROTO),
+    ]
+    .into_iter()
+    .filter_map(|(q, h)| {
+        let find = |via: &str| p.arms.iter().find(|a| a.via == via && a.pool == 1);
+        Some((find(q)?, find(h)?))
+    })
+    .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut said = Vec::new();
+    for case in p
+        .cases
+        .iter()
+        .filter(|c| !c.bursty && pairs.iter().all(|(q, h)| q.runs_in(c) && h.runs_in(c)))
+    {
+        for (q, h) in &pairs {
+            let r = cx
+                .data
+                .ratio(&p.cell(q, orders, case), &p.cell(h, orders, case), m);
+            said.push(match r {
+                Some(r) => format!(
+                    "at {} {}'s {which} was {} {}'s, {}",
+                    case.name(),
+                    q.name(),
+                    f::ratio(Some(r)),
+                    h.name(),
+                    crate::experiments::tables::verdict(&r)
+                ),
+                None => format!("at {} {} against {}: {}", case.name(), q.name(), h.name(), f::MISSING),
+            });
+        }
+    }
+    if said.is_empty() {
+        return Some(format!(
+            "HTTP/3 and one HTTP/2 connection were not measured at the same loss ({}).",
+            f::MISSING
+        ));
+    }
+    Some(format!(
+        "HTTP/3 against one HTTP/2 connection, the same call (HTTP/3 encrypted, HTTP/2 not): {}.",
+        said.join("; ")
+    ))
+}
+

@@ -66,7 +66,7 @@ impl Experiment for Rtt {
     }
 
     fn plan(knobs: &Knobs) -> RttPlan {
-        use transports::{GRPC, H1_JSON, H2C_JSON, TCP_PROTO};
+        use transports::{GRPC, GRPC_H3, H1_JSON, H2C_JSON, TCP_PROTO};
         // The taster: its own transports, one round trip beside loopback,
         // 1 order per call whatever --sizes says (the quick pool).
         let defaults: &[&str] = if knobs.taster {
@@ -76,17 +76,39 @@ impl Experiment for Rtt {
         } else {
             &[H1_JSON, H2C_JSON, GRPC, TCP_PROTO]
         };
-        let vias: Vec<String> = knobs
+        let mut vias: Vec<String> = knobs
             .transports
             .clone()
             .unwrap_or_else(|| defaults.iter().map(|s| (*s).to_owned()).collect());
+        // gRPC over HTTP/3 beside gRPC on the packet path (QUIC cannot go
+        // through the delay proxy, which carries TCP).
+        if !knobs.taster && knobs.transports.is_none() && knobs.path == PathChoice::Packets {
+            vias.push(GRPC_H3.to_owned());
+        }
+        let is_quic = |v: &String| {
+            v.parse::<transports::Transport>()
+                .is_ok_and(transports::Transport::is_quic)
+        };
+        // What the proxy hides (not in the taster): every transport of the
+        // grid on warm, pooled connections but QUIC's (the proxy's side of
+        // the comparison cannot carry it), and a new connection per call
+        // (cold).
+        let hidden_vias = if knobs.taster || knobs.path == PathChoice::Proxy {
+            Vec::new()
+        } else {
+            let mut h: Vec<String> = vias.iter().filter(|v| !is_quic(v)).cloned().collect();
+            if !h.iter().any(|v| v == transports::H1_JSON_CLOSE) {
+                h.push(transports::H1_JSON_CLOSE.to_owned());
+            }
+            h
+        };
         RttPlan {
             rtts_ms: if knobs.taster {
                 vec![0, 20]
             } else {
                 vec![0, 1, 5, 20]
             },
-            vias: vias.clone(),
+            vias,
             pools: if knobs.quick { vec![4] } else { vec![1, 4] },
             vus: 16,
             orders: if knobs.taster {
@@ -96,17 +118,7 @@ impl Experiment for Rtt {
             },
             path: knobs.path,
             cc: knobs.cc,
-            // What the proxy hides (not in the taster): every transport of the grid on warm,
-            // pooled connections, and a new connection per call (cold).
-            hidden_vias: if knobs.taster || knobs.path == PathChoice::Proxy {
-                Vec::new()
-            } else {
-                let mut h = vias;
-                if !h.iter().any(|v| v == transports::H1_JSON_CLOSE) {
-                    h.push(transports::H1_JSON_CLOSE.to_owned());
-                }
-                h
-            },
+            hidden_vias,
             hidden_orders: vec![1, 1000],
             idle_ms: if knobs.taster || knobs.path == PathChoice::Proxy {
                 0
@@ -443,10 +455,18 @@ mod tests {
         };
         let r = Rtt::plan(&quick);
         let c = cells(&r);
-        // The grid on packets, then the proxy-against-packets cells (its
-        // three transports and h1-json-close; the packet cells of the three
+        // The grid on packets (its three transports and grpc-h3), then the
+        // proxy-against-packets cells (the three and h1-json-close, not
+        // QUIC, which the proxy cannot carry; the packet cells of the three
         // at 1 order shared with the grid), then idle-then-burst.
-        assert_eq!(c.len(), 4 * 3 + 4 * 2 * 2 - 3 + 2 * 2);
+        assert_eq!(c.len(), 4 * 4 + 4 * 2 * 2 - 3 + 2 * 2);
+        assert_eq!(r.vias.last().map(String::as_str), Some("grpc-h3"));
+        assert!(!r.hidden_vias.iter().any(|v| v == "grpc-h3"));
+        assert!(
+            c.iter()
+                .filter(|c| c.via == "grpc-h3")
+                .all(|c| c.env.path.is_some() && c.env.rtt_ms.is_none())
+        );
         assert_eq!(c.iter().filter(|c| c.think_ms == IDLE_MS).count(), 2);
         assert!(c.iter().all(|c| c.pool == 4));
         assert!(
@@ -460,7 +480,10 @@ mod tests {
                 .any(|c| c.env.rtt_ms == Some(20) && c.via == "h1-json-close" && c.orders == 1000)
         );
         let full = Rtt::plan(&Knobs::default());
-        assert_eq!(cells(&full).len(), 4 * 4 * 2 + 5 * 2 * 2 - 4 + 2 * 2);
+        // Five transports (grpc-h3 among them) × 4 RTTs × 2 pools; the
+        // comparison's five (four and h1-json-close) × 2 sizes × 2 ways,
+        // less the four shared; idle.
+        assert_eq!(cells(&full).len(), 5 * 4 * 2 + 5 * 2 * 2 - 4 + 2 * 2);
         // On the proxy, no comparison.
         let on_proxy = Rtt::plan(&Knobs {
             quick: true,
@@ -529,10 +552,11 @@ mod tests {
             .iter()
             .find(|t| t.caption.starts_with("What the delay proxy hides"))
             .expect("a proxy-against-packets table");
-        // Every transport of the grid warm, and a new connection per call,
-        // at 1 and 1,000 orders.
-        assert_eq!(hidden.rows.len(), (plan.vias.len() + 1) * 2);
-        for via in plan.vias.iter().map(String::as_str).chain(["h1-json-close"]) {
+        // Every transport of the grid warm but QUIC's, and a new connection
+        // per call, at 1 and 1,000 orders.
+        assert_eq!(hidden.rows.len(), plan.hidden_vias.len() * 2);
+        assert_eq!(hidden.rows.len(), plan.vias.len() * 2, "grpc-h3 out, h1-json-close in");
+        for via in plan.hidden_vias.iter().map(String::as_str) {
             assert!(
                 hidden.rows.iter().any(|r| r[0].label().starts_with(&format!("{via} ("))),
                 "{via} is not in the proxy-against-packets table"
