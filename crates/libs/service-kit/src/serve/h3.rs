@@ -21,6 +21,10 @@
 //!   HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS); each stream may hold
 //!   [`STREAM_WINDOW`] unread, the connection [`CONNECTION_WINDOW`], so a
 //!   client that floods cannot make a service hold more;
+//! - the process's budget of open streams
+//!   ([`super::stream_budget::OPEN_STREAMS`]) counts HTTP/3's requests in
+//!   service with HTTP/2's: past it the connection holding the most is
+//!   closed (`H3_EXCESSIVE_LOAD`);
 //! - an answer whose client takes nothing for the write timeout is reset
 //!   (`H3_REQUEST_CANCELLED`), which frees what it held;
 //! - a request's head larger than [`MAX_HEAD_BYTES`] is refused by h3.
@@ -211,6 +215,9 @@ where
     Ok(())
 }
 
+/// HTTP/3's EXCESSIVE_LOAD code.
+const H3_EXCESSIVE_LOAD: u32 = 0x107;
+
 /// HTTP/3's NO_ERROR code.
 const H3_NO_ERROR: u32 = 0x100;
 
@@ -267,9 +274,27 @@ where
     let mut in_service = JoinSet::new();
     let mut quiet_since = Instant::now();
     let mut draining = false;
+    // The process's budget of open streams, HTTP/2's and HTTP/3's alike.
+    let share = super::stream_budget::Share::default();
+    let evicted = std::future::poll_fn(|cx| {
+        if share.evicted(cx) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    });
+    let mut evicted = std::pin::pin!(evicted);
     loop {
+        share.set(in_service.len());
         let idle_at = quiet_since + limits.idle;
         tokio::select! {
+            () = &mut evicted => {
+                tracing::debug!(
+                    "closing an HTTP/3 connection: the process is over its budget of open streams and it holds the most"
+                );
+                quic.close(quinn::VarInt::from_u32(H3_EXCESSIVE_LOAD), b"too many open streams");
+                return Ok(());
+            }
             changed = stop.changed(), if !draining => {
                 if changed.is_ok() && !*stop.borrow() {
                     continue;
