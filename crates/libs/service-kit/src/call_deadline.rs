@@ -20,6 +20,12 @@
 //!   the stream reset; HTTP/1.1: the connection closed): its status has
 //!   gone, and a Connect unary answer has no trailers to carry another.
 //!   The caller, whose deadline it is, reports `deadline_exceeded` itself.
+//! - REST ([`RestDeadlineLayer`], on the REST API's routes): HTTP has no
+//!   deadline of its own, so the caller sends its time left in milliseconds
+//!   as [`REST_TIMEOUT_HEADER`] (`x-request-timeout-ms`, digits as Connect
+//!   writes them). Past it the handler's future is dropped (the store query
+//!   with it) and the answer is a 504 problem `deadline_exceeded`; an
+//!   answer still being sent at the deadline is cut there, as Connect's.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -44,6 +50,20 @@ pub use telemetry::spans::grpc_timeout;
 /// writes it.
 pub fn connect_timeout(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get("connect-timeout-ms")?.to_str().ok()?;
+    if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok().map(Duration::from_millis)
+}
+
+/// The header a REST caller sends its deadline in: its time left, in
+/// milliseconds.
+pub const REST_TIMEOUT_HEADER: &str = "x-request-timeout-ms";
+
+/// An `x-request-timeout-ms` value, read as [`connect_timeout`] reads
+/// Connect's: up to 10 digits.
+pub fn rest_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let v = headers.get(REST_TIMEOUT_HEADER)?.to_str().ok()?;
     if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -274,6 +294,74 @@ where
             // An error (connect-rust's own `deadline_exceeded` among them)
             // goes out whole: it is short, and it says why.
             let deadline = deadline.filter(|_| res.status().is_success());
+            Ok(res.map(|b| axum::body::Body::new(DeadlineBody::new(b, deadline, AtDeadline::Cut))))
+        })
+    }
+}
+
+/// A REST request's deadline, from [`REST_TIMEOUT_HEADER`], enforced (see
+/// the module's doc).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RestDeadlineLayer;
+
+impl<S> tower::Layer<S> for RestDeadlineLayer {
+    type Service = RestDeadline<S>;
+    fn layer(&self, inner: S) -> RestDeadline<S> {
+        RestDeadline { inner }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RestDeadline<S> {
+    inner: S,
+}
+
+/// The 504 problem of a REST call past its deadline.
+fn rest_deadline_exceeded(ms: u128) -> Response<axum::body::Body> {
+    use axum::response::IntoResponse as _;
+    crate::problem::DEADLINE_EXCEEDED
+        .response(
+            http::StatusCode::GATEWAY_TIMEOUT,
+            format!("the caller's deadline ({ms} ms) passed before the answer was ready"),
+            None,
+        )
+        .into_response()
+}
+
+impl<S, ReqBody, ResBody> tower::Service<Request<ReqBody>> for RestDeadline<S>
+where
+    S: tower::Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<axum::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let timeout = rest_timeout(req.headers());
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let Some(timeout) = timeout else {
+                return Ok(answer.await?.map(axum::body::Body::new));
+            };
+            let at = Instant::now() + timeout;
+            let ms = timeout.as_millis();
+            // Past the deadline the handler's future is dropped: the work
+            // stops.
+            let Ok(res) = tokio::time::timeout_at(at, answer).await else {
+                return Ok(rest_deadline_exceeded(ms));
+            };
+            let res = res?;
+            if Instant::now() >= at && res.status().is_success() {
+                return Ok(rest_deadline_exceeded(ms));
+            }
+            let deadline = Some(at).filter(|_| res.status().is_success());
             Ok(res.map(|b| axum::body::Body::new(DeadlineBody::new(b, deadline, AtDeadline::Cut))))
         })
     }

@@ -118,6 +118,15 @@ pub const REQUEST_TIMEOUT: ProblemType = ProblemType {
     about: "The request body did not arrive within the service's body-read timeout.",
 };
 
+/// The caller's deadline passed before the answer was ready.
+pub const DEADLINE_EXCEEDED: ProblemType = ProblemType {
+    kind: "deadline_exceeded",
+    title: "Deadline exceeded",
+    about: "The caller's deadline (its x-request-timeout-ms header, in milliseconds) passed \
+            before the answer was ready: the service stopped the work and sent this instead. \
+            A read may be retried with a new deadline.",
+};
+
 /// A method the route does not answer.
 pub const METHOD_NOT_ALLOWED: ProblemType = ProblemType {
     kind: "method_not_allowed",

@@ -20,7 +20,10 @@ pub const IDEMPOTENCY_KEY_REUSED: ProblemType = ProblemType {
 
 /// The problem types of this service beyond `service_kit::problem::COMMON`,
 /// described at `/problems/<kind>`.
-pub const PROBLEMS: &[ProblemType] = &[IDEMPOTENCY_KEY_REUSED];
+pub const PROBLEMS: &[ProblemType] = &[
+    IDEMPOTENCY_KEY_REUSED,
+    service_kit::problem::DEADLINE_EXCEEDED,
+];
 
 /// Everything a REST handler can fail with: the service's own errors, and
 /// what is wrong with the request on the wire.

@@ -93,6 +93,10 @@ pub fn router(state: RestState) -> Router {
                 .no_deflate(),
         );
     }
+    // The caller's deadline (`x-request-timeout-ms`), around the handler,
+    // its encoding and compression: past it the work stops and the answer
+    // is a 504 `deadline_exceeded`.
+    api = api.route_layer(service_kit::call_deadline::RestDeadlineLayer);
     let trace = tower_http::trace::TraceLayer::new_for_http()
         .make_span_with(telemetry::spans::http_server::<axum::body::Body>)
         .on_response(telemetry::spans::OnHttpResponse::default())

@@ -134,3 +134,48 @@ async fn a_connect_call_past_its_deadline_is_deadline_exceeded_and_its_answer_is
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_rest_call_past_its_deadline_is_a_504_problem_and_its_answer_is_not_sent() {
+    let app = spawn(Backend::Memory).await;
+    let url = app.url(&format!("/v2/orders?user_id={}&limit=10000", big_user()));
+    for client in [app.h1(), app.h2c()] {
+        let call = |ms: &'static str| client.get(&url).header("x-request-timeout-ms", ms).send();
+        // Time enough, or a value that is no deadline: the whole answer.
+        for ms in ["60000", "soon", ""] {
+            let full = call(ms).await.unwrap();
+            assert_eq!(full.status(), 200, "x-request-timeout-ms: {ms:?}");
+            let page: serde_json::Value = full.json().await.unwrap();
+            assert_eq!(page["orders"].as_array().unwrap().len(), 10_000);
+        }
+        // 1 ms: the 504 problem, or the answer cut at the deadline; never
+        // the whole answer.
+        match call("1").await {
+            Ok(res) if res.status() == 504 => {
+                let e = testkit::problem::problem_of(res).await;
+                assert_eq!(e.error, "deadline_exceeded", "{e:?}");
+                assert!(e.detail.contains("1 ms"), "{e:?}");
+            }
+            Ok(res) => {
+                let status = res.status();
+                let got = res.bytes().await;
+                assert!(
+                    got.is_err(),
+                    "{status} and the whole answer ({} bytes) past a 1 ms deadline",
+                    got.map(|b| b.len()).unwrap_or(0)
+                );
+            }
+            Err(e) => assert!(e.is_request() || e.is_body(), "{e}"),
+        }
+    }
+    // The problem type is described where its URI points.
+    let page = app
+        .h1()
+        .get(app.url("/problems/deadline_exceeded"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("x-request-timeout-ms"));
+    app.stop().await;
+}

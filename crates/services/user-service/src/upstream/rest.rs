@@ -57,6 +57,9 @@ pub struct RestSource {
     peer: Peer,
     /// `scheme://host:port` of the REST port, for the span's `url.full`.
     origin: String,
+    /// The upstream timeout, sent as the call's deadline
+    /// (`x-request-timeout-ms`: HTTP has none of its own).
+    deadline: HeaderValue,
 }
 
 impl RestSource {
@@ -103,6 +106,7 @@ impl RestSource {
             transport,
             peer,
             origin,
+            deadline: HeaderValue::from(u64::try_from(ep.timeout.as_millis()).unwrap_or(u64::MAX)),
             gzip: ep.gzip && !matches!(wire, Wire::H2Direct(_)),
             zstd: ep.zstd && !matches!(wire, Wire::H2Direct(_)),
             wire,
@@ -121,6 +125,11 @@ impl RestSource {
         semconv::record_url(|| format!("{}{pq}", self.origin));
         let accept = if self.proto { PROTOBUF } else { JSON };
         let mut out = Outgoing::get(&pq, accept);
+        // order-service stops the work past it (a 504 `deadline_exceeded`).
+        out.headers.insert(
+            service_kit::call_deadline::REST_TIMEOUT_HEADER,
+            self.deadline.clone(),
+        );
         let accept_encoding = match (self.zstd, self.gzip) {
             (true, true) => Some("zstd, gzip;q=0.5"),
             (true, false) => Some("zstd"),
@@ -134,7 +143,14 @@ impl RestSource {
         let answer = match &self.wire {
             Wire::Pooled(p) => p.send(&out).await?,
             Wire::H1Close(p) => p.send(&out).await?,
-            Wire::H2Direct(p) => p.get(&pq, accept).await?,
+            Wire::H2Direct(p) => {
+                let mut deadline = http::HeaderMap::with_capacity(1);
+                deadline.insert(
+                    service_kit::call_deadline::REST_TIMEOUT_HEADER,
+                    self.deadline.clone(),
+                );
+                p.get(&pq, accept, &deadline).await?
+            }
             Wire::H3(p) => p.send(&out).await?,
         };
         semconv::record_http_status(answer.status);

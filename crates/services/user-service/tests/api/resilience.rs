@@ -210,15 +210,17 @@ async fn a_connection_that_breaks_with_lookups_pending_fails_them_promptly_inste
 }
 
 #[tokio::test]
-async fn the_upstream_timeout_travels_as_the_grpc_deadline() {
+async fn the_upstream_timeout_travels_as_the_grpc_and_the_rest_deadline() {
     // A fake gRPC server that records the request headers and never answers.
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let record = seen.clone();
     let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
         let record = record.clone();
         async move {
+            // gRPC's deadline, or REST's (`x-request-timeout-ms`).
             let t = headers
                 .get("grpc-timeout")
+                .or_else(|| headers.get("x-request-timeout-ms"))
                 .map(|v| v.to_str().unwrap().to_owned())
                 .unwrap_or_default();
             record.lock().unwrap().push(t);
@@ -248,12 +250,32 @@ async fn the_upstream_timeout_travels_as_the_grpc_deadline() {
         let status = res.status();
         assert_eq!(status, 504, "{via}: {}", res.text().await.unwrap());
     }
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), deadlined.len(), "{seen:?}");
-    for t in seen {
+    let grpc_seen = seen.lock().unwrap().clone();
+    assert_eq!(grpc_seen.len(), deadlined.len(), "{grpc_seen:?}");
+    for t in grpc_seen {
         // 700 ms, in the most precise unit that fits gRPC's 8 digits.
         assert_eq!(t, "700000u", "grpc-timeout header");
     }
+    // The REST transports on TCP send theirs in milliseconds.
+    seen.lock().unwrap().clear();
+    let rest = [
+        Transport::H1Json,
+        Transport::H1JsonClose,
+        Transport::H2cJson,
+        Transport::H1Proto,
+        Transport::H2cProto,
+        Transport::H2cProtoTuned,
+    ];
+    for via in rest {
+        let res = users.orders(id, via, "").await;
+        assert_eq!(res.status(), 504, "{via}");
+    }
+    let rest_seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        rest_seen,
+        vec!["700".to_owned(); rest.len()],
+        "x-request-timeout-ms"
+    );
     users.stop().await;
 }
 

@@ -181,6 +181,7 @@ impl Conns {
         &self,
         path_and_query: &str,
         accept: &'static str,
+        extra: &http::HeaderMap,
     ) -> Result<Answer, UpstreamError> {
         let uri: http::Uri = self
             .dial
@@ -189,6 +190,7 @@ impl Conns {
             .map_err(|e| UpstreamError::Protocol(format!("building the request: {e}")))?;
         let mut headers = http::HeaderMap::new();
         headers.insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
+        headers.extend(extra.clone());
         telemetry::propagation::inject_headers(&mut headers);
         let head = Head {
             method: http::Method::GET,
