@@ -125,7 +125,8 @@ async fn lookup_in(
 ) -> pb2::LookupOrdersResponse {
     let request_id = r.request_id;
     let timed = orders.server_timing;
-    let result: Result<_, AppError> = async {
+    let deadline_ms = r.deadline_ms;
+    let work = async {
         let q = orders.proto_query(&r.user_id, r.page_size, &r.page_token, r.read_mask.as_ref())?;
         if !timed {
             return Ok((orders.list(&q).await?.into_pb(q.fields), None));
@@ -136,8 +137,32 @@ async fn lookup_in(
         let pb = page.into_pb(q.fields);
         let timing = proto::timing::pending(t1 - t0, t1.elapsed(), began_at);
         Ok((pb, Some(timing)))
-    }
-    .await;
+    };
+    // The caller's deadline: past it the work stops (its future dropped),
+    // and an answer ready only past it is not sent (a store that does not
+    // yield, the in-memory one, finishes first).
+    let result: Result<_, AppError> = match deadline_ms {
+        0 => work.await,
+        ms => {
+            let within = std::time::Duration::from_millis(ms.into());
+            let began = std::time::Instant::now();
+            match tokio::time::timeout(within, work).await {
+                Ok(r) if began.elapsed() < within => r,
+                _ => {
+                    return pb2::LookupOrdersResponse {
+                        request_id,
+                        error: Some(pb2::LookupError {
+                            code: tonic::Code::DeadlineExceeded as i32,
+                            message: format!(
+                                "the lookup's deadline ({ms} ms) passed before its answer was ready"
+                            ),
+                        }),
+                        ..Default::default()
+                    };
+                }
+            }
+        }
+    };
     match result {
         Ok(((orders, next_page_token), timing)) => pb2::LookupOrdersResponse {
             request_id,

@@ -179,3 +179,76 @@ async fn a_rest_call_past_its_deadline_is_a_504_problem_and_its_answer_is_not_se
     assert!(page.text().await.unwrap().contains("x-request-timeout-ms"));
     app.stop().await;
 }
+
+/// One raw-TCP lookup of all 10,000 orders with `deadline_ms`.
+async fn tcp_lookup_within(
+    c: &mut TcpStream,
+    id: u64,
+    deadline_ms: u32,
+) -> pb2::LookupOrdersResponse {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let req = pb2::LookupOrdersRequest {
+        request_id: id,
+        user_id: big_user(),
+        page_size: 10_000,
+        deadline_ms,
+        ..Default::default()
+    };
+    c.write_all(&order_service::tcp::encode_frame(&req))
+        .await
+        .unwrap();
+    let len = c.read_u32().await.unwrap() as usize;
+    let mut buf = vec![0; len];
+    c.read_exact(&mut buf).await.unwrap();
+    pb2::LookupOrdersResponse::decode(&buf[..]).unwrap()
+}
+
+#[tokio::test]
+async fn a_lookup_past_its_deadline_is_deadline_exceeded_on_raw_tcp_and_on_a_bidi_stream() {
+    for backend in [Backend::Memory, Backend::Postgres] {
+        let app = spawn(backend).await;
+        // Raw TCP: 1 ms cannot hold 10,000 orders; 60 s and none (0) can.
+        let mut c = TcpStream::connect(app.tcp).await.unwrap();
+        let late = tcp_lookup_within(&mut c, 1, 1).await;
+        let e = late.error.expect("an error past the deadline");
+        assert_eq!(e.code, tonic::Code::DeadlineExceeded as i32, "{e:?}");
+        assert!(e.message.contains("1 ms"), "{e:?}");
+        assert!(late.orders.is_empty());
+        let want = expected_orders(10_000);
+        for (id, ms) in [(2, 60_000), (3, 0)] {
+            let ok = tcp_lookup_within(&mut c, id, ms).await;
+            assert!(ok.error.is_none(), "{ms} ms: {:?}", ok.error);
+            let got: Vec<model::Order> = ok
+                .orders
+                .into_iter()
+                .map(|o| model::Order::try_from(o).unwrap())
+                .collect();
+            assert_eq!(got, want, "{ms} ms");
+        }
+        // A bidi stream carries the same lookups, answered the same way.
+        let mut grpc = app.grpc_v2().await;
+        let lookups = [(1u64, 1u32), (2, 60_000)].map(|(id, ms)| pb2::LookupOrdersRequest {
+            request_id: id,
+            user_id: big_user(),
+            page_size: 10_000,
+            deadline_ms: ms,
+            ..Default::default()
+        });
+        let mut answers = grpc
+            .lookup_orders(futures::stream::iter(lookups))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut by_id = std::collections::HashMap::new();
+        while let Some(a) = answers.message().await.unwrap() {
+            by_id.insert(a.request_id, a);
+        }
+        let e = by_id[&1]
+            .error
+            .as_ref()
+            .expect("an error past the deadline");
+        assert_eq!(e.code, tonic::Code::DeadlineExceeded as i32, "{e:?}");
+        assert_eq!(by_id[&2].orders.len(), 10_000);
+        app.stop().await;
+    }
+}

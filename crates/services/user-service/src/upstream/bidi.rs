@@ -39,6 +39,8 @@ pub struct BidiSource {
     breakdown: bool,
     /// The instance called, for the call's span.
     peer: Peer,
+    /// The upstream timeout, sent with each lookup as its deadline.
+    deadline_ms: u32,
 }
 
 impl BidiSource {
@@ -60,6 +62,7 @@ impl BidiSource {
             ids: Ids::default(),
             metrics,
             breakdown: ep.breakdown,
+            deadline_ms: u32::try_from(ep.timeout.as_millis()).unwrap_or(u32::MAX),
             peer: Peer::of_url(&ep.grpc_url),
         })
     }
@@ -139,6 +142,8 @@ impl OrderSource for BidiSource {
                 // The stream's headers belong to whoever opened it: each
                 // lookup carries its own caller's context.
                 trace_context: telemetry::propagation::context_map(),
+                // order-service stops the lookup past it.
+                deadline_ms: self.deadline_ms,
             };
             let _on_wire = self.metrics.in_flight();
             answer_to_orders(link.call(req).await?)

@@ -35,6 +35,8 @@ pub struct TcpSource {
     breakdown: bool,
     /// The instance called, for the call's span.
     peer: Peer,
+    /// The upstream timeout, sent with each lookup as its deadline.
+    deadline_ms: u32,
 }
 
 /// An answer frame decoded, and how long that took when `timed`.
@@ -77,6 +79,7 @@ impl TcpSource {
             ids: Ids::default(),
             metrics,
             breakdown: ep.breakdown,
+            deadline_ms: u32::try_from(ep.timeout.as_millis()).unwrap_or(u32::MAX),
             peer: Peer::of_addr(&ep.tcp_addr),
         }
     }
@@ -209,6 +212,8 @@ impl OrderSource for TcpSource {
                 page_token: String::new(),
                 read_mask: field_mask(q.fields),
                 trace_context: telemetry::propagation::context_map(),
+                // order-service stops the lookup past it.
+                deadline_ms: self.deadline_ms,
             };
             let _on_wire = self.metrics.in_flight();
             let answer = link.call(req.clone()).await;

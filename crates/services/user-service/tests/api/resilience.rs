@@ -289,6 +289,7 @@ async fn going_away_once() -> (
     SocketAddr,
     Arc<std::sync::atomic::AtomicUsize>,
     Arc<std::sync::atomic::AtomicBool>,
+    Arc<Mutex<Vec<u32>>>,
 ) {
     use order_service::tcp::{encode_frame, read_frame, refused_at_shutdown};
     use std::sync::atomic::Ordering;
@@ -298,15 +299,20 @@ async fn going_away_once() -> (
     let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (count, first_closed) = (accepted.clone(), closed.clone());
+    // Each lookup's deadline, as sent.
+    let deadlines: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let seen = deadlines.clone();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             let n = count.fetch_add(1, Ordering::SeqCst);
             let first_closed = first_closed.clone();
+            let seen = seen.clone();
             tokio::spawn(async move {
                 while let Ok(Some(frame)) = read_frame(&mut s, 1 << 20).await {
                     let req =
                         <proto::order::v2::LookupOrdersRequest as prost::Message>::decode(frame)
                             .unwrap();
+                    seen.lock().unwrap().push(req.deadline_ms);
                     let answer = if n == 0 {
                         let bye = proto::order::v2::LookupOrdersResponse {
                             error: Some(proto::order::v2::LookupError {
@@ -335,7 +341,7 @@ async fn going_away_once() -> (
             });
         }
     });
-    (addr, accepted, closed)
+    (addr, accepted, closed, deadlines)
 }
 
 const ORDERS: usize = 3;
@@ -343,7 +349,7 @@ const ORDERS: usize = 3;
 #[tokio::test]
 async fn a_raw_tcp_lookup_refused_by_a_connection_going_away_is_sent_again_on_a_new_one() {
     use std::sync::atomic::Ordering;
-    let (addr, accepted, closed) = going_away_once().await;
+    let (addr, accepted, closed, deadlines) = going_away_once().await;
     let mut settings = user_service::Settings {
         pool_size: 1,
         ..Default::default()
@@ -371,6 +377,9 @@ async fn a_raw_tcp_lookup_refused_by_a_connection_going_away_is_sent_again_on_a_
         200
     );
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    // Each lookup carried the upstream timeout as its deadline.
+    let timeout = u32::try_from(user_service::Settings::default().upstream_timeout_ms).unwrap();
+    assert_eq!(*deadlines.lock().unwrap(), vec![timeout; 3], "deadline_ms");
     // Once nothing waits on it, the client closes the connection that went away.
     let started = Instant::now();
     while !closed.load(Ordering::SeqCst) {
