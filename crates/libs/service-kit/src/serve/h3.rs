@@ -365,12 +365,7 @@ where
     // The body-read timeout, as on the TCP listeners: a body still coming
     // past it fails to read (the REST routes answer 408).
     let body = axum::body::Body::new(crate::deadline::DeadlineBody::new(
-        Incoming {
-            stream: recv,
-            data_done: false,
-            finished: false,
-            reading: false,
-        },
+        Incoming::new(recv),
         limits.body_read,
     ));
     let request = http::Request::from_parts(parts, body);
@@ -432,24 +427,53 @@ async fn write(
 
 type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
 
-/// A request's body as it arrives on its stream. Dropped unread, it asks
-/// the client to stop sending (`H3_REQUEST_CANCELLED`), unless a read is
-/// under way: h3-quinn 0.0.10 panics on a stop while a read is pending
-/// (the stream is inside the read's future); dropping that future stops
-/// the stream anyway (quinn stops an unfinished stream it drops).
+/// A request's body as it arrives on its stream. Dropped before its end
+/// (an answer that did not need it, or not all of it), the rest is read
+/// and thrown away in a task of its own, within the early answers' bounds
+/// ([`super::leftover::DRAIN_BYTES`], [`super::leftover::DRAIN_TIME`]), as
+/// on the TCP listeners: a client still sending (a GET's end of stream
+/// among it) is not told to stop, which some clients (h3-util's) take as
+/// the call failing even with the answer in hand. Past the bounds the
+/// stream is dropped, and quinn stops what it did not read. (h3-quinn
+/// 0.0.10 panics on an explicit stop while a read is pending, so none is
+/// made.)
 struct Incoming {
-    stream: RecvHalf,
+    stream: Option<RecvHalf>,
     data_done: bool,
     finished: bool,
-    reading: bool,
+    /// This one is the drain's: dropped, it reads no more.
+    draining: bool,
+}
+
+impl Incoming {
+    fn new(stream: RecvHalf) -> Self {
+        Incoming {
+            stream: Some(stream),
+            data_done: false,
+            finished: false,
+            draining: false,
+        }
+    }
 }
 
 impl Drop for Incoming {
     fn drop(&mut self) {
-        if !self.finished && !self.reading {
-            self.stream
-                .stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
+        if self.finished || self.draining {
+            return;
         }
+        let (Some(stream), Ok(rt)) = (self.stream.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let rest = Incoming {
+            stream: Some(stream),
+            data_done: self.data_done,
+            finished: false,
+            draining: true,
+        };
+        rt.spawn(async move {
+            super::leftover::drain_if_room(rest).await;
+        });
     }
 }
 
@@ -463,23 +487,24 @@ impl http_body::Body for Incoming {
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         use std::task::Poll;
         let this = &mut *self;
-        this.reading = true;
+        let Some(stream) = this.stream.as_mut() else {
+            return Poll::Ready(None);
+        };
         if !this.data_done {
-            match std::task::ready!(this.stream.poll_recv_data(cx)) {
+            match std::task::ready!(stream.poll_recv_data(cx)) {
                 Ok(Some(mut data)) => {
-                    this.reading = false;
                     let bytes = data.copy_to_bytes(data.remaining());
                     return Poll::Ready(Some(Ok(http_body::Frame::data(bytes))));
                 }
                 Ok(None) => this.data_done = true,
                 Err(e) => {
-                    (this.reading, this.finished) = (false, true);
+                    this.finished = true;
                     return Poll::Ready(Some(Err(e)));
                 }
             }
         }
-        let trailers = std::task::ready!(this.stream.poll_recv_trailers(cx));
-        (this.reading, this.finished) = (false, true);
+        let trailers = std::task::ready!(stream.poll_recv_trailers(cx));
+        this.finished = true;
         match trailers {
             Ok(Some(t)) => Poll::Ready(Some(Ok(http_body::Frame::trailers(t)))),
             Ok(None) => Poll::Ready(None),

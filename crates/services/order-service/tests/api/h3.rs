@@ -430,3 +430,30 @@ async fn a_quic_flood_of_stalled_bodies_costs_little_and_blocks_no_one() {
     let exit = proc.sigterm().await;
     assert!(exit.success(), "{exit}");
 }
+
+/// Many small GETs on one connection through h3-util's client, each
+/// answered: the answer goes out before the client has finished its
+/// request stream, and the service reads that end rather than tell the
+/// client to stop (which h3-util's client takes as the call failing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_gets_in_a_row_are_each_answered() {
+    let app = spawn(Backend::Memory).await;
+    let h3 = app.h3.unwrap();
+    let ep = endpoint(h3);
+    let mut conn = service_kit::h3_client::connection(&ep, h3, "localhost");
+    let user = dataset::fixed_user_id(1).to_string();
+    let path = format!("/v2/orders?user_id={user}&limit=1");
+    for i in 0..500 {
+        let answer =
+            tower::ServiceExt::oneshot(&mut conn, h3_get(h3, &path, "application/x-protobuf"))
+                .await;
+        let answer = answer.unwrap_or_else(|e| panic!("call {i}: {e}"));
+        assert_eq!(answer.status(), 200, "call {i}");
+        answer
+            .into_body()
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("call {i}: {e}"));
+    }
+    app.stop().await;
+}
