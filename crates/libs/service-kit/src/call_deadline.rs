@@ -49,7 +49,12 @@ pub use telemetry::spans::grpc_timeout;
 /// A `Connect-Timeout-Ms` value: up to 10 digits, as the Connect protocol
 /// writes it.
 pub fn connect_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get("connect-timeout-ms")?.to_str().ok()?;
+    millis(headers, "connect-timeout-ms")
+}
+
+/// Header `name`'s value as milliseconds: 1 to 10 digits, nothing else.
+fn millis(headers: &HeaderMap, name: &str) -> Option<Duration> {
+    let v = headers.get(name)?.to_str().ok()?;
     if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -63,11 +68,7 @@ pub const REST_TIMEOUT_HEADER: &str = "x-request-timeout-ms";
 /// An `x-request-timeout-ms` value, read as [`connect_timeout`] reads
 /// Connect's: up to 10 digits.
 pub fn rest_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(REST_TIMEOUT_HEADER)?.to_str().ok()?;
-    if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    v.parse().ok().map(Duration::from_millis)
+    millis(headers, REST_TIMEOUT_HEADER)
 }
 
 /// What a body still going at its deadline does.

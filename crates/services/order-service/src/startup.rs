@@ -37,8 +37,6 @@ pub struct Application {
     admin: Option<TcpListener>,
     /// TLS for every listener, when the settings name a certificate.
     tls: Option<tls::ServerTls>,
-    /// What the HTTP/3 listener's connections carried.
-    h3_counters: Arc<service_kit::serve::h3::H3Counters>,
 }
 
 /// Connects to Postgres (and migrates) or builds the in-memory store.
@@ -93,7 +91,6 @@ impl Application {
         };
         let app = Application {
             h3,
-            h3_counters: Arc::default(),
             tls,
             rest: bind("REST", settings.rest_addr).await?,
             grpc: bind("gRPC", settings.grpc_addr).await?,
@@ -136,11 +133,6 @@ impl Application {
     /// The HTTP/3 listener's UDP address, if there is one.
     pub fn h3_addr(&self) -> Option<SocketAddr> {
         self.h3.as_ref().and_then(|l| l.local_addr().ok())
-    }
-
-    /// What the HTTP/3 listener's connections carried (those that ended).
-    pub fn h3_counters(&self) -> Arc<service_kit::serve::h3::H3Counters> {
-        self.h3_counters.clone()
     }
 
     /// The admin listener's address, if there is one.
@@ -282,7 +274,6 @@ impl Application {
         ];
         if let (Some(listener), Some(calls)) = (self.h3, h3_calls_rx) {
             let stop = token.clone().cancelled_owned();
-            let counters = self.h3_counters.clone();
             listeners.push((
                 "HTTP/3",
                 Box::pin(async move {
@@ -295,7 +286,6 @@ impl Application {
                         stop,
                         limits,
                         h3_cap,
-                        counters,
                     )
                     .await
                     .map_err(anyhow::Error::from)

@@ -64,18 +64,26 @@ pub type RequestBody = axum::body::Body;
 /// What the service answers.
 pub type Answer = http::Response<axum::body::Body>;
 
-/// Bytes a QUIC listener's connections have carried, both ways, as UDP
-/// payload (QUIC headers, encryption and acknowledgements included).
-#[derive(Debug, Default)]
-pub struct H3Counters {
-    /// Connections handshaken.
-    pub connections: std::sync::atomic::AtomicU64,
-    /// Connections refused at the cap.
-    pub refused: std::sync::atomic::AtomicU64,
-    /// UDP payload bytes received, of connections that have ended.
-    pub udp_rx: std::sync::atomic::AtomicU64,
-    /// UDP payload bytes sent, of connections that have ended.
-    pub udp_tx: std::sync::atomic::AtomicU64,
+/// What an HTTP/3 listener serves: a service of [`RequestBody`] requests
+/// to [`Answer`]s that never fails, cloned for each connection.
+pub trait H3Service:
+    tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> H3Service for S where
+    S: tower::Service<
+            http::Request<RequestBody>,
+            Response = Answer,
+            Error = Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + 'static
+{
 }
 
 /// A bound UDP socket and the QUIC configuration it will serve with.
@@ -134,21 +142,13 @@ fn transport(limits: &ConnLimits) -> quinn::TransportConfig {
 
 /// Serves `service` on `listener` until `shutdown` completes, then drains
 /// as the module doc says. At most `cap` connections at once.
-pub async fn serve_h3<S>(
+pub async fn serve_h3<S: H3Service>(
     listener: H3Listener,
     service: S,
     shutdown: impl Future<Output = ()> + Send,
     limits: ConnLimits,
     cap: ConnCap,
-    counters: Arc<H3Counters>,
-) -> std::io::Result<()>
-where
-    S: tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
+) -> std::io::Result<()> {
     let endpoint = listener.endpoint;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
@@ -167,19 +167,16 @@ where
                 None => break,
             },
         };
+        // Past the cap: refused, and counted by the cap (on /metrics).
         let Some(admitted) = cap.admit() else {
-            counters
-                .refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             incoming.refuse();
             continue;
         };
         let service = service.clone();
         let stop = stop_rx.clone();
-        let counters = counters.clone();
         connections.spawn(async move {
             let _admitted = admitted;
-            if let Err(e) = connection(incoming, service, limits, stop, &counters).await {
+            if let Err(e) = connection(incoming, service, limits, stop).await {
                 tracing::debug!(error = %e, "HTTP/3 connection ended");
             }
         });
@@ -202,12 +199,7 @@ where
             done = connections.join_next() => if done.is_none() {
                 break;
             },
-            Some(incoming) = endpoint.accept() => {
-                counters
-                    .refused
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                incoming.refuse();
-            }
+            Some(incoming) = endpoint.accept() => incoming.refuse(),
         }
     }
     endpoint.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"shutting down");
@@ -221,52 +213,26 @@ const H3_EXCESSIVE_LOAD: u32 = 0x107;
 /// HTTP/3's NO_ERROR code.
 const H3_NO_ERROR: u32 = 0x100;
 
-async fn connection<S>(
+async fn connection<S: H3Service>(
     incoming: quinn::Incoming,
     service: S,
     limits: ConnLimits,
     mut stop: tokio::sync::watch::Receiver<bool>,
-    counters: &H3Counters,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
-where
-    S: tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let quic = tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, incoming)
         .await
         .map_err(|_| "no QUIC handshake within the handshake timeout")??;
-    counters
-        .connections
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let served = requests(quic.clone(), service, limits, &mut stop).await;
-    let stats = quic.stats();
-    counters
-        .udp_rx
-        .fetch_add(stats.udp_rx.bytes, std::sync::atomic::Ordering::Relaxed);
-    counters
-        .udp_tx
-        .fetch_add(stats.udp_tx.bytes, std::sync::atomic::Ordering::Relaxed);
-    served
+    requests(quic, service, limits, &mut stop).await
 }
 
 /// A connection's requests, each in a task of its own, until the
 /// connection ends, idles past its bound, or drains.
-async fn requests<S>(
+async fn requests<S: H3Service>(
     quic: quinn::Connection,
     service: S,
     limits: ConnLimits,
     stop: &mut tokio::sync::watch::Receiver<bool>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
-where
-    S: tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut conn: h3::server::Connection<h3_quinn::Connection, Bytes> = h3::server::builder()
         .max_field_section_size(MAX_HEAD_BYTES)
         .build(h3_quinn::Connection::new(quic.clone()))
@@ -341,11 +307,7 @@ type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
 
 /// One request: its head within the header-read timeout, the service's
 /// answer, the answer written under the write timeout.
-async fn request<S>(resolver: Resolver, mut service: S, limits: ConnLimits)
-where
-    S: tower::Service<http::Request<RequestBody>, Response = Answer, Error = Infallible> + Send,
-    S::Future: Send,
-{
+async fn request<S: H3Service>(resolver: Resolver, mut service: S, limits: ConnLimits) {
     let (head, stream) =
         match tokio::time::timeout(limits.header_read, resolver.resolve_request()).await {
             Ok(Ok(r)) => r,

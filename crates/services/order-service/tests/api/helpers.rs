@@ -21,8 +21,6 @@ pub struct TestApp {
     pub tcp: SocketAddr,
     /// The HTTP/3 listener (UDP), unless the settings turned it off.
     pub h3: Option<SocketAddr>,
-    /// What its connections carried.
-    pub h3_counters: std::sync::Arc<service_kit::serve::h3::H3Counters>,
     /// The admin listener, when the settings asked for one.
     pub admin: Option<SocketAddr>,
     pub db: Option<testkit::postgres::TestDb>,
@@ -50,7 +48,6 @@ pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> 
         grpc: app.grpc_addr(),
         tcp: app.tcp_addr(),
         h3: app.h3_addr(),
-        h3_counters: app.h3_counters(),
         admin: app.admin_addr(),
         db,
         serving: InProcess::spawn(|stop| app.run_until_stopped(stop)),
