@@ -186,7 +186,6 @@ async fn tcp_lookup_within(
     id: u64,
     deadline_ms: u32,
 ) -> pb2::LookupOrdersResponse {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let req = pb2::LookupOrdersRequest {
         request_id: id,
         user_id: big_user(),
@@ -194,13 +193,7 @@ async fn tcp_lookup_within(
         deadline_ms,
         ..Default::default()
     };
-    c.write_all(&order_service::tcp::encode_frame(&req))
-        .await
-        .unwrap();
-    let len = c.read_u32().await.unwrap() as usize;
-    let mut buf = vec![0; len];
-    c.read_exact(&mut buf).await.unwrap();
-    pb2::LookupOrdersResponse::decode(&buf[..]).unwrap()
+    crate::helpers::tcp_send(c, &req).await
 }
 
 #[tokio::test]

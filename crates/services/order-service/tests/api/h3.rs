@@ -21,6 +21,21 @@ fn endpoint(to: SocketAddr) -> quinn::Endpoint {
     service_kit::h3_client::endpoint(&tls, to).unwrap()
 }
 
+/// tonic's `order.v2` client over tonic-h3's channel on `ep`.
+fn grpc_h3(
+    ep: &quinn::Endpoint,
+    h3: SocketAddr,
+) -> pb2::order_service_client::OrderServiceClient<
+    tonic_h3::H3Channel<service_kit::h3_client::Connector>,
+> {
+    let channel = tonic_h3::H3Channel::new(
+        service_kit::h3_client::connector(ep, h3, "localhost"),
+        format!("https://{h3}").parse().unwrap(),
+        None,
+    );
+    pb2::order_service_client::OrderServiceClient::new(channel).max_decoding_message_size(64 << 20)
+}
+
 /// One request over HTTP/3; the status, content type and body.
 async fn h3_send(
     conn: &mut service_kit::h3_client::Connection<Full<Bytes>>,
@@ -113,13 +128,7 @@ async fn same_answers_over_h3(backend: Backend) {
     );
 
     // gRPC: unary and server streaming, tonic's client over tonic-h3.
-    let channel = tonic_h3::H3Channel::new(
-        service_kit::h3_client::connector(&ep, h3, "localhost"),
-        format!("https://{h3}").parse().unwrap(),
-        None,
-    );
-    let mut grpc = pb2::order_service_client::OrderServiceClient::new(channel)
-        .max_decoding_message_size(64 << 20);
+    let mut grpc = grpc_h3(&ep, h3);
     let unary = grpc
         .list_orders(list_request(&user, 100, FieldSet::ALL))
         .await
@@ -226,13 +235,7 @@ async fn a_call_in_service_at_the_signal_is_answered_and_a_new_connection_is_ref
     let app = spawn(Backend::Memory).await;
     let h3 = app.h3.unwrap();
     let ep = endpoint(h3);
-    let channel = tonic_h3::H3Channel::new(
-        service_kit::h3_client::connector(&ep, h3, "localhost"),
-        format!("https://{h3}").parse().unwrap(),
-        None,
-    );
-    let mut grpc = pb2::order_service_client::OrderServiceClient::new(channel)
-        .max_decoding_message_size(64 << 20);
+    let mut grpc = grpc_h3(&ep, h3);
     let user = dataset::fixed_user_id(10_000).to_string();
     // A 10,000-order stream begun, its first message read; then the signal.
     let mut stream = grpc

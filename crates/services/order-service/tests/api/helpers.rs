@@ -175,14 +175,22 @@ pub async fn tcp_lookup(
     user: &str,
     page_size: i32,
 ) -> pb2::LookupOrdersResponse {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let req = pb2::LookupOrdersRequest {
         request_id,
         user_id: user.to_owned(),
         page_size,
         ..Default::default()
     };
-    c.write_all(&order_service::tcp::encode_frame(&req))
+    tcp_send(c, &req).await
+}
+
+/// Sends `req` as one raw-TCP frame on `c` and reads the next answer frame.
+pub async fn tcp_send(
+    c: &mut tokio::net::TcpStream,
+    req: &pb2::LookupOrdersRequest,
+) -> pb2::LookupOrdersResponse {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    c.write_all(&order_service::tcp::encode_frame(req))
         .await
         .unwrap();
     let len = c.read_u32().await.unwrap() as usize;

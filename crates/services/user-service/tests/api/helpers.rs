@@ -81,6 +81,11 @@ impl OrderService {
         Self::launch(settings).await
     }
 
+    /// Points every transport of user-service's `settings` at this one.
+    pub fn dialled_by(&self, settings: &mut user_service::Settings) {
+        point_at(settings, self.rest, self.grpc, self.tcp, self.h3);
+    }
+
     /// The text of its /metrics.
     pub async fn metrics_text(&self) -> String {
         testkit::http::get_text(
@@ -192,13 +197,7 @@ pub async fn spawn_users_with(
         database_max_connections: 4,
         ..Default::default()
     };
-    point_at(
-        &mut settings,
-        orders.rest,
-        orders.grpc,
-        orders.tcp,
-        orders.h3,
-    );
+    orders.dialled_by(&mut settings);
     tweak(&mut settings);
     spawn_users_on(settings, Some(db)).await
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use user_service::upstream::balance::Resolve;
 
-use crate::helpers::{OrderService, UserService, point_at, spawn_users_on, spawn_users_resolving};
+use crate::helpers::{OrderService, UserService, spawn_users_on, spawn_users_resolving};
 
 /// The routes a fetch of a user's orders arrives on, over every transport.
 const ORDER_ROUTES: &[&str] = &[
@@ -73,7 +73,7 @@ pub(crate) fn ip(last: u8) -> IpAddr {
 fn settings_for(replicas: &[OrderService], list: &[&str]) -> user_service::Settings {
     let mut s = user_service::Settings::default();
     let r = &replicas[0];
-    point_at(&mut s, r.rest, r.grpc, r.tcp, r.h3);
+    r.dialled_by(&mut s);
     s.order_replicas = list.iter().map(|s| (*s).to_owned()).collect();
     s
 }

@@ -20,7 +20,7 @@ mod protocol_edges;
 use model::{FieldSet, OrderField};
 use serde_json::{Value, json};
 
-use crate::helpers::{OrderService, UserService, point_at, spawn_users, spawn_users_on};
+use crate::helpers::{OrderService, UserService, spawn_users, spawn_users_on};
 use kit::{node_client, python_client};
 use oracle::{assert_orders, error_of, fixed_user, ids, ok_of, orders_of};
 use standard_services::{Client, HEALTH, Served};
@@ -58,13 +58,7 @@ fn user(count: u32) -> String {
 pub async fn in_memory() -> (OrderService, UserService) {
     let orders = OrderService::replica_with([127, 0, 0, 1].into(), [0; 4], |_| {}).await;
     let mut settings = user_service::Settings::default();
-    point_at(
-        &mut settings,
-        orders.rest,
-        orders.grpc,
-        orders.tcp,
-        orders.h3,
-    );
+    orders.dialled_by(&mut settings);
     let users = spawn_users_on(settings, None).await;
     (orders, users)
 }
