@@ -237,8 +237,8 @@ impl ServerTls {
         })
     }
 
-    /// The rustls configuration advertising `alpn`, for a QUIC listener
-    /// (which runs its handshake itself).
+    /// The rustls configuration advertising `alpn`: an acceptor's, or a
+    /// QUIC listener's (which runs its handshake itself).
     pub fn rustls_config(&self, alpn: &[&[u8]]) -> Arc<ServerConfig> {
         let mut config = (*self.config).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
@@ -252,10 +252,8 @@ impl ServerTls {
 
     /// An acceptor advertising `alpn`, counting into `counters`.
     pub fn acceptor(&self, alpn: &[&[u8]], counters: Arc<HandshakeCounters>) -> Acceptor {
-        let mut config = (*self.config).clone();
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Acceptor {
-            inner: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            inner: tokio_rustls::TlsAcceptor::from(self.rustls_config(alpn)),
             counters,
         }
     }
@@ -377,10 +375,8 @@ impl ClientTls {
 
     /// A connector offering `alpn`, counting into `counters`.
     pub fn connector(&self, alpn: &[&[u8]], counters: Arc<HandshakeCounters>) -> Connector {
-        let mut config = (*self.config).clone();
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Connector {
-            inner: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            inner: tokio_rustls::TlsConnector::from(self.rustls_config(alpn)),
             alpn_required: alpn.first().map(|p| p.to_vec()),
             counters,
         }
@@ -402,7 +398,8 @@ impl ClientTls {
         })
     }
 
-    /// The rustls configuration offering `alpn`, for a QUIC client.
+    /// The rustls configuration offering `alpn`: a connector's, or a QUIC
+    /// client's.
     pub fn rustls_config(&self, alpn: &[&[u8]]) -> Arc<ClientConfig> {
         let mut config = (*self.config).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();

@@ -318,6 +318,11 @@ pub fn is_known(name: &str) -> bool {
     position(name).is_some()
 }
 
+/// Whether `name` is a transport over QUIC ([`Transport::is_quic`]).
+pub fn is_quic(name: &str) -> bool {
+    name.parse::<Transport>().is_ok_and(Transport::is_quic)
+}
+
 /// The position of `name` in [`ALL`], if it is one.
 pub fn position(name: &str) -> Option<usize> {
     ALL.iter().position(|n| *n == name)
@@ -413,9 +418,9 @@ mod tests {
             .collect();
         assert_eq!(quic, QUIC_TWINS.map(|p| p.0).to_vec());
         for (q, t) in QUIC_TWINS {
-            let t: Transport = t.parse().unwrap();
-            assert!(!t.is_quic(), "{q}'s twin {t} is TCP");
+            assert!(is_quic(q) && !is_quic(t), "{q}'s twin {t} is TCP");
         }
+        assert!(!is_quic("carrier-pigeon"));
     }
 
     #[test]

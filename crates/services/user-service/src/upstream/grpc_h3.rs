@@ -14,7 +14,7 @@ use super::endpoints::Endpoints;
 use super::parts;
 use super::port::{MAX_MESSAGE_BYTES, OrderQuery, OrderSource, UpstreamError, to_domain};
 use super::semconv::Peer;
-use super::shared::h3::{Connector, H3Conns, H3Counted};
+use super::shared::h3::{Connector, H3Conns, H3Counted, tls_failure};
 use super::shared::rpc::{list_request, resent};
 use crate::metrics::TransportMetrics;
 
@@ -86,11 +86,8 @@ impl GrpcH3Source {
         .map_err(|e| match e {
             // Named as the TLS failure it is, as the REST transports over
             // HTTP/3 name it.
-            UpstreamError::Unavailable(m) if m.contains("cryptographic handshake failed") => {
-                UpstreamError::Unavailable(format!(
-                    "the TLS handshake of QUIC with {} failed (a TLS alert): {m}",
-                    self.conns.uri("")
-                ))
+            UpstreamError::Unavailable(m) => {
+                tls_failure(&self.conns.uri(""), &m).unwrap_or(UpstreamError::Unavailable(m))
             }
             e => e,
         });

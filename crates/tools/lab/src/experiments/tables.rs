@@ -52,10 +52,7 @@ pub fn quic_note<S: AsRef<str>>(vias: &[S]) -> Option<String> {
     let quic: Vec<&str> = vias
         .iter()
         .map(AsRef::as_ref)
-        .filter(|v| {
-            v.parse::<transports::Transport>()
-                .is_ok_and(transports::Transport::is_quic)
-        })
+        .filter(|v| transports::is_quic(v))
         .collect();
     (!quic.is_empty()).then(|| {
         format!(

@@ -39,7 +39,7 @@ impl Experiment for Tls {
         // self-signed certificate): it has no cleartext row to set TLS
         // against, so it is not in this experiment's pairs.
         let asked = knobs.transports();
-        let vias: Vec<String> = asked.iter().filter(|v| !is_quic(v.as_str())).cloned().collect();
+        let vias: Vec<String> = asked.iter().filter(|v| !transports::is_quic(v)).cloned().collect();
         // Each QUIC transport against its TCP twin over TLS, when both are
         // asked for.
         let quic_pairs: Vec<(String, String)> = transports::QUIC_TWINS
@@ -97,11 +97,6 @@ impl Experiment for Tls {
     fn section(p: &TlsPlan, cx: &Context) -> Section {
         section(p, cx)
     }
-}
-
-fn is_quic(via: &str) -> bool {
-    via.parse::<transports::Transport>()
-        .is_ok_and(transports::Transport::is_quic)
 }
 
 /// What the tls experiment measures.

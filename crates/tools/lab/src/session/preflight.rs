@@ -246,11 +246,8 @@ pub const QUIC_NEEDS_UDP: &str = "QUIC (HTTP/3) travels over UDP, which neither 
 /// be what its name says.
 pub fn without_quic_through_tcp(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<Skipped>) {
     let through_tcp = |c: &Cell| {
-        let quic = c
-            .via
-            .parse::<transports::Transport>()
-            .is_ok_and(transports::Transport::is_quic);
-        quic && (c.env.rtt_ms.is_some() || c.env.rate_mbit.is_some() || c.env.replicas.is_some())
+        transports::is_quic(&c.via)
+            && (c.env.rtt_ms.is_some() || c.env.rate_mbit.is_some() || c.env.replicas.is_some())
     };
     skip_where(cells, through_tcp, QUIC_NEEDS_UDP)
 }

@@ -239,12 +239,17 @@ impl Drop for H3Counted {
 /// alert in its close (crypto error 0x100 + the alert's code).
 pub(crate) fn failed(origin: &str, e: &(dyn std::error::Error + 'static)) -> UpstreamError {
     let chain = crate::upstream::wire::chain(e);
-    if chain.contains("cryptographic handshake failed") {
+    tls_failure(origin, &chain)
+        .unwrap_or_else(|| super::exchange::unavailable("the HTTP/3 call failed", chain))
+}
+
+/// `detail`, a failed HTTP/3 call's error, named as the TLS failure it is
+/// when QUIC's handshake failed; `None` otherwise.
+pub(crate) fn tls_failure(origin: &str, detail: &str) -> Option<UpstreamError> {
+    detail.contains("cryptographic handshake failed").then(|| {
         super::exchange::unavailable(
             &format!("the TLS handshake of QUIC with {origin} failed (a TLS alert)"),
-            chain,
+            detail,
         )
-    } else {
-        super::exchange::unavailable("the HTTP/3 call failed", chain)
-    }
+    })
 }

@@ -37,9 +37,7 @@ impl Arm {
     /// Over QUIC (HTTP/3): its own congestion control and retransmissions,
     /// in user space.
     pub(super) fn quic(&self) -> bool {
-        self.via
-            .parse::<transports::Transport>()
-            .is_ok_and(transports::Transport::is_quic)
+        transports::is_quic(&self.via)
     }
 
     /// Whether this arm runs in `case`: a QUIC arm only under cubic, which

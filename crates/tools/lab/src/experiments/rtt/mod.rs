@@ -85,10 +85,6 @@ impl Experiment for Rtt {
         if !knobs.taster && knobs.transports.is_none() && knobs.path == PathChoice::Packets {
             vias.push(GRPC_H3.to_owned());
         }
-        let is_quic = |v: &String| {
-            v.parse::<transports::Transport>()
-                .is_ok_and(transports::Transport::is_quic)
-        };
         // What the proxy hides (not in the taster): every transport of the
         // grid on warm, pooled connections but QUIC's (the proxy's side of
         // the comparison cannot carry it), and a new connection per call
@@ -96,7 +92,7 @@ impl Experiment for Rtt {
         let hidden_vias = if knobs.taster || knobs.path == PathChoice::Proxy {
             Vec::new()
         } else {
-            let mut h: Vec<String> = vias.iter().filter(|v| !is_quic(v)).cloned().collect();
+            let mut h: Vec<String> = vias.iter().filter(|v| !transports::is_quic(v)).cloned().collect();
             if !h.iter().any(|v| v == transports::H1_JSON_CLOSE) {
                 h.push(transports::H1_JSON_CLOSE.to_owned());
             }
