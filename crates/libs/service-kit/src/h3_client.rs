@@ -47,10 +47,14 @@ pub fn endpoint(tls: &tls::ClientTls, to: SocketAddr) -> std::io::Result<quinn::
 /// A connector to `addr` on `endpoint`, checking the server's certificate
 /// for `server_name`.
 pub fn connector(endpoint: &quinn::Endpoint, addr: SocketAddr, server_name: &str) -> Connector {
-    let uri: http::Uri = format!("https://{addr}")
+    h3_util::quinn::H3QuinnConnector::new(origin(addr), server_name.to_owned(), endpoint.clone())
+}
+
+/// `https://addr`.
+fn origin(addr: SocketAddr) -> http::Uri {
+    format!("https://{addr}")
         .parse()
-        .expect("a socket address makes a URI");
-    h3_util::quinn::H3QuinnConnector::new(uri, server_name.to_owned(), endpoint.clone())
+        .expect("a socket address makes a URI")
 }
 
 /// A connection to `addr` for bodies of type `B`.
@@ -64,8 +68,5 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
 {
-    let uri: http::Uri = format!("https://{addr}")
-        .parse()
-        .expect("a socket address makes a URI");
-    h3_util::client::H3Connection::new(connector(endpoint, addr, server_name), uri, None)
+    h3_util::client::H3Connection::new(connector(endpoint, addr, server_name), origin(addr), None)
 }
