@@ -30,6 +30,11 @@ pub struct Counters {
     /// Summed over delayed packets: how late each was written, ns.
     pub late_ns: AtomicU64,
     pub timed: AtomicU64,
+    /// Packets dropped while the path was silent ([`Counters::silent`]).
+    pub silenced: AtomicU64,
+    /// While set, every packet is dropped, as on a dead link or a
+    /// partition: nothing is delivered, nothing is refused.
+    pub silent: AtomicBool,
 }
 
 /// A snapshot of [`Counters`].
@@ -45,6 +50,8 @@ pub struct DirectionStats {
     /// time; early ones count 0), ns.
     pub timed: u64,
     pub late_ns: u64,
+    /// Dropped while the path was silent.
+    pub silenced: u64,
 }
 
 impl DirectionStats {
@@ -59,6 +66,7 @@ impl DirectionStats {
             write_errors: self.write_errors - before.write_errors,
             timed: self.timed - before.timed,
             late_ns: self.late_ns - before.late_ns,
+            silenced: self.silenced - before.silenced,
         }
     }
 }
@@ -75,6 +83,7 @@ impl Counters {
             write_errors: g(&self.write_errors),
             timed: g(&self.timed),
             late_ns: g(&self.late_ns),
+            silenced: g(&self.silenced),
         }
     }
 }
@@ -135,6 +144,10 @@ pub fn start(
                 };
                 let now = Instant::now();
                 counters.packets.fetch_add(1, Ordering::Relaxed);
+                if counters.silent.load(Ordering::Relaxed) {
+                    counters.silenced.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 match model.admit(now, n) {
                     Fate::QueueFull => {
                         counters.queue_drops.fetch_add(1, Ordering::Relaxed);

@@ -285,6 +285,15 @@ impl Path {
         [self.counters[0].snapshot(), self.counters[1].snapshot()]
     }
 
+    /// Silences the path (`true`: every packet both ways is dropped, with
+    /// no RST or ICMP, as a dead host or a partition does) or lets it carry
+    /// packets again. The control links are not touched.
+    pub fn silence(&self, on: bool) {
+        for c in &self.counters {
+            c.silent.store(on, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     /// Runs `f` on a thread inside a side's namespace.
     pub fn in_ns<T: Send>(&self, side: Side, f: impl FnOnce() -> T + Send) -> anyhow::Result<T> {
         ns::in_namespace(self.ns(side), f)

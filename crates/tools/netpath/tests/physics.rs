@@ -448,3 +448,59 @@ fn a_killed_owners_namespaces_are_removed_by_the_next_start() {
         assert_eq!(namespaces(next.ns(side)).len(), 1);
     }
 }
+
+#[test]
+fn a_silent_path_answers_nothing_refuses_nothing_and_carries_again_after() {
+    let path = up("delay=1ms", CongestionControl::Cubic);
+    let listener = listen_b(&path);
+    let to = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 64];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let mut s = connect_a(&path, to);
+    let echo = |s: &mut TcpStream, byte: u8| -> std::io::Result<u8> {
+        s.write_all(&[byte])?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b)?;
+        Ok(b[0])
+    };
+    assert_eq!(echo(&mut s, 1).unwrap(), 1);
+    path.silence(true);
+    // Nothing comes back, and nothing says why: the read times out.
+    s.set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
+    let silent = echo(&mut s, 2).unwrap_err();
+    assert!(
+        matches!(
+            silent.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{silent:?}"
+    );
+    // A new connection is not refused either: its SYN is never answered.
+    assert!(
+        path.in_ns(Side::A, || TcpStream::connect_timeout(
+            &to,
+            Duration::from_millis(500)
+        ))
+        .unwrap()
+        .unwrap_err()
+        .kind()
+            == std::io::ErrorKind::TimedOut
+    );
+    path.silence(false);
+    // The byte sent into the silence is retransmitted and echoed.
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(b[0], 2);
+    let [up, down] = path.stats();
+    assert!(up.silenced >= 2, "{up:?}");
+    assert_eq!(down.silenced + down.delivered, down.packets, "{down:?}");
+}
