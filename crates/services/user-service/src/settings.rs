@@ -148,6 +148,16 @@ pub struct Settings {
     #[arg(long, env = "USER_ORDER_PICK", value_enum, default_value_t = crate::upstream::balance::Pick::RoundRobin)]
     pub order_pick: crate::upstream::balance::Pick,
 
+    /// With --order-replicas: a call that failed with no answer (the
+    /// replica refused or reset the connection) is sent once more, to
+    /// another replica, while such second tries stay within this percentage
+    /// of the calls made (a budget: each call earns a hundredth of this in
+    /// tokens, up to 10; a second try spends one), so that a dead replica
+    /// costs no failed call and a dead service costs no storm. Only reads
+    /// are sent, so a second try changes nothing. 0: never (the default).
+    #[arg(long, env = "USER_UPSTREAM_RETRY_BUDGET_PCT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub upstream_retry_budget_pct: u32,
+
     /// The transport used when a request names none.
     #[arg(long, env = "USER_DEFAULT_VIA", default_value = "grpc", value_parser = parse_transport)]
     pub default_via: Transport,
@@ -189,6 +199,25 @@ pub struct Settings {
     /// a call to order-service may take before the answer is 504.
     #[arg(long, env = "USER_UPSTREAM_TIMEOUT_MS", default_value_t = 5000)]
     pub upstream_timeout_ms: u64,
+
+    /// A TCP connect to order-service that takes longer fails at once
+    /// (every transport on TCP), rather than waiting through the kernel's
+    /// SYN retries (1, 3, 7 s…) until the call's own timeout. 0: no timeout
+    /// of its own (the default; gRPC channels then take the upstream
+    /// timeout as their connect timeout, as before).
+    #[arg(long, env = "USER_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = 0)]
+    pub upstream_connect_timeout_ms: u64,
+
+    /// Notice a dead order-service or a silent path on connections that
+    /// are open: TCP keep-alive probes after this much idle time on every
+    /// upstream TCP connection, `TCP_USER_TIMEOUT` of twice it (sent bytes
+    /// unacknowledged that long close the connection, rather than about 15
+    /// minutes of retransmissions), and HTTP/2 PINGs this often on the gRPC
+    /// channels, each to be answered as soon. 0: none of it (the default,
+    /// as the kernel's and the libraries' own). HTTP/3 has its own (QUIC
+    /// pings every 2 s, closed after 6 s idle).
+    #[arg(long, env = "USER_UPSTREAM_KEEPALIVE_MS", default_value_t = 0)]
+    pub upstream_keepalive_ms: u64,
 
     /// Work in service at once, one limit for the whole service: REST requests and gRPC calls
     /// count
@@ -294,6 +323,16 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// How upstream connections notice a dead peer or path: the connect
+    /// timeout and keep-alive, each off at 0.
+    pub fn liveness(&self) -> crate::upstream::wire::Liveness {
+        let ms = |v: u64| (v > 0).then(|| std::time::Duration::from_millis(v));
+        crate::upstream::wire::Liveness {
+            connect_timeout: ms(self.upstream_connect_timeout_ms),
+            keepalive: ms(self.upstream_keepalive_ms),
+        }
+    }
+
     /// The files for TLS to order-service, when it is on.
     pub fn order_tls_files(&self) -> Option<tls::ClientFiles> {
         Some(tls::ClientFiles {

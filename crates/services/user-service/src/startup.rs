@@ -93,6 +93,7 @@ pub fn upstream_settings(settings: &Settings) -> anyhow::Result<UpstreamSettings
         gzip: settings.upstream_gzip,
         zstd: settings.upstream_zstd,
         breakdown: settings.upstream_breakdown,
+        live: settings.liveness(),
     };
     for (var, url) in [
         ("USER_ORDER_REST_URL", &endpoints.rest_url),
@@ -110,6 +111,7 @@ pub fn upstream_settings(settings: &Settings) -> anyhow::Result<UpstreamSettings
         replicas: settings.order_replicas.clone(),
         resolve_every: Duration::from_millis(settings.order_resolve_interval_ms.max(1)),
         pick: settings.order_pick,
+        retry_budget_pct: settings.upstream_retry_budget_pct,
     })
 }
 

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::future::BoxFuture;
@@ -106,22 +106,70 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Second tries allowed as a share of the calls made: a token bucket in
+/// thousandths of a token, each call earning `pct` × 10 of them, up to
+/// [`RetryBudget::CAP`]; a second try spends a whole token.
+#[derive(Debug)]
+pub struct RetryBudget {
+    pct: u32,
+    milli: AtomicI64,
+}
+
+impl RetryBudget {
+    /// The most saved up: 10 second tries in a row, then one per
+    /// 100 / `pct` calls.
+    pub const CAP: i64 = 10_000;
+
+    pub fn new(pct: u32) -> Self {
+        RetryBudget {
+            pct,
+            milli: AtomicI64::new(0),
+        }
+    }
+
+    /// A call was made: it earns its share.
+    pub fn earn(&self) {
+        if self.pct == 0 {
+            return;
+        }
+        let add = i64::from(self.pct) * 10;
+        let _ = self
+            .milli
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                Some((m + add).min(Self::CAP))
+            });
+    }
+
+    /// Whether a second try may go: a token is spent if one is there.
+    pub fn spend(&self) -> bool {
+        self.milli
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                (m >= 1_000).then(|| m - 1_000)
+            })
+            .is_ok()
+    }
+}
+
 /// One transport's adapters, one per replica, as one [`OrderSource`].
 pub struct Balanced {
     transport: Transport,
     pick: Pick,
     members: RwLock<Arc<Vec<Arc<Member>>>>,
     next: AtomicUsize,
+    budget: RetryBudget,
 }
 
 impl Balanced {
-    /// No replica yet: [`Balanced::set`] gives them.
-    pub fn new(transport: Transport, pick: Pick) -> Self {
+    /// No replica yet: [`Balanced::set`] gives them. A call that fails with
+    /// no answer is tried once more on another replica within a budget of
+    /// `retry_pct`% of the calls (0: never).
+    pub fn new(transport: Transport, pick: Pick, retry_pct: u32) -> Self {
         Balanced {
             transport,
             pick,
             members: RwLock::new(Arc::new(Vec::new())),
             next: AtomicUsize::new(0),
+            budget: RetryBudget::new(retry_pct),
         }
     }
 
@@ -182,6 +230,22 @@ impl Balanced {
         };
         Ok(members[i].clone())
     }
+
+    /// A replica other than `failed` for a second try: the next one in
+    /// address order, if there is another.
+    fn other_than(&self, failed: IpAddr) -> Option<Arc<Member>> {
+        let members = self.current();
+        let i = members.iter().position(|m| m.ip == failed)?;
+        let next = &members[(i + 1) % members.len()];
+        (next.ip != failed).then(|| next.clone())
+    }
+
+    /// One call on `member`, counted in flight there.
+    async fn call_on(member: &Member, q: &OrderQuery) -> Result<Vec<Order>, UpstreamError> {
+        member.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _counted = InFlight(&member.in_flight);
+        member.source.list_orders(q).await
+    }
 }
 
 impl OrderSource for Balanced {
@@ -195,9 +259,18 @@ impl OrderSource for Balanced {
     ) -> BoxFuture<'a, Result<Vec<Order>, UpstreamError>> {
         Box::pin(async move {
             let member = self.choose()?;
-            member.in_flight.fetch_add(1, Ordering::Relaxed);
-            let _counted = InFlight(&member.in_flight);
-            member.source.list_orders(q).await
+            self.budget.earn();
+            match Self::call_on(&member, q).await {
+                // No answer came: a read may go to another replica.
+                Err(UpstreamError::Unavailable(why)) => match self.other_than(member.ip) {
+                    Some(other) if self.budget.spend() => {
+                        tracing::debug!(failed = %member.ip, %why, to = %other.ip, "sending the call to another replica");
+                        Self::call_on(&other, q).await
+                    }
+                    _ => Err(UpstreamError::Unavailable(why)),
+                },
+                answer => answer,
+            }
         })
     }
 
@@ -246,6 +319,65 @@ mod tests {
         }
     }
 
+    /// A replica that refuses every call (no answer), counting them.
+    struct Dead(Arc<AtomicUsize>);
+
+    impl OrderSource for Dead {
+        fn transport(&self) -> Transport {
+            Transport::Grpc
+        }
+        fn list_orders<'a>(
+            &'a self,
+            _q: &'a OrderQuery,
+        ) -> BoxFuture<'a, Result<Vec<Order>, UpstreamError>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async { Err(UpstreamError::Unavailable("connection refused".into())) })
+        }
+    }
+
+    /// Replica .1 dead and .2 alive (answering with its name); `n` calls
+    /// round robin under a budget of `pct`%: the calls that failed, and
+    /// those the dead replica was sent.
+    async fn dead_and_alive(pct: u32, n: usize) -> (usize, usize) {
+        let b = Balanced::new(Transport::Grpc, Pick::RoundRobin, pct);
+        let dead = Arc::new(AtomicUsize::new(0));
+        b.set(&ips(&[1, 2]), |ip| {
+            Ok(if ip == IpAddr::from([127, 0, 0, 1]) {
+                Arc::new(Dead(dead.clone())) as Arc<dyn OrderSource>
+            } else {
+                Arc::new(Named(ip))
+            })
+        })
+        .unwrap();
+        let q = OrderQuery {
+            user_id: uuid::Uuid::nil(),
+            limit: 1,
+            fields: model::FieldSet::ALL,
+        };
+        let mut failed = 0;
+        for _ in 0..n {
+            match b.list_orders(&q).await {
+                Err(UpstreamError::Unavailable(_)) => failed += 1,
+                Err(UpstreamError::Rejected { message, .. }) => assert_eq!(message, "127.0.0.2"),
+                other => panic!("{other:?}"),
+            }
+        }
+        (failed, dead.load(Ordering::Relaxed))
+    }
+
+    #[tokio::test]
+    async fn a_call_refused_by_a_dead_replica_is_sent_to_another_within_its_budget() {
+        // No budget: every call that lands on the dead replica fails.
+        assert_eq!(dead_and_alive(0, 100).await, (50, 50));
+        // A budget as large as the calls: none fails, and none is sent to
+        // the dead replica twice.
+        assert_eq!(dead_and_alive(100, 100).await, (0, 50));
+        // 10%: of 1,000 calls (500 refused), about 100 are tried again.
+        let (failed, dead) = dead_and_alive(10, 1000).await;
+        assert_eq!(dead, 500);
+        assert!((395..=405).contains(&failed), "{failed} failed");
+    }
+
     fn ips(n: &[u8]) -> BTreeSet<IpAddr> {
         n.iter().map(|i| IpAddr::from([127, 0, 0, *i])).collect()
     }
@@ -264,7 +396,7 @@ mod tests {
 
     #[tokio::test]
     async fn round_robin_visits_each_replica_in_turn_and_follows_the_set() {
-        let b = Balanced::new(Transport::Grpc, Pick::RoundRobin);
+        let b = Balanced::new(Transport::Grpc, Pick::RoundRobin, 0);
         assert!(matches!(
             b.list_orders(&OrderQuery {
                 user_id: uuid::Uuid::nil(),
@@ -306,7 +438,7 @@ mod tests {
 
     #[tokio::test]
     async fn power_of_two_choices_reaches_every_replica() {
-        let b = Balanced::new(Transport::Grpc, Pick::P2c);
+        let b = Balanced::new(Transport::Grpc, Pick::P2c, 0);
         b.set(&ips(&[1, 2, 3]), |ip| Ok(Arc::new(Named(ip))))
             .unwrap();
         let mut seen = BTreeSet::new();

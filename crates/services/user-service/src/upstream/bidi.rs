@@ -197,6 +197,7 @@ mod tests {
             gzip: false,
             zstd: false,
             breakdown: false,
+            live: Default::default(),
         };
         let source = BidiSource::new(t, &ep, Arc::new(TransportMetrics::new())).unwrap();
         let req = http::Request::builder()

@@ -33,6 +33,8 @@ pub struct Endpoints {
     /// readers of bidi streams and raw-TCP connections time their decodes
     /// only then.
     pub breakdown: bool,
+    /// How every TCP connection notices a dead peer or path.
+    pub live: wire::Liveness,
 }
 
 /// TLS to order-service: the client configuration (trusted CA, optional
@@ -91,6 +93,7 @@ impl Endpoints {
             gzip: self.gzip,
             zstd: self.zstd,
             breakdown: self.breakdown,
+            live: self.live,
         })
     }
 
@@ -98,14 +101,14 @@ impl Endpoints {
     /// or TLS counting into `metrics`' handshake counters.
     pub fn dialer(&self, addr: String, alpn: &[&[u8]], metrics: &TransportMetrics) -> wire::Dialer {
         match &self.tls {
-            None => wire::Dialer::plain(addr),
+            None => wire::Dialer::plain(addr).with_liveness(self.live),
             Some(t) => {
                 let name = t
                     .server_name
                     .clone()
                     .unwrap_or_else(|| host_of(&addr).to_owned());
                 let connector = t.client.connector(alpn, metrics.tls_counters().clone());
-                wire::Dialer::tls(addr, connector, name)
+                wire::Dialer::tls(addr, connector, name).with_liveness(self.live)
             }
         }
     }

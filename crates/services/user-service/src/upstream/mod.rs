@@ -67,6 +67,8 @@ pub struct UpstreamSettings {
     pub resolve_every: Duration,
     /// How a call picks its replica.
     pub pick: balance::Pick,
+    /// Second tries on another replica, as a percentage of calls (0: none).
+    pub retry_budget_pct: u32,
 }
 
 /// One adapter per transport, with their shared metrics.
@@ -182,7 +184,13 @@ impl Upstreams {
         } else {
             let balancers: Vec<Arc<balance::Balanced>> = Transport::ALL
                 .into_iter()
-                .map(|t| Arc::new(balance::Balanced::new(t, settings.pick)))
+                .map(|t| {
+                    Arc::new(balance::Balanced::new(
+                        t,
+                        settings.pick,
+                        settings.retry_budget_pct,
+                    ))
+                })
                 .collect();
             sources.extend(balancers.iter().map(|b| b.clone() as Arc<dyn OrderSource>));
             Some(Arc::new(Replicas {

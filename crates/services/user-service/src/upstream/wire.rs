@@ -13,6 +13,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -104,15 +105,55 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
     }
 }
 
-/// Opens a counted TCP connection to `addr` (`host:port`).
+/// How an upstream connection notices that order-service, or the path to
+/// it, is gone (`USER_UPSTREAM_CONNECT_TIMEOUT_MS`,
+/// `USER_UPSTREAM_KEEPALIVE_MS`); the default is none of it, as the
+/// libraries' own defaults are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Liveness {
+    /// A TCP connect that takes longer fails, rather than waiting through
+    /// the kernel's SYN retries until the call's own timeout.
+    pub connect_timeout: Option<Duration>,
+    /// TCP keep-alive probes after this much idle time (this far apart,
+    /// two unanswered ones close the connection), and `TCP_USER_TIMEOUT`
+    /// of twice it: a connection whose sent bytes stay unacknowledged that
+    /// long is closed, rather than retransmitting for about 15 minutes. The
+    /// gRPC channels also send HTTP/2 PINGs this often, and close the
+    /// connection when one goes unanswered as long.
+    pub keepalive: Option<Duration>,
+}
+
+/// Opens a counted TCP connection to `addr` (`host:port`), with `live`'s
+/// connect timeout and keep-alive.
 ///
 /// Nagle is off: every transport here sends a request and waits for its
 /// answer, the pattern Nagle plus delayed ACKs turns into 40 ms stalls.
 pub async fn connect(
     addr: &str,
     metrics: &Arc<TransportMetrics>,
+    live: Liveness,
 ) -> io::Result<CountingIo<TcpStream>> {
-    let stream = TcpStream::connect(addr).await?;
+    let stream = match live.connect_timeout {
+        None => TcpStream::connect(addr).await?,
+        Some(t) => tokio::time::timeout(t, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no connection to {addr} within {} ms", t.as_millis()),
+                )
+            })??,
+    };
+    if let Some(k) = live.keepalive {
+        let sock = socket2::SockRef::from(&stream);
+        sock.set_tcp_keepalive(
+            &socket2::TcpKeepalive::new()
+                .with_time(k)
+                .with_interval(k)
+                .with_retries(2),
+        )?;
+        sock.set_tcp_user_timeout(Some(k * 2))?;
+    }
     stream.set_nodelay(true)?;
     let guard = Arc::new(metrics.connection_opened());
     Ok(CountingIo::new(stream, metrics.clone(), guard))
@@ -126,12 +167,17 @@ pub struct Dialer {
     /// `host:port`.
     pub addr: String,
     tls: Option<(tls::Connector, String)>,
+    live: Liveness,
 }
 
 impl Dialer {
     /// Cleartext to `addr`.
     pub fn plain(addr: String) -> Self {
-        Dialer { addr, tls: None }
+        Dialer {
+            addr,
+            tls: None,
+            live: Liveness::default(),
+        }
     }
 
     /// TLS to `addr`, checking the certificate against `server_name`.
@@ -139,7 +185,14 @@ impl Dialer {
         Dialer {
             addr,
             tls: Some((connector, server_name)),
+            live: Liveness::default(),
         }
+    }
+
+    /// The same dialer with `live`'s connect timeout and keep-alive.
+    pub fn with_liveness(mut self, live: Liveness) -> Self {
+        self.live = live;
+        self
     }
 
     /// The scheme calls over these connections carry (HTTP/2's `:scheme`):
@@ -161,7 +214,7 @@ impl Dialer {
     /// A counted connection: TCP (see [`connect`]), then the TLS handshake
     /// when TLS is on.
     pub async fn connect(&self, metrics: &Arc<TransportMetrics>) -> io::Result<Conn> {
-        let tcp = connect(&self.addr, metrics).await?;
+        let tcp = connect(&self.addr, metrics, self.live).await?;
         Ok(match &self.tls {
             None => Conn::Plain(tcp),
             Some((connector, name)) => Conn::Tls(Box::new(connector.connect(name, tcp).await?)),
@@ -306,7 +359,7 @@ mod tests {
             s.write_all(b"pong!!!").await.unwrap();
         });
         let m = Arc::new(TransportMetrics::new());
-        let mut io = connect(&addr, &m).await.unwrap();
+        let mut io = connect(&addr, &m, Liveness::default()).await.unwrap();
         io.write_all(b"ping!").await.unwrap();
         let mut got = Vec::new();
         io.read_to_end(&mut got).await.unwrap();

@@ -21,6 +21,7 @@ mod health_reflection;
 mod helpers;
 mod interop;
 mod k8s;
+mod liveness;
 mod many_users;
 mod modules;
 mod over_tls;

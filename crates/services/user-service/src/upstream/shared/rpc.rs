@@ -34,9 +34,17 @@ pub(crate) fn channels(
     let mut url = ep.grpc_url.clone().into_parts();
     url.scheme = Some(dial.scheme());
     let url = http::Uri::from_parts(url)?;
-    let endpoint = Endpoint::from(url)
-        .connect_timeout(ep.timeout)
+    let mut endpoint = Endpoint::from(url)
+        .connect_timeout(ep.live.connect_timeout.unwrap_or(ep.timeout))
         .max_frame_size(max_frame);
+    // HTTP/2 PINGs on every channel, idle or not, each answered within the
+    // same time or the connection is closed (and made again).
+    if let Some(k) = ep.live.keepalive {
+        endpoint = endpoint
+            .http2_keep_alive_interval(k)
+            .keep_alive_timeout(k)
+            .keep_alive_while_idle(true);
+    }
     Ok((0..ep.pool_size)
         .map(|_| {
             let dial = dial.clone();
