@@ -199,6 +199,15 @@ export const badAnswers = new Counter('bad_answers');
 export const shedAnswers = new Counter('shed_answers');
 // Bodies parsed and their orders counted (each VU's first good answer).
 export const parsedBodies = new Counter('parsed_bodies');
+// How calls ended when something broke (the lab's faults): every answer
+// that was not good, by the status user-service gave (0: none at all, the
+// connection failed or k6 gave up), and every answer slower than SLOW_MS,
+// good or not.
+export const SLOW_MS = 1000;
+export const slowAnswers = new Counter('slow_answers');
+export const NOT_GOOD_STATUSES = [0, 500, 502, 503, 504];
+const notGood = Object.fromEntries(NOT_GOOD_STATUSES.map((s) => [s, new Counter(`not_good_${s}`)]));
+const notGoodOther = new Counter('not_good_other');
 
 function url() {
   let u;
@@ -302,6 +311,12 @@ export function judge(res) {
 // more metric sample per answer on the load generator's CPU.
 function record(res) {
   const verdict = judge(res);
+  if (res.timings.duration > SLOW_MS) {
+    slowAnswers.add(1);
+  }
+  if (verdict !== 'good') {
+    (notGood[res.status] || notGoodOther).add(1);
+  }
   if (verdict === 'shed') {
     shedAnswers.add(1);
     return false;

@@ -12,7 +12,9 @@ use crate::measure::k6::{Percentiles, Summary};
 use crate::measure::machine::Machine;
 use crate::measure::procfs::TcpStates;
 use crate::measure::prom::Upstream;
-use crate::measure::record::{Cpu, PathRecord, ProxyRecord, ReplicaRecord, RoundRecord, Rss};
+use crate::measure::record::{
+    Cpu, FaultRecord, PathRecord, ProxyRecord, ReplicaRecord, RoundRecord, Rss,
+};
 use crate::measure::results::Results;
 use crate::session::{self, RunInfo};
 
@@ -116,7 +118,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         tls_full: if cell.env.tls { 1.0 } else { 0.0 },
         tls_resumed: if cell.env.tls && close { calls } else { 0.0 },
     };
-    RoundRecord {
+    let mut rec = RoundRecord {
         experiment: experiment.to_owned(),
         cell: cell.clone(),
         round,
@@ -189,7 +191,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
                     .collect()
             })
             .unwrap_or_default(),
-        k6_summary: k6_buckets(up_us * 3.0),
+        k6_summary: fault_counters(k6_buckets(up_us * 3.0), cell),
         replicas: replicas(cell, requests, up_us),
         balancer_cpu_us: cell
             .env
@@ -200,6 +202,76 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         upstream_hdr: (cell.via != crate::measure::cell::K6_GRPC_DIRECT)
             .then(|| telemetry::hdr::encode(&upstream_hdr(up_us))),
         stalled_ms: cell.env.stall_ms.map(f64::from),
+        fault: cell.env.fault.map(|f| fault(cell, f, (rate, calls), round)),
+    };
+    if cell.env.fault.is_some() {
+        // As many not good as fault_counters counts by status.
+        let bad = if cell.env.recommended { 5.0 } else { 15.0 };
+        rec.k6.bad_answers = bad;
+        rec.k6.good -= bad;
+    }
+    rec
+}
+
+/// A fault's cell: some calls fail (504 and no answer), a few are slow.
+fn fault_counters(mut summary: serde_json::Value, cell: &Cell) -> serde_json::Value {
+    if cell.env.fault.is_some() {
+        // The recommended settings fail a third as many.
+        let (timeouts, none) = if cell.env.recommended {
+            (4, 1)
+        } else {
+            (12, 3)
+        };
+        let m = &mut summary["metrics"];
+        m["not_good_504"] = serde_json::json!({ "values": { "count": timeouts, "rate": 1.0 } });
+        m["not_good_0"] = serde_json::json!({ "values": { "count": none, "rate": 0.2 } });
+        m["slow_answers"] = serde_json::json!({ "values": { "count": 16, "rate": 1.0 } });
+    }
+    summary
+}
+
+/// A fault's record: user-service's calls at `rate` a second, none good
+/// while the fault lasts, and back after a while that depends on the
+/// transport; order-service's count when its process lived through it:
+/// four answers more than user-service's `got` good calls.
+fn fault(
+    cell: &Cell,
+    f: crate::measure::cell::Fault,
+    (rate, got): (f64, f64),
+    round: u32,
+) -> FaultRecord {
+    use crate::measure::cell::Fault;
+    let at = Fault::ONSET_S * 1e3;
+    let end = at + f.planned_s() * 1e3 + 300.0;
+    let mut back = 200.0 + 100.0 * (cell.via.len() % 5) as f64 + 50.0 * f64::from(round);
+    if cell.env.recommended {
+        back /= 2.0;
+    }
+    let last = end + Fault::AFTER_S * 1e3;
+    let (mut calls, mut errors) = (0.0, 0.0);
+    let mut timeline = Vec::new();
+    let mut t = 0.0;
+    while t <= last {
+        timeline.push([t, calls, errors]);
+        let step = rate / 10.0;
+        if t < at || t >= end + back {
+            calls += step;
+        } else if t >= end {
+            calls += step / 2.0;
+        } else {
+            errors += 1.0;
+            calls += 1.0;
+        }
+        t += 100.0;
+    }
+    FaultRecord {
+        at_ms: at,
+        end_ms: end,
+        drain_ms: (f == Fault::Restart).then_some(120.0),
+        killed_after_drain: false,
+        reset_sockets: (f == Fault::Reset).then_some(16),
+        timeline,
+        order_answered: (!matches!(f, Fault::Kill { .. } | Fault::Restart)).then_some(got + 4.0),
     }
 }
 

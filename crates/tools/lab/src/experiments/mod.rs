@@ -47,6 +47,7 @@ registry! {
     hop::Hop,
     breakdown::Breakdown,
     replicas::Replicas,
+    faults::Faults,
 }
 
 /// The name that stands for every experiment.

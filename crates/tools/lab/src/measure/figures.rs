@@ -84,6 +84,11 @@ pub struct Measures {
     /// The services' processes were not the lab's (`--target`): their
     /// CPU, memory and sockets are missing.
     pub no_proc: bool,
+    /// The round broke something on purpose ([`Env::fault`]): its failed
+    /// answers are what it measures, not a reason to leave it out.
+    ///
+    /// [`Env::fault`]: crate::measure::cell::Env::fault
+    pub fault: bool,
 }
 
 /// Each replica's share of a round, in replica order.
@@ -186,6 +191,7 @@ impl Measures {
                 .map(|rs| ReplicaMeasures::of(rs, window)),
             balancer_cores: r.balancer_cpu_us.map(|us| us / 1e6 / window),
             no_proc: r.no_proc,
+            fault: r.cell.env.fault.is_some(),
         }
     }
 

@@ -72,8 +72,12 @@ pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
 
 impl Measures {
     /// Why the round is failed, if it is: more than
-    /// [`FAILED_BAD_SHARE_PCT`] of its answers bad, or none good.
+    /// [`FAILED_BAD_SHARE_PCT`] of its answers bad, or none good. A round
+    /// with a fault is never failed by its answers: they are its figures.
     pub fn failed(&self) -> Option<String> {
+        if self.fault {
+            return None;
+        }
         if self.good <= 0.0 {
             return Some(format!(
                 "no good answer ({} bad, {} shed)",

@@ -224,6 +224,36 @@ fn counter(data: &Value, name: &str) -> anyhow::Result<(f64, f64)> {
     }
 }
 
+/// How a run's calls ended when something broke, from the scripts'
+/// `not_good_*` and `slow_answers` counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Endings {
+    /// Answers that were not good, by the status user-service gave ("0":
+    /// none at all; "other": any status not named), statuses with none left
+    /// out.
+    pub not_good: Vec<(String, f64)>,
+    /// Answers slower than the scripts' `SLOW_MS` (1 s), good or not.
+    pub slow: f64,
+}
+
+/// The statuses the scripts count not-good answers under, and the rest.
+pub const NOT_GOOD: [&str; 6] = ["0", "500", "502", "503", "504", "other"];
+
+/// A run's [`Endings`], from its k6 summary.
+pub fn endings(data: &Value) -> anyhow::Result<Endings> {
+    let mut not_good = Vec::new();
+    for s in NOT_GOOD {
+        let (n, _) = counter(data, &format!("not_good_{s}"))?;
+        if n > 0.0 {
+            not_good.push((s.to_owned(), n));
+        }
+    }
+    Ok(Endings {
+        not_good,
+        slow: counter(data, "slow_answers")?.0,
+    })
+}
+
 /// k6's good answers' times as a histogram (µs), from the summary's
 /// `good_hdr_bN` counters (the scripts' 50 log buckets a decade, N from
 /// 10^(N/50) µs): each bucket's answers are recorded at its geometric

@@ -96,6 +96,40 @@ pub struct RoundRecord {
     /// In a stalled cell, how long order-service was stopped, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled_ms: Option<f64>,
+    /// In a cell with a fault, what happened when, and order-service's own
+    /// count of the lookups it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<FaultRecord>,
+}
+
+/// A fault during a measured run, as the lab saw it: times in ms from the
+/// load's start (user-service's first call counted).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultRecord {
+    /// When the fault began (the signal sent, the path silenced, the
+    /// connections reset).
+    pub at_ms: f64,
+    /// When it ended: the process started again and ready, the path
+    /// carrying again (a reset ends as it begins).
+    pub end_ms: f64,
+    /// A restart: from SIGTERM to the process's exit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_ms: Option<f64>,
+    /// A restart whose drain passed its limit and was killed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub killed_after_drain: bool,
+    /// A reset: how many connections `ss -K` aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_sockets: Option<u32>,
+    /// user-service's counters of the cell's transport every
+    /// [`SAMPLE_MS`](crate::measure::runner::fault::SAMPLE_MS) from the
+    /// load's start: `[ms, calls, errors]`, both counts cumulative.
+    pub timeline: Vec<[f64; 3]>,
+    /// order-service's lookups answered well over the run, every replica's
+    /// together; `None` when a process that counted them was killed or
+    /// restarted (its counts went with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_answered: Option<f64>,
 }
 
 /// One replica over a measured run, from its own `/metrics` and /proc.

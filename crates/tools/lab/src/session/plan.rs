@@ -165,7 +165,15 @@ impl Work {
     /// out: each one's warm-up and measured run, and the services' start
     /// and stop around them.
     pub fn estimate_s(&self, timing: &Timing) -> f64 {
+        // A cell with a fault runs longer than the timing's duration.
+        let longer: f64 = self
+            .cells
+            .iter()
+            .filter_map(|(_, c)| c.env.fault)
+            .map(|f| (f.min_duration_s() - timing.duration_s).max(0.0))
+            .sum();
         f64::from(self.planned(timing)) * (timing.duration_s + timing.warmup_s + ROUND_OVERHEAD_S)
+            + longer * f64::from(timing.rounds)
     }
 
     /// Prints what the run will measure and about how long it takes;

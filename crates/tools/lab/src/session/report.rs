@@ -546,7 +546,7 @@ mod tests {
                 assert!(left.contains(e.name()), "{}: {note}", e.name());
             }
         }
-        assert!(note.contains("17 of the lab's 19 experiments"), "{note}");
+        assert!(note.contains("18 of the lab's 20 experiments"), "{note}");
         // What it ran is read from its plans: the transports, the sizes and
         // the round trips.
         assert!(

@@ -80,6 +80,7 @@ fn record() -> RoundRecord {
         no_proc: false,
         upstream_hdr: None,
         stalled_ms: None,
+        fault: None,
     }
 }
 

@@ -26,8 +26,11 @@
 //!   which gives k6 the length of a good one.
 //! - [`stall`]: order-service stopped and continued during a stalled
 //!   cell's measured run.
+//! - [`fault`]: a fault injected during a measured run, and user-service's
+//!   counters sampled through it.
 
 pub mod answer;
+pub mod fault;
 pub mod load;
 pub mod round;
 mod stall;

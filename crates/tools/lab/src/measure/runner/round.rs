@@ -96,7 +96,7 @@ impl Lab {
         started_at: String,
     ) -> anyhow::Result<RoundRecord> {
         let running = self.start(Some(cell.pool), &cell.env, header)?;
-        let rec = self.drive(experiment, cell, round, &running, started_at);
+        let rec = self.drive(experiment, cell, round, (&running, header), started_at);
         running.stop();
         rec
     }
@@ -137,7 +137,7 @@ impl Lab {
         experiment: &str,
         cell: &Cell,
         round: u32,
-        running: &Running,
+        (running, header): (&Running, &str),
         started_at: String,
     ) -> anyhow::Result<RoundRecord> {
         let tmp = self.out.join("tmp");
@@ -168,8 +168,13 @@ impl Lab {
             Load::Closed { .. } => script_of(cell),
             Load::Open { .. } => "open-loop.js",
         };
+        // A fault's run holds the time before it, the fault and the time
+        // after, whatever the run's timing.
+        let duration_s = cell.env.fault.map_or(self.timing.duration_s, |f| {
+            f.min_duration_s().max(self.timing.duration_s)
+        });
         let mut env = base_env;
-        env.push(("DURATION".into(), secs_arg(self.timing.duration_s)));
+        env.push(("DURATION".into(), secs_arg(duration_s)));
         let stall = match cell.env.stall_ms {
             Some(_) if !gauges.on_proc => {
                 bail!("a stalled cell needs the services the lab started (not a target)")
@@ -182,7 +187,46 @@ impl Lab {
             )),
             None => None,
         };
-        let run = self.run_k6(script, env, &tmp.join("measured.json"));
+        let (run, fault) = match cell.env.fault {
+            None => (self.run_k6(script, env, &tmp.join("measured.json")), None),
+            Some(_) if !gauges.on_proc => {
+                bail!("a cell with a fault needs the services the lab started (not a target)")
+            }
+            Some(fault) => {
+                let answered_before = super::fault::order_answered(running);
+                let watch = super::fault::Watch {
+                    fault,
+                    running,
+                    metrics: gauges.metrics.clone(),
+                    via: &cell.via,
+                    log_dir: &self.services.log_dir,
+                    header,
+                    stop: &self.stop,
+                };
+                let done = std::sync::atomic::AtomicBool::new(false);
+                let (run, watched) = std::thread::scope(|s| {
+                    let w = s.spawn(|| watch.run(&done));
+                    let run = self.run_k6(script, env, &tmp.join("measured.json"));
+                    done.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let watched = w
+                        .join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("the fault's thread panicked")));
+                    (run, watched)
+                });
+                let mut rec = watched?;
+                // A killed or restarted process took its counts with it.
+                rec.order_answered = match (fault, answered_before) {
+                    (
+                        crate::measure::cell::Fault::Kill { .. }
+                        | crate::measure::cell::Fault::Restart,
+                        _,
+                    ) => None,
+                    (_, Some(b)) => super::fault::order_answered(running).map(|a| a - b),
+                    (_, None) => None,
+                };
+                (run, Some(rec))
+            }
+        };
         let stalled_ms = match stall {
             Some(s) => Some(s.finish()?.as_secs_f64() * 1e3),
             None => None,
@@ -197,7 +241,7 @@ impl Lab {
             cell: cell.clone(),
             round,
             started_at,
-            duration_s: self.timing.duration_s,
+            duration_s,
             k6: run.summary,
             upstream_before: before.upstream,
             upstream_after: after.upstream,
@@ -224,6 +268,7 @@ impl Lab {
             no_proc: !gauges.on_proc,
             upstream_hdr: after.hdr.clone(),
             stalled_ms,
+            fault,
         };
         rec.flags = flags_of(&rec);
         Ok(rec)
@@ -289,11 +334,12 @@ impl Lab {
         // With replicas, order-service's CPU is every replica's together.
         let order_us = match &replicas {
             Some(rs) => rs.iter().map(|r| r.cpu_us).sum(),
-            None => us(after.order - before.order),
+            // A restarted order-service's ticks start again from 0.
+            None => us(after.order.saturating_sub(before.order)),
         };
         let cpu = Cpu {
             order_us,
-            user_us: us(after.user - before.user),
+            user_us: us(after.user.saturating_sub(before.user)),
             k6_us,
         };
         let machine_us = us(after.machine - before.machine);
@@ -570,14 +616,15 @@ impl ReplicaReading {
             ticks: Vec::new(),
             balancer: None,
         };
-        for rep in &running.replicas {
+        for (i, rep) in running.replicas.iter().enumerate() {
             r.counters
                 .push(scrape_replica(rep.rest, &rep.metrics_path)?);
             // A target's replicas are not this machine's processes.
-            r.ticks.push(if rep.pid == 0 {
+            let pid = running.replica_pid(i);
+            r.ticks.push(if pid == 0 {
                 0
             } else {
-                procfs::cpu_ticks(rep.pid)?.own
+                procfs::cpu_ticks(pid)?.own
             });
         }
         if let Some(h) = &running.balancer {

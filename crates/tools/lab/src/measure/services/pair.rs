@@ -16,7 +16,7 @@ use super::config::{Ports, ServiceConfig};
 use super::path::OnPath;
 use super::process::{ChildGuard, check_pinned, command, env_of, log_file, wait_ready};
 use super::running::Running;
-use crate::measure::cell::Env;
+use crate::measure::cell::{Env, RECOMMENDED};
 
 /// Starts order-service, and user-service pointed at it unless
 /// `user_pool` is `None`, in the environment `env`, then waits until both
@@ -202,9 +202,9 @@ impl Pair<'_> {
             cmd.env("ORDER_SERVER_TIMING", "true");
         }
         let set = env_of("order-service", &cmd);
-        let mut order = ChildGuard::spawn(cmd, "order-service")?;
+        let order = ChildGuard::spawn(cmd, "order-service")?;
         wait_ready(
-            &mut order,
+            &order,
             ports.order_rest_addr(),
             self.certs.map(|c| c.ca.as_path()),
             &cfg.log_dir,
@@ -272,15 +272,12 @@ impl Pair<'_> {
         if env.breakdown {
             cmd.env("USER_UPSTREAM_BREAKDOWN", "true");
         }
+        if env.recommended {
+            cmd.envs(RECOMMENDED);
+        }
         let set = env_of("user-service", &cmd);
-        let mut user = ChildGuard::spawn(cmd, "user-service")?;
-        wait_ready(
-            &mut user,
-            ports.user_rest_addr(),
-            None,
-            &cfg.log_dir,
-            self.stop,
-        )?;
+        let user = ChildGuard::spawn(cmd, "user-service")?;
+        wait_ready(&user, ports.user_rest_addr(), None, &cfg.log_dir, self.stop)?;
         check_pinned(cfg, &user, 1)?;
         Ok((user, set))
     }

@@ -5,6 +5,7 @@
 //! answers `/readyz` (over TLS when it serves TLS), and its pinning checked
 //! with the kernel.
 
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -21,31 +23,60 @@ use super::config::ServiceConfig;
 use crate::measure::Interrupted;
 use crate::measure::http;
 
-/// A child process that is killed and reaped when dropped.
+/// A child process that is killed and reaped when dropped, and that can be
+/// signalled and started again from the command that started it (a fault's
+/// restart) while others read its pid.
 #[derive(Debug)]
 pub struct ChildGuard {
-    child: Option<Child>,
+    child: Mutex<Option<Child>>,
     name: &'static str,
+    /// What started it: program, arguments and the variables set (the
+    /// environment is cleared, so these are all of it).
+    recipe: Option<Recipe>,
+}
+
+#[derive(Debug)]
+struct Recipe {
+    program: OsString,
+    args: Vec<OsString>,
+    envs: Vec<(OsString, OsString)>,
 }
 
 impl ChildGuard {
     /// Starts `cmd` in a process group of its own.
     pub fn spawn(mut cmd: Command, name: &'static str) -> anyhow::Result<ChildGuard> {
+        let recipe = Recipe {
+            program: cmd.get_program().to_owned(),
+            args: cmd.get_args().map(ToOwned::to_owned).collect(),
+            envs: cmd
+                .get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+                .collect(),
+        };
         cmd.process_group(0);
         let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
         Ok(ChildGuard {
-            child: Some(child),
+            child: Mutex::new(Some(child)),
             name,
+            recipe: Some(recipe),
         })
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.lock().as_ref().map_or(0, Child::id)
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// The exit status if it has exited (reaping it).
-    pub fn try_wait(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
-        match self.child.as_mut() {
+    pub fn try_wait(&self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        match self.lock().as_mut() {
             Some(c) => c
                 .try_wait()
                 .with_context(|| format!("waiting for {}", self.name)),
@@ -53,9 +84,60 @@ impl ChildGuard {
         }
     }
 
+    /// Sends `signal` to the process (not its group: `ip netns exec` and
+    /// `taskset` exec the service, so the pid is the service's).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+        let pid = i32::try_from(self.pid()).context("a process id")?;
+        anyhow::ensure!(pid > 0, "{} is not the lab's process", self.name);
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)
+            .with_context(|| format!("sending {signal} to {}", self.name))
+    }
+
+    /// Waits up to `within` for the process to exit, reaping it; its
+    /// status, or `None` if it still runs.
+    pub fn wait_exit(&self, within: Duration) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        let until = Instant::now() + within;
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(Some(status));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Starts the same command again, its output appended to `log`, once
+    /// the process has exited (it is killed first if it has not).
+    pub fn start_again(&self, log: &File) -> anyhow::Result<()> {
+        let recipe = self
+            .recipe
+            .as_ref()
+            .with_context(|| format!("{} was not started by the lab", self.name))?;
+        let mut slot = self.lock();
+        if let Some(mut old) = slot.take() {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        let mut cmd = Command::new(&recipe.program);
+        cmd.args(&recipe.args)
+            .env_clear()
+            .envs(recipe.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log.try_clone()?))
+            .process_group(0);
+        *slot = Some(
+            cmd.spawn()
+                .with_context(|| format!("starting {} again", self.name))?,
+        );
+        Ok(())
+    }
+
     /// Kills and reaps the child now.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
+        if let Some(mut c) = self.lock().take() {
             // Already exited is fine: kill then fails and wait reaps it.
             let _ = c.kill();
             let _ = c.wait();
@@ -65,7 +147,11 @@ impl ChildGuard {
     /// A guard of no process: a target's service, which the lab did not
     /// start and never stops.
     pub fn absent(name: &'static str) -> ChildGuard {
-        ChildGuard { child: None, name }
+        ChildGuard {
+            child: Mutex::new(None),
+            name,
+            recipe: None,
+        }
     }
 }
 
@@ -75,7 +161,7 @@ impl Drop for ChildGuard {
     }
 }
 
-pub(super) fn log_file(dir: &Path, name: &str, header: &str) -> anyhow::Result<File> {
+pub(crate) fn log_file(dir: &Path, name: &str, header: &str) -> anyhow::Result<File> {
     let path = dir.join(format!("{name}.log"));
     let mut f = OpenOptions::new()
         .create(true)
@@ -133,8 +219,8 @@ pub(super) fn env_of(service: &str, cmd: &Command) -> Vec<(String, String)> {
 }
 
 /// Polls `GET /readyz` until it answers 200.
-pub(super) fn wait_ready(
-    child: &mut ChildGuard,
+pub(crate) fn wait_ready(
+    child: &ChildGuard,
     addr: SocketAddr,
     tls_ca: Option<&Path>,
     log_dir: &Path,

@@ -181,9 +181,12 @@ pub(super) fn start(
             if let Some((_, users)) = &layout.databases {
                 cmd.env("USER_DATABASE_URL", users);
             }
+            if env.recommended {
+                cmd.envs(crate::measure::cell::RECOMMENDED);
+            }
             service_env.extend(env_of("user-service", &cmd));
-            let mut user = ChildGuard::spawn(cmd, "user-service")?;
-            wait_ready(&mut user, ports.user_rest_addr(), None, &cfg.log_dir, stop)?;
+            let user = ChildGuard::spawn(cmd, "user-service")?;
+            wait_ready(&user, ports.user_rest_addr(), None, &cfg.log_dir, stop)?;
             check_pinned(cfg, &user, 1)?;
             Some(user)
         }
@@ -250,20 +253,13 @@ fn start_replicas(
         if i == 1 {
             service_env.extend(env_of("order-service", &cmd));
         }
-        let mut child = ChildGuard::spawn(cmd, "order-service")?;
-        wait_ready(
-            &mut child,
-            at(own, ports.order_rest),
-            None,
-            &cfg.log_dir,
-            stop,
-        )?;
+        let child = ChildGuard::spawn(cmd, "order-service")?;
+        wait_ready(&child, at(own, ports.order_rest), None, &cfg.log_dir, stop)?;
         check_pinned(cfg, &child, 0)?;
         replicas.push(ReplicaInfo {
             public,
             rest: at(own, ports.order_rest),
             metrics_path: "/metrics".to_owned(),
-            pid: child.pid(),
         });
         children.push(child);
     }

@@ -20,8 +20,6 @@ pub struct ReplicaInfo {
     pub rest: SocketAddr,
     /// The path of its metrics there.
     pub metrics_path: String,
-    /// Its process, when the lab started it (0 for a target's).
-    pub pid: u32,
 }
 
 /// A running pair (or order-service alone).
@@ -63,7 +61,6 @@ impl Running {
                     public: addr.ip(),
                     rest: addr,
                     metrics_path: path,
-                    pid: 0,
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -142,6 +139,23 @@ impl Running {
 
     pub fn order_pid(&self) -> u32 {
         self.order.pid()
+    }
+
+    /// Replica `i`'s (0-based) process as it is now (a fault may have
+    /// started it again); 0 for a target's.
+    pub fn replica_pid(&self, i: usize) -> u32 {
+        match i {
+            0 => self.order.pid(),
+            _ => self.more_orders.get(i - 1).map_or(0, ChildGuard::pid),
+        }
+    }
+
+    /// Replica `i`'s (0-based) process guard: order-service itself for 0.
+    pub fn replica(&self, i: usize) -> Option<&ChildGuard> {
+        match i {
+            0 => Some(&self.order),
+            _ => self.more_orders.get(i - 1),
+        }
     }
 
     pub fn user_pid(&self) -> u32 {

@@ -1,0 +1,471 @@
+//! The faults section: a table per fault (each transport's failed and slow
+//! calls, recovery, and both sides' counts), an overview of every fault,
+//! and readings computed from them.
+
+use super::figures::{self, Figures, RECOVERED};
+use super::{Case, FaultsPlan, not_measured};
+use crate::experiment::Context;
+use crate::experiments::tables::method;
+use crate::measure::cell::{Cell, Fault};
+use crate::measure::runner::fault::SAMPLE_MS;
+use crate::report::format as f;
+use crate::report::value::Value;
+use crate::report::{Section, Table};
+use crate::stats::Spread;
+
+/// Every round's figures of a cell.
+fn rounds(cx: &Context, cell: &Cell) -> Vec<Figures> {
+    cx.results
+        .records
+        .iter()
+        .filter(|r| r.cell == *cell)
+        .filter_map(figures::of)
+        .collect()
+}
+
+fn spread(rs: &[Figures], f: impl Fn(&Figures) -> f64) -> Option<Spread> {
+    Spread::of(&rs.iter().map(f).collect::<Vec<_>>())
+}
+
+/// A recovery time in seconds over the rounds; a round where it did not
+/// happen within the run makes the cell say so (the longest wait it had).
+fn recovery(rs: &[Figures], f: impl Fn(&Figures) -> Option<f64>) -> Value {
+    if rs.is_empty() {
+        return Value::missing("no round of this cell");
+    }
+    if let Some(r) = rs.iter().find(|r| f(r).is_none()) {
+        return Value::text(format!(
+            "not within the {} s after",
+            f::num((r.after_ms / 1e3).floor())
+        ));
+    }
+    Value::range(spread(rs, |r| f(r).unwrap_or(0.0) / 1e3), "s")
+}
+
+/// The statuses of the not-good calls, summed over the rounds and shown
+/// per round.
+fn statuses(rs: &[Figures]) -> Value {
+    if rs.is_empty() {
+        return Value::missing("no round of this cell");
+    }
+    let mut total: Vec<(String, f64)> = Vec::new();
+    for r in rs {
+        for (s, n) in &r.by_status {
+            match total.iter_mut().find(|(t, _)| t == s) {
+                Some(t) => t.1 += n,
+                None => total.push((s.clone(), *n)),
+            }
+        }
+    }
+    if total.is_empty() {
+        return Value::text("none");
+    }
+    let per = rs.len() as f64;
+    Value::text(
+        total
+            .iter()
+            .map(|(s, n)| {
+                let s = if s == "0" { "no answer" } else { s };
+                format!("{s}: {}", f::num(n / per))
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+/// What stands for order-service's count where it cannot be had.
+fn unused_missing(fault: Fault) -> Value {
+    match fault {
+        // By design: not a figure that failed to be measured.
+        Fault::Kill { .. } | Fault::Restart => {
+            Value::text("not counted: the process that counted them was killed or restarted")
+        }
+        _ => Value::missing("order-service's /metrics could not be read before or after the run"),
+    }
+}
+
+fn table(p: &FaultsPlan, cx: &Context, case: &Case, orders: u32) -> (Table, Vec<Row>) {
+    let mut t = Table {
+        caption: format!("{}; {}", case.title(), f::orders(orders)),
+        headers: [
+            "transport",
+            "settings",
+            "good calls/s before",
+            "failed calls",
+            "by status",
+            "calls failing for, s",
+            "calls > 1 s",
+            "longest call, s",
+            "first good answer after the end, s",
+            "rate back within 10%, s",
+            "k6 requests − user-service calls",
+            "order-service answers unused",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Table::default()
+    };
+    let mut rows = Vec::new();
+    for via in &p.vias {
+        if not_measured(via, case).is_some() {
+            continue;
+        }
+        for rec in p.settings(case) {
+            let cell = p.cell(via, orders, case, rec);
+            let rs = rounds(cx, &cell);
+            let unused = if rs.iter().all(|r| r.unused.is_some()) && !rs.is_empty() {
+                Value::range(spread(&rs, |r| r.unused.unwrap_or(0.0)), "calls")
+            } else {
+                unused_missing(case.fault)
+            };
+            t.rows.push(vec![
+                Value::text(via.clone()),
+                Value::text(if rec { "recommended" } else { "defaults" }),
+                Value::range(spread(&rs, |r| r.before_rate), "/s"),
+                Value::range(spread(&rs, |r| r.failed), "calls"),
+                statuses(&rs),
+                Value::range(spread(&rs, |r| r.failing_ms / 1e3), "s"),
+                Value::range(spread(&rs, |r| r.slow), "calls"),
+                Value::range(spread(&rs, |r| r.longest_ms / 1e3), "s"),
+                recovery(&rs, |r| r.first_good_ms),
+                recovery(&rs, |r| r.back_ms),
+                Value::range(spread(&rs, |r| r.unmatched), "calls"),
+                unused,
+            ]);
+            rows.push(Row::of(via, rec, &rs));
+        }
+    }
+    t.reading = reading(&rows);
+    (t, rows)
+}
+
+/// A transport's medians in one case, for the readings.
+#[derive(Debug, Clone)]
+struct Row {
+    via: String,
+    recommended: bool,
+    failed: Option<f64>,
+    /// The median time back within 10%, or `None` when some round never
+    /// got back.
+    back_s: Option<f64>,
+    measured: bool,
+}
+
+impl Row {
+    fn of(via: &str, recommended: bool, rs: &[Figures]) -> Row {
+        let back = if rs.iter().all(|r| r.back_ms.is_some()) {
+            spread(rs, |r| r.back_ms.unwrap_or(0.0) / 1e3).map(|s| s.median)
+        } else {
+            None
+        };
+        Row {
+            via: via.to_owned(),
+            recommended,
+            failed: spread(rs, |r| r.failed).map(|s| s.median),
+            back_s: back,
+            measured: !rs.is_empty(),
+        }
+    }
+}
+
+/// The reading of one case: with the defaults, fewest and most failed
+/// calls, soonest and latest back to the rate (or never within the run);
+/// then what the recommended settings changed most.
+fn reading(rows: &[Row]) -> String {
+    let defaults: Vec<&Row> = rows.iter().filter(|r| !r.recommended).collect();
+    match (compare(&defaults), settings_reading(rows)) {
+        (d, None) => d,
+        (d, Some(s)) => format!("{d} {s}"),
+    }
+}
+
+/// What the recommended settings changed most in one case: the largest
+/// cut in failed calls, and in the time back to the rate, each with its
+/// transport; or that they changed neither.
+fn settings_reading(rows: &[Row]) -> Option<String> {
+    let pairs: Vec<(&Row, &Row)> = rows
+        .iter()
+        .filter(|r| !r.recommended && r.measured)
+        .filter_map(|d| {
+            rows.iter()
+                .find(|r| r.recommended && r.measured && r.via == d.via)
+                .map(|r| (d, r))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    let cut = pairs
+        .iter()
+        .filter_map(|(d, r)| Some((d, r, d.failed? - r.failed?)))
+        .max_by(|a, b| a.2.total_cmp(&b.2));
+    if let Some((d, r, by)) = cut.filter(|c| c.2 > 0.0) {
+        out.push(format!(
+            "the recommended settings cut {}'s failed calls most ({:.0} to {:.0})",
+            d.via,
+            d.failed.unwrap_or(0.0),
+            r.failed.unwrap_or(0.0)
+        ));
+        let _ = by;
+    }
+    let sooner = pairs
+        .iter()
+        .filter_map(|(d, r)| {
+            // Never back counts as the whole run after.
+            let (a, b) = (d.back_s.unwrap_or(f64::INFINITY), r.back_s?);
+            Some((d, a, b, a - b))
+        })
+        .max_by(|a, b| a.3.total_cmp(&b.3));
+    if let Some((d, a, b, _)) = sooner.filter(|s| s.3 > 0.0) {
+        let was = if a.is_finite() {
+            format!("{} s", f::num(a))
+        } else {
+            "not within the run".to_owned()
+        };
+        out.push(format!(
+            "brought {} back to its rate soonest ({was} to {} s)",
+            d.via,
+            f::num(b)
+        ));
+    }
+    Some(if out.is_empty() {
+        "The recommended settings cut no transport's failed calls and brought none back sooner."
+            .to_owned()
+    } else {
+        let mut s = out.join("; and ");
+        s.replace_range(0..1, "T");
+        s + "."
+    })
+}
+
+/// Transports set against each other in one case (one kind of settings).
+fn compare(rows: &[&Row]) -> String {
+    let measured: Vec<&Row> = rows.iter().copied().filter(|r| r.measured).collect();
+    if measured.is_empty() {
+        return "No transport was measured here.".to_owned();
+    }
+    let by_failed = |best: bool| {
+        measured
+            .iter()
+            .filter_map(|r| r.failed.map(|v| (r, v)))
+            .min_by(|a, b| {
+                let o = a.1.total_cmp(&b.1);
+                if best { o } else { o.reverse() }
+            })
+    };
+    let mut out = Vec::new();
+    if let (Some((lo, lv)), Some((hi, hv))) = (by_failed(true), by_failed(false)) {
+        if lv == hv {
+            out.push(format!("Every transport failed {lv:.0} calls (median)"));
+        } else {
+            out.push(format!(
+                "Fewest failed calls: {} ({lv:.0}); most: {} ({hv:.0})",
+                lo.via, hi.via
+            ));
+        }
+    }
+    let back: Vec<(&Row, f64)> = measured
+        .iter()
+        .filter_map(|r| r.back_s.map(|b| (*r, b)))
+        .collect();
+    let never: Vec<&str> = measured
+        .iter()
+        .filter(|r| r.back_s.is_none())
+        .map(|r| r.via.as_str())
+        .collect();
+    if let (Some(first), Some(last)) = (
+        back.iter().min_by(|a, b| a.1.total_cmp(&b.1)),
+        back.iter().max_by(|a, b| a.1.total_cmp(&b.1)),
+    ) {
+        out.push(format!(
+            "{} was back within {:.0}% of its rate soonest ({} s after the end), {} latest ({} s)",
+            first.0.via,
+            (1.0 - RECOVERED) * 100.0,
+            f::num(first.1),
+            last.0.via,
+            f::num(last.1)
+        ));
+    }
+    if !never.is_empty() {
+        out.push(format!(
+            "not back within the run in some round: {}",
+            never.join(", ")
+        ));
+    }
+    out.join("; ") + "."
+}
+
+pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
+    let mut s = Section::new("faults", "When the other side fails");
+    s.para(method(
+        cx.timing,
+        &format!(
+            "Closed loop, {} callers, user-service's pool {} connections per transport; each \
+             cell's run holds {:.0} s before the fault, the fault, and at least {:.0} s after it, \
+             however short the run's timing. A failed call is an answer k6 did not count as good, \
+             by the status user-service gave (no answer: the connection failed). Recovery is read \
+             from user-service's counters of the transport, sampled every {SAMPLE_MS} ms: the \
+             first good answer after the fault's end, and the start of the first second whose good \
+             rate is within {:.0}% of the rate before (read from {:.0} s into the run to the fault). \
+             Both sides count: k6's requests against user-service's calls, and order-service's \
+             lookups answered well against the good calls user-service got (answers made and \
+             never used). The silent path is a packet path of {} ms round trip ({}) whose every \
+             packet is dropped both ways; the reset is `ss -K` on user-service's connections, \
+             which makes the kernel send order-service a RST. Each transport runs with \
+             user-service's defaults, and where they act also with the recommended settings \
+             below. The defaults: an upstream timeout of 5 s (sent to order-service as the \
+             call's deadline), no connect timeout of its own, no keep-alive pings, and a read \
+             whose connection failed before any answer came sent again on a new one (REST over \
+             TCP and Connect once, gRPC unary calls twice at most; raw TCP, the bidi stream and \
+             REST over HTTP/3 send nothing again)",
+            p.vus,
+            p.pool,
+            crate::measure::cell::Fault::ONSET_S,
+            crate::measure::cell::Fault::AFTER_S,
+            (1.0 - RECOVERED) * 100.0,
+            figures::SETTLE_MS / 1e3,
+            p.path_rtt_ms,
+            p.cc.name()
+        ),
+    ));
+    let mut unmeasured: Vec<String> = Vec::new();
+    for case in &p.cases {
+        for via in &p.vias {
+            if let Some(why) = not_measured(via, case) {
+                let line = format!("{via}, {}: {why}", case.fault.describe());
+                if !unmeasured.contains(&line) {
+                    unmeasured.push(line);
+                }
+            }
+        }
+    }
+    if !unmeasured.is_empty() {
+        s.para(format!("Not measured: {}.", unmeasured.join("; ")));
+    }
+    if p.recommended {
+        s.table(settings_table(p));
+    }
+    let mut all: Vec<(Case, u32, Vec<Row>)> = Vec::new();
+    for case in &p.cases {
+        for &orders in &p.orders {
+            let (t, rows) = table(p, cx, case, orders);
+            s.table(t);
+            all.push((*case, orders, rows));
+        }
+    }
+    s.table(overview(p, &all));
+    s
+}
+
+/// The settings the recommended cells change, each against its default.
+fn settings_table(p: &FaultsPlan) -> Table {
+    let acts: Vec<String> = p
+        .cases
+        .iter()
+        .filter(|c| c.recommended_applies())
+        .map(Case::title)
+        .collect();
+    Table {
+        caption: "The settings that differ in the recommended cells (user-service's; every other \
+                  is the default)"
+            .to_owned(),
+        headers: ["setting", "default", "recommended", "what it does"]
+            .map(String::from)
+            .to_vec(),
+        rows: crate::measure::cell::RECOMMENDED
+            .iter()
+            .map(|(k, v)| {
+                vec![
+                    Value::text(format!("`{k}`")),
+                    Value::text("0 (off)"),
+                    Value::text(*v),
+                    Value::text(setting_text(k)),
+                ]
+            })
+            .collect(),
+        reading: format!(
+            "Measured with both where they act: {}. A restart and a reset are met alike by \
+             both: a refused connect fails at once, and a read whose connection was reset is \
+             sent again by default.",
+            acts.join("; ")
+        ),
+    }
+}
+
+/// What a recommended setting does, for its table.
+fn setting_text(key: &str) -> &'static str {
+    match key {
+        "USER_UPSTREAM_CONNECT_TIMEOUT_MS" => {
+            "a connect unanswered this long fails, rather than waiting through the kernel's SYN \
+             retries (1, 3, 7 s…) until the call's timeout"
+        }
+        "USER_UPSTREAM_KEEPALIVE_MS" => {
+            "TCP keep-alive probes after this much idle time and `TCP_USER_TIMEOUT` of twice it on \
+             every connection; HTTP/2 PINGs this often on the gRPC channels, closed when one goes \
+             unanswered as long"
+        }
+        "USER_UPSTREAM_RETRY_BUDGET_PCT" => {
+            "with client-side balancing, a call that got no answer is sent once to another replica, \
+             such second tries at most this share of the calls"
+        }
+        _ => "",
+    }
+}
+
+/// Every fault at a glance: each transport's failed calls and time back
+/// to its rate, at the plan's first size.
+fn overview(p: &FaultsPlan, all: &[(Case, u32, Vec<Row>)]) -> Table {
+    let orders = p.orders.first().copied().unwrap_or(1);
+    let cases: Vec<&(Case, u32, Vec<Row>)> = all.iter().filter(|(_, o, _)| *o == orders).collect();
+    let mut headers = vec!["transport".to_owned()];
+    headers.extend(cases.iter().map(|(c, _, _)| c.title()));
+    let mut t = Table {
+        caption: format!(
+            "Every fault, {}, user-service's defaults: failed calls · seconds until the rate was back",
+            f::orders(orders)
+        ),
+        headers,
+        ..Table::default()
+    };
+    let mut soonest: Vec<String> = Vec::new();
+    for via in &p.vias {
+        let mut row = vec![Value::text(via.clone())];
+        for (case, _, rows) in &cases {
+            let cell = match rows.iter().find(|r| r.via == *via && !r.recommended) {
+                None => Value::text(format!(
+                    "not measured: {}",
+                    not_measured(via, case).unwrap_or("not in the plan")
+                )),
+                Some(r) if !r.measured => Value::missing("no round of this cell"),
+                Some(r) => Value::text(format!(
+                    "{} · {}",
+                    r.failed.map_or_else(|| "?".to_owned(), f::num),
+                    r.back_s
+                        .map_or_else(|| "not back".to_owned(), |b| format!("{} s", f::num(b)))
+                )),
+            };
+            row.push(cell);
+        }
+        t.rows.push(row);
+    }
+    for (case, _, rows) in &cases {
+        if let Some(best) = rows
+            .iter()
+            .filter(|r| r.measured && !r.recommended)
+            .filter_map(|r| r.back_s.map(|b| (r, b, r.failed.unwrap_or(f64::MAX))))
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)))
+        {
+            soonest.push(format!("{}: {}", case.title(), best.0.via));
+        }
+    }
+    t.reading = if soonest.is_empty() {
+        "No transport got back to its rate within a run.".to_owned()
+    } else {
+        format!(
+            "Back to its rate soonest (fewest failed calls between equals) — {}.",
+            soonest.join("; ")
+        )
+    };
+    t
+}

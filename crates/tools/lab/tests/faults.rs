@@ -1,0 +1,133 @@
+//! Faults end to end, for real: both services, k6's load, a fault injected
+//! halfway, and the counts of both sides set against each other (k6's
+//! requests, user-service's calls and errors, order-service's own count of
+//! the lookups it answered), with what the kernel and /proc say about what
+//! the fault did. Needs root for `ss -K`, as CI has.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use lab::measure::Timing;
+use lab::measure::cell::{Cell, Env, Fault};
+use lab::measure::k6;
+use lab::measure::record::RoundRecord;
+use lab::measure::runner::Lab;
+
+fn lab(name: &str) -> Lab {
+    let out = common::temp_dir(name);
+    let cfg = common::service_config(&out);
+    Lab::new(
+        common::root(),
+        common::require_k6(),
+        cfg,
+        Timing {
+            rounds: 1,
+            duration_s: 1.0,
+            warmup_s: 1.0,
+            restarted: true,
+        },
+        out,
+        Arc::new(AtomicBool::new(false)),
+    )
+}
+
+fn faulty(via: &str, fault: Fault) -> Cell {
+    Cell::closed(via, 1, 16, 16).with_env(Env {
+        fault: Some(fault),
+        ..Env::default()
+    })
+}
+
+/// k6's count against user-service's: every request made one call, and
+/// the calls that were not good are the ones k6 was told failed.
+fn both_sides_agree(r: &RoundRecord) -> (f64, f64) {
+    let calls = r.upstream_after.calls - r.upstream_before.calls;
+    let errors = r.upstream_after.errors - r.upstream_before.errors;
+    assert_eq!(r.k6.requests, calls, "k6's requests, user-service's calls");
+    assert_eq!(
+        r.k6.bad_answers + r.k6.shed,
+        errors,
+        "k6's failed answers, user-service's failed calls"
+    );
+    let by_status: f64 = k6::endings(&r.k6_summary)
+        .unwrap()
+        .not_good
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(by_status, errors, "every failed answer has its status");
+    (calls, errors)
+}
+
+#[test]
+fn a_reset_under_load_is_counted_alike_by_k6_user_service_and_order_service() {
+    let mut lab = lab("fault-reset");
+    for via in ["tcp-proto", "grpc"] {
+        let r = lab
+            .measure("faults", &faulty(via, Fault::Reset), 1)
+            .unwrap();
+        let f = r.fault.clone().expect("the fault's record");
+        // The load ran on both sides of the fault, which came on time.
+        assert!(
+            (f.at_ms - Fault::ONSET_S * 1e3).abs() < 500.0,
+            "{via}: {}",
+            f.at_ms
+        );
+        assert!(f.timeline.last().unwrap()[0] > f.at_ms + 5_000.0, "{via}");
+        // The kernel aborted user-service's connections, and it made new
+        // ones (its own count of connections opened).
+        let reset = f64::from(f.reset_sockets.unwrap());
+        assert!(reset >= 1.0, "{via}: nothing reset");
+        let opened = r.upstream_after.connections_opened - r.upstream_before.connections_opened;
+        assert!(
+            opened >= reset,
+            "{via}: {opened} opened after {reset} reset"
+        );
+        let (calls, errors) = both_sides_agree(&r);
+        // order-service answered every call user-service got, and at most
+        // the calls in flight at the reset besides (16 callers): answers
+        // sent into a connection already gone.
+        let got = calls - errors;
+        let unused = f.order_answered.expect("order-service lived through it") - got;
+        assert!((0.0..=16.0).contains(&unused), "{via}: {unused} unused");
+        match via {
+            // Nothing sends a raw-TCP lookup again: those in flight fail
+            // (a few, since a caller in flight holds one connection each).
+            "tcp-proto" => assert!(errors <= 16.0, "{via}: {errors} failed"),
+            // A gRPC read whose connection failed is sent again.
+            _ => assert_eq!(errors, 0.0, "{via}: {errors} failed"),
+        }
+    }
+}
+
+#[test]
+fn a_restart_under_load_gets_a_new_process_on_the_same_ports_and_the_load_comes_back() {
+    let mut lab = lab("fault-restart");
+    let r = lab
+        .measure("faults", &faulty("h2c-proto", Fault::Restart), 1)
+        .unwrap();
+    let f = r.fault.clone().expect("the fault's record");
+    // It drained and exited by itself, well within the limit.
+    let drain = f.drain_ms.expect("the drain's length");
+    assert!(!f.killed_after_drain && drain < 10_000.0, "{drain} ms");
+    assert!(f.end_ms > f.at_ms, "{f:?}");
+    both_sides_agree(&r);
+    // The same calls went on after it: user-service's good calls grew in
+    // the last second of the run as in the second before the fault.
+    let good = |i: usize| f.timeline[i][1] - f.timeline[i][2];
+    let at = |ms: f64| f.timeline.iter().position(|s| s[0] >= ms).unwrap();
+    let before = good(at(f.at_ms - 100.0)) - good(at(f.at_ms - 1_100.0));
+    let n = f.timeline.len() - 1;
+    let last = good(n) - good(at(f.timeline[n][0] - 1_000.0));
+    assert!(
+        last > before * 0.5,
+        "{last} good calls in the last second, {before} before"
+    );
+    // Its counts went with the old process: none is claimed.
+    assert_eq!(f.order_answered, None);
+    assert!(common::children_of_this_process().is_empty());
+}
