@@ -119,6 +119,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         info.skipped.extend(skipped);
         write_json(&dir.join("run.json"), &info)?;
     }
+    let (keep, skipped) = preflight::without_reset(work.cells);
+    work.cells = keep;
+    if !skipped.is_empty() {
+        info.skipped.extend(skipped);
+        write_json(&dir.join("run.json"), &info)?;
+    }
     if haproxy_missing {
         let (keep, skipped) = preflight::without_haproxy(work.cells);
         work.cells = keep;

@@ -270,6 +270,40 @@ fn skip_where(
     (keep, skipped)
 }
 
+/// Why a reset cannot be made here, or `None` when it can: `ss -K`
+/// (iproute2) aborts sockets only for root (CAP_NET_ADMIN).
+pub fn reset_unavailable(is_root: bool, has_ss: bool) -> Option<&'static str> {
+    match (is_root, has_ss) {
+        (true, true) => None,
+        (false, _) => Some(
+            "resetting the connections (ss -K) needs root (CAP_NET_ADMIN); run the lab as root, as CI does",
+        ),
+        (true, false) => Some("resetting the connections needs ss -K: apt-get install iproute2"),
+    }
+}
+
+/// The cells whose fault is a reset, taken out of `cells` and skipped
+/// with the reason when this machine cannot make one (said once).
+pub fn without_reset(cells: Vec<(String, Cell)>) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    let is_reset = |c: &Cell| c.env.fault == Some(crate::measure::cell::Fault::Reset);
+    if !cells.iter().any(|(_, c)| is_reset(c)) {
+        return (cells, Vec::new());
+    }
+    let has_ss = std::process::Command::new("ss")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    match reset_unavailable(nix::unistd::geteuid().is_root(), has_ss) {
+        None => (cells, Vec::new()),
+        Some(why) => {
+            println!(
+                "reset: {why}; the cells that reset connections are skipped, and listed in the report"
+            );
+            skip_where(cells, is_reset, why)
+        }
+    }
+}
+
 /// Why the cells on a packet path cannot run here (said once, with what
 /// to do), or `None` when they can or none is planned.
 pub fn packet_path_missing(cells: &[(String, Cell)]) -> Option<String> {
@@ -549,5 +583,16 @@ mod tests {
         use netpath::CongestionControl::{Bbr, Cubic, Reno};
         let cells = vec![on_path(Cubic), on_path(Bbr), on_path(Reno)];
         assert!(unusable_algorithms(&cells).is_empty());
+    }
+
+    #[test]
+    fn a_reset_is_made_by_root_with_ss_and_otherwise_skipped_with_how_to() {
+        assert_eq!(reset_unavailable(true, true), None);
+        assert!(reset_unavailable(false, true).is_some_and(|w| w.contains("root")));
+        assert!(reset_unavailable(true, false).is_some_and(|w| w.contains("iproute2")));
+        // Cells without a reset are never looked at.
+        let cells = vec![("payload".to_owned(), Knobs::closed("grpc", 1))];
+        let (keep, skipped) = without_reset(cells);
+        assert_eq!((keep.len(), skipped.len()), (1, 0));
     }
 }

@@ -37,11 +37,11 @@ pub struct Case {
 
 impl Case {
     /// Whether the recommended settings act on this fault: a second try
-    /// on another replica (a killed replica), keep-alive and a connect
-    /// timeout (a silent path). A restart and a reset are met the same
-    /// way by both (a refused connect fails at once; a reset one is
-    /// resent by default).
-    pub fn recommended_applies(&self) -> bool {
+    /// on another replica (a killed replica, when user-service balances),
+    /// keep-alive and a connect timeout (a silent path; a killed replica).
+    /// A restart and a reset are met the same way by both (a refused
+    /// connect fails at once; a reset one is resent by default).
+    pub fn recommended_acts(&self) -> bool {
         matches!(self.fault, Fault::Kill { .. } | Fault::Silence { .. })
     }
 
@@ -77,9 +77,11 @@ pub struct FaultsPlan {
     /// The silent path's own round trip, ms, and its congestion control.
     pub path_rtt_ms: u32,
     pub cc: netpath::CongestionControl,
-    /// Each case the recommended settings act on is measured with them
-    /// too ([`crate::measure::cell::RECOMMENDED`]).
-    pub recommended: bool,
+    /// The cases measured with the recommended settings too
+    /// ([`crate::measure::cell::RECOMMENDED`]): every one they act on, or
+    /// in the quick plan those where they act most (a replica killed under
+    /// client-side balancing, a silent path).
+    pub recommended: Vec<Case>,
 }
 
 /// How long a killed replica stays down, ms.
@@ -126,7 +128,7 @@ impl FaultsPlan {
     /// The settings a case is measured with: the defaults, and the
     /// recommended ones where they act on it.
     pub fn settings(&self, case: &Case) -> Vec<bool> {
-        if self.recommended && case.recommended_applies() {
+        if self.recommended.contains(case) {
             vec![false, true]
         } else {
             vec![false]
@@ -185,17 +187,33 @@ impl Experiment for Faults {
                 balance: Some(b),
             })
             .collect();
-        for fault in [
-            Fault::Restart,
-            Fault::Silence { ms: 2_000 },
-            Fault::Silence { ms: 10_000 },
-            Fault::Reset,
-        ] {
+        // The 10 s silence outlasts the calls' 5 s timeout; the 2 s one
+        // (full plan) does not.
+        let silences: &[u32] = if knobs.quick {
+            &[10_000]
+        } else {
+            &[2_000, 10_000]
+        };
+        let singles = [Fault::Restart]
+            .into_iter()
+            .chain(silences.iter().map(|&ms| Fault::Silence { ms }))
+            .chain([Fault::Reset]);
+        for fault in singles {
             cases.push(Case {
                 fault,
                 balance: None,
             });
         }
+        let recommended = cases
+            .iter()
+            .filter(|c| c.recommended_acts())
+            .filter(|c| {
+                !knobs.quick
+                    || matches!(c.fault, Fault::Silence { .. })
+                    || c.balance == Some(Balance::Client)
+            })
+            .copied()
+            .collect();
         FaultsPlan {
             vias,
             orders: knobs.sizes(&[1], &[1, 100]),
@@ -204,7 +222,7 @@ impl Experiment for Faults {
             pool: 16,
             path_rtt_ms: 2,
             cc: knobs.cc,
-            recommended: true,
+            recommended,
         }
     }
 
@@ -214,15 +232,11 @@ impl Experiment for Faults {
 
     fn describe(p: &FaultsPlan) -> String {
         format!(
-            "{} faults; {} callers; orders {:?}; defaults{}",
+            "{} faults; {} callers; orders {:?}; defaults, and the recommended settings in {} of them",
             p.cases.len(),
             p.vus,
             p.orders,
-            if p.recommended {
-                ", and the recommended settings where they act"
-            } else {
-                ""
-            }
+            p.recommended.len()
         )
     }
 

@@ -343,7 +343,7 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
     if !unmeasured.is_empty() {
         s.para(format!("Not measured: {}.", unmeasured.join("; ")));
     }
-    if p.recommended {
+    if !p.recommended.is_empty() {
         s.table(settings_table(p));
     }
     let mut all: Vec<(Case, u32, Vec<Row>)> = Vec::new();
@@ -360,12 +360,7 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
 
 /// The settings the recommended cells change, each against its default.
 fn settings_table(p: &FaultsPlan) -> Table {
-    let acts: Vec<String> = p
-        .cases
-        .iter()
-        .filter(|c| c.recommended_applies())
-        .map(Case::title)
-        .collect();
+    let acts: Vec<String> = p.recommended.iter().map(Case::title).collect();
     Table {
         caption: "The settings that differ in the recommended cells (user-service's; every other \
                   is the default)"
@@ -385,9 +380,9 @@ fn settings_table(p: &FaultsPlan) -> Table {
             })
             .collect(),
         reading: format!(
-            "Measured with both where they act: {}. A restart and a reset are met alike by \
-             both: a refused connect fails at once, and a read whose connection was reset is \
-             sent again by default.",
+            "Measured with both: {}. A restart and a reset are met alike by both: a refused \
+             connect fails at once, and a read whose connection was reset is sent again by \
+             default.",
             acts.join("; ")
         ),
     }
