@@ -28,6 +28,15 @@ pub fn num(v: f64) -> String {
     }
 }
 
+/// A count: a whole number, thousands separated (`1,370`, `16`).
+pub fn count(v: f64) -> String {
+    if v.is_finite() {
+        thousands(v.round())
+    } else {
+        MISSING.to_owned()
+    }
+}
+
 fn thousands(v: f64) -> String {
     let neg = v < 0.0;
     let digits = format!("{:.0}", v.abs());

@@ -200,14 +200,27 @@ fn settings_reading(rows: &[Row]) -> Option<String> {
         .iter()
         .filter_map(|(d, r)| Some((d, r, d.failed? - r.failed?)))
         .max_by(|a, b| a.2.total_cmp(&b.2));
-    if let Some((d, r, by)) = cut.filter(|c| c.2 > 0.0) {
+    if let Some((d, r, _)) = cut.filter(|c| c.2 > 0.0) {
         out.push(format!(
-            "the recommended settings cut {}'s failed calls most ({:.0} to {:.0})",
+            "cut {}'s failed calls most ({} to {})",
             d.via,
-            d.failed.unwrap_or(0.0),
-            r.failed.unwrap_or(0.0)
+            f::count(d.failed.unwrap_or(0.0)),
+            f::count(r.failed.unwrap_or(0.0))
         ));
-        let _ = by;
+    }
+    // A call that fails fast is followed at once by the next in a closed
+    // loop: failing sooner can mean failing more often.
+    let added = pairs
+        .iter()
+        .filter_map(|(d, r)| Some((d, r, r.failed? - d.failed?)))
+        .max_by(|a, b| a.2.total_cmp(&b.2));
+    if let Some((d, r, _)) = added.filter(|c| c.2 > 0.0) {
+        out.push(format!(
+            "added most to {}'s failed calls ({} to {}: calls that fail sooner, each followed at once by the next)",
+            d.via,
+            f::count(d.failed.unwrap_or(0.0)),
+            f::count(r.failed.unwrap_or(0.0))
+        ));
     }
     let sooner = pairs
         .iter()
@@ -233,9 +246,7 @@ fn settings_reading(rows: &[Row]) -> Option<String> {
         "The recommended settings cut no transport's failed calls and brought none back sooner."
             .to_owned()
     } else {
-        let mut s = out.join("; and ");
-        s.replace_range(0..1, "T");
-        s + "."
+        format!("The recommended settings {}.", out.join("; "))
     })
 }
 
@@ -257,11 +268,14 @@ fn compare(rows: &[&Row]) -> String {
     let mut out = Vec::new();
     if let (Some((lo, lv)), Some((hi, hv))) = (by_failed(true), by_failed(false)) {
         if lv == hv {
-            out.push(format!("Every transport failed {lv:.0} calls (median)"));
+            out.push(format!("Every transport failed {} calls (median)", f::count(lv)));
         } else {
             out.push(format!(
-                "Fewest failed calls: {} ({lv:.0}); most: {} ({hv:.0})",
-                lo.via, hi.via
+                "Fewest failed calls: {} ({}); most: {} ({})",
+                lo.via,
+                f::count(lv),
+                hi.via,
+                f::count(hv)
             ));
         }
     }

@@ -146,6 +146,8 @@ fn the_section_reads_its_tables_from_the_numbers() {
     assert!(md.contains("every connection reset (RST)"), "{md}");
     // Where both settings ran, the reading says what the recommended ones
     // changed, from the numbers (15 failed calls by default, 5 with them).
-    assert!(md.contains("failed calls most (15 to 5)"), "{md}");
+    assert!(md.contains("'s failed calls most (15 to 5)"), "{md}");
+    assert!(md.contains("The recommended settings cut "), "{md}");
+    assert!(!md.contains("added most to"), "{md}");
     assert!(md.contains("| `USER_UPSTREAM_RETRY_BUDGET_PCT` | 0 (off) | 20 |"), "{md}");
 }
