@@ -141,7 +141,7 @@ pub struct RunArgs {
     #[arg(long, requires = "resume")]
     pub force: bool,
     /// A short version: fewer sizes and rates, 2 rounds of 2 s after 1 s of
-    /// warm-up (`lab run all --quick` takes about half an hour on 2 cores, the services built).
+    /// warm-up (`lab run all --quick` takes about 1 h 10 min on 2 cores, the services built, nearly half of it the faults experiment).
     #[arg(long)]
     pub quick: bool,
     /// Rounds per cell (default 3; 2 with --quick).
