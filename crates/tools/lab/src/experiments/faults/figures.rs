@@ -81,7 +81,9 @@ pub fn recovery(f: &FaultRecord) -> (Option<f64>, Option<f64>, Option<f64>) {
         g.iter()
             .filter(|(t, _)| *t >= f.end_ms)
             .find(|(t, _)| {
-                rate(&g, *t, t + RATE_WINDOW_MS).is_some_and(|r| r >= RECOVERED * before)
+                // A hair below the line counts: a rate read back from JSON may
+                // have moved in its last digit.
+                rate(&g, *t, t + RATE_WINDOW_MS).is_some_and(|r| r >= RECOVERED * before * (1.0 - 1e-9))
                     && g.last().is_some_and(|l| l.0 >= t + RATE_WINDOW_MS)
             })
             .map(|(t, _)| (t - f.end_ms).max(0.0))

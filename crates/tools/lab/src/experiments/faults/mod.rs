@@ -14,157 +14,17 @@
 //! lived through the fault. [`figures`] holds what each round yields.
 
 pub mod figures;
+mod plan;
 mod section;
 
-use serde::{Deserialize, Serialize};
+pub use plan::{Case, DOWN_MS, FAMILIES, FaultsPlan, not_measured};
 
 use crate::experiment::{Context, Experiment, Knobs};
-use crate::measure::cell::{Balance, Cell, Env, Fault, PacketPath, Replicas};
+use crate::measure::cell::{Balance, Fault};
 use crate::measure::schedule::Schedule;
 use crate::report::Section;
 
 pub struct Faults;
-
-/// One fault and where it strikes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Case {
-    pub fault: Fault,
-    /// A replica's death is met by three replicas balanced this way; every
-    /// other fault by one order-service.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub balance: Option<Balance>,
-}
-
-impl Case {
-    /// Whether the recommended settings act on this fault: a second try
-    /// on another replica (a killed replica, when user-service balances),
-    /// keep-alive and a connect timeout (a silent path; a killed replica).
-    /// A restart and a reset are met the same way by both (a refused
-    /// connect fails at once; a reset one is resent by default).
-    pub fn recommended_acts(&self) -> bool {
-        matches!(self.fault, Fault::Kill { .. } | Fault::Silence { .. })
-    }
-
-    /// The case's name in tables: the fault, and its balancer.
-    pub fn title(&self) -> String {
-        match self.balance {
-            Some(b) => format!("{}, three replicas {}", self.fault.describe(), balance_text(b)),
-            None => self.fault.describe(),
-        }
-    }
-}
-
-/// How a balancing mode reads in a title.
-fn balance_text(b: Balance) -> &'static str {
-    match b {
-        Balance::L4 => "behind HAProxy L4",
-        Balance::L7 => "behind HAProxy L7",
-        Balance::Client | Balance::ClientP2c => "balanced by user-service",
-        Balance::Direct => "reached at the first",
-    }
-}
-
-/// What the faults experiment measures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FaultsPlan {
-    pub vias: Vec<String>,
-    pub orders: Vec<u32>,
-    pub cases: Vec<Case>,
-    /// Callers (closed loop), and user-service's pool: one connection per
-    /// caller, so that no call waits for a slot.
-    pub vus: u32,
-    pub pool: u16,
-    /// The silent path's own round trip, ms, and its congestion control.
-    pub path_rtt_ms: u32,
-    pub cc: netpath::CongestionControl,
-    /// The cases measured with the recommended settings too
-    /// ([`crate::measure::cell::RECOMMENDED`]): every one they act on, or
-    /// in the quick plan those where they act most (a replica killed under
-    /// client-side balancing, a silent path).
-    pub recommended: Vec<Case>,
-}
-
-/// How long a killed replica stays down, ms.
-pub const DOWN_MS: u32 = 5_000;
-
-/// Why a transport does not meet a case, if it does not.
-pub fn not_measured(via: &str, case: &Case) -> Option<&'static str> {
-    let quic = transports::is_quic(via);
-    match (case.fault, case.balance) {
-        (_, Some(_)) if quic => Some(
-            "HAProxy and the replicas' setup carry TCP only; HTTP/3 meets the faults of one \
-             order-service",
-        ),
-        (_, Some(Balance::L7)) if via == transports::TCP_PROTO => {
-            Some("raw TCP has no L7 form: an HTTP balancer cannot read its frames")
-        }
-        (Fault::Reset, _) if quic => {
-            Some("QUIC runs over UDP: there is no TCP connection to reset")
-        }
-        _ => None,
-    }
-}
-
-impl FaultsPlan {
-    pub fn cell(&self, via: &str, orders: u32, case: &Case, recommended: bool) -> Cell {
-        let env = Env {
-            fault: Some(case.fault),
-            recommended,
-            replicas: case.balance.map(|balance| Replicas {
-                n: 3,
-                balance,
-                slow: false,
-                rotation: false,
-            }),
-            path: matches!(case.fault, Fault::Silence { .. }).then(|| PacketPath {
-                cc: self.cc,
-                ..PacketPath::rtt(self.path_rtt_ms)
-            }),
-            ..Env::default()
-        };
-        Cell::closed(via, orders, self.vus, self.pool).with_env(env)
-    }
-
-    /// The settings a case is measured with: the defaults, and the
-    /// recommended ones where they act on it.
-    pub fn settings(&self, case: &Case) -> Vec<bool> {
-        if self.recommended.contains(case) {
-            vec![false, true]
-        } else {
-            vec![false]
-        }
-    }
-
-    /// Every cell measured, in report order.
-    pub fn cells(&self) -> Vec<Cell> {
-        let mut g = Vec::new();
-        for case in &self.cases {
-            for &orders in &self.orders {
-                for via in &self.vias {
-                    if not_measured(via, case).is_some() {
-                        continue;
-                    }
-                    for rec in self.settings(case) {
-                        g.push(self.cell(via, orders, case, rec));
-                    }
-                }
-            }
-        }
-        g
-    }
-}
-
-/// The transport families, one transport each: HTTP/1.1, h2c, Connect,
-/// gRPC unary, a gRPC stream carrying many lookups, raw TCP, HTTP/3.
-pub const FAMILIES: [&str; 7] = [
-    transports::H1_JSON,
-    transports::H2C_PROTO,
-    transports::CONNECT_H2C_PROTO,
-    transports::GRPC,
-    transports::GRPC_BIDI,
-    transports::TCP_PROTO,
-    transports::H3_PROTO,
-];
 
 impl Experiment for Faults {
     type Plan = FaultsPlan;

@@ -3,7 +3,7 @@
 //! and readings computed from them.
 
 use super::figures::{self, Figures, RECOVERED};
-use super::{Case, FaultsPlan, not_measured};
+use super::plan::{Case, FaultsPlan, not_measured};
 use crate::experiment::Context;
 use crate::experiments::tables::method;
 use crate::measure::cell::{Cell, Fault};
