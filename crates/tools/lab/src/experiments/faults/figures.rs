@@ -16,8 +16,9 @@ pub const RECOVERED: f64 = 0.9;
 /// One round's figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figures {
-    /// Good calls per second before the fault (user-service's count).
-    pub before_rate: f64,
+    /// Good calls per second before the fault (user-service's count);
+    /// `None` when fewer than two samples fell before it.
+    pub before_rate: Option<f64>,
     /// Calls that were not good (k6), and by the status user-service gave.
     pub failed: f64,
     pub by_status: Vec<(String, f64)>,
@@ -113,7 +114,7 @@ pub fn of(r: &RoundRecord) -> Option<Figures> {
     let calls = r.upstream_after.calls - r.upstream_before.calls;
     let got = calls - (r.upstream_after.errors - r.upstream_before.errors);
     Some(Figures {
-        before_rate: before.unwrap_or(0.0),
+        before_rate: before,
         failed: r.k6.bad_answers + r.k6.shed,
         by_status: endings.not_good,
         slow: endings.slow,

@@ -121,7 +121,12 @@ fn table(p: &FaultsPlan, cx: &Context, case: &Case, orders: u32) -> (Table, Vec<
             t.rows.push(vec![
                 Value::text(via.clone()),
                 Value::text(if rec { "recommended" } else { "defaults" }),
-                Value::range(spread(&rs, |r| r.before_rate), "/s"),
+                match Spread::of(&rs.iter().filter_map(|r| r.before_rate).collect::<Vec<_>>()) {
+                    None if !rs.is_empty() => Value::missing(
+                        "fewer than two samples of user-service's counters before the fault",
+                    ),
+                    s => Value::range(s, "/s"),
+                },
                 Value::range(spread(&rs, |r| r.failed), "calls"),
                 statuses(&rs),
                 Value::range(spread(&rs, |r| r.failing_ms / 1e3), "s"),
@@ -196,46 +201,26 @@ fn settings_reading(rows: &[Row]) -> Option<String> {
         return None;
     }
     let mut out = Vec::new();
-    let cut = pairs
-        .iter()
-        .filter_map(|(d, r)| Some((d, r, d.failed? - r.failed?)))
-        .max_by(|a, b| a.2.total_cmp(&b.2));
-    if let Some((d, r, _)) = cut.filter(|c| c.2 > 0.0) {
-        out.push(format!(
-            "cut {}'s failed calls most ({} to {})",
-            d.via,
-            f::count(d.failed.unwrap_or(0.0)),
-            f::count(r.failed.unwrap_or(0.0))
-        ));
+    if let Some((d, r)) = most(&pairs, |d, r| Some(d.failed? - r.failed?)) {
+        out.push(format!("cut {}'s failed calls most ({})", d.via, failed_change(d, r)));
     }
     // A call that fails fast is followed at once by the next in a closed
     // loop: failing sooner can mean failing more often.
-    let added = pairs
-        .iter()
-        .filter_map(|(d, r)| Some((d, r, r.failed? - d.failed?)))
-        .max_by(|a, b| a.2.total_cmp(&b.2));
-    if let Some((d, r, _)) = added.filter(|c| c.2 > 0.0) {
+    if let Some((d, r)) = most(&pairs, |d, r| Some(r.failed? - d.failed?)) {
         out.push(format!(
-            "added most to {}'s failed calls ({} to {}: calls that fail sooner, each followed at once by the next)",
+            "added most to {}'s failed calls ({}: calls that fail sooner, each followed at once by the next)",
             d.via,
-            f::count(d.failed.unwrap_or(0.0)),
-            f::count(r.failed.unwrap_or(0.0))
+            failed_change(d, r)
         ));
     }
-    let sooner = pairs
-        .iter()
-        .filter_map(|(d, r)| {
-            // Never back counts as the whole run after.
-            let (a, b) = (d.back_s.unwrap_or(f64::INFINITY), r.back_s?);
-            Some((d, a, b, a - b))
-        })
-        .max_by(|a, b| a.3.total_cmp(&b.3));
-    if let Some((d, a, b, _)) = sooner.filter(|s| s.3 > 0.0) {
-        let was = if a.is_finite() {
-            format!("{} s", f::num(a))
-        } else {
-            "not within the run".to_owned()
-        };
+    // Never back counts as the whole run after.
+    if let Some((d, r)) = most(&pairs, |d, r| {
+        Some(d.back_s.unwrap_or(f64::INFINITY) - r.back_s?)
+    }) {
+        let was = d
+            .back_s
+            .map_or_else(|| "not within the run".to_owned(), |a| format!("{} s", f::num(a)));
+        let b = r.back_s.unwrap_or_default();
         out.push(format!(
             "brought {} back to its rate soonest ({was} to {} s)",
             d.via,
@@ -248,6 +233,29 @@ fn settings_reading(rows: &[Row]) -> Option<String> {
     } else {
         format!("The recommended settings {}.", out.join("; "))
     })
+}
+
+/// The pair (defaults, recommended) whose `change` is largest, when it is
+/// above 0.
+fn most<'r>(
+    pairs: &[(&'r Row, &'r Row)],
+    change: impl Fn(&Row, &Row) -> Option<f64>,
+) -> Option<(&'r Row, &'r Row)> {
+    pairs
+        .iter()
+        .filter_map(|&(d, r)| Some((d, r, change(d, r)?)))
+        .filter(|c| c.2 > 0.0)
+        .max_by(|a, b| a.2.total_cmp(&b.2))
+        .map(|(d, r, _)| (d, r))
+}
+
+/// "A to B" of two rows' failed calls.
+fn failed_change(d: &Row, r: &Row) -> String {
+    format!(
+        "{} to {}",
+        d.failed.map_or_else(|| "?".to_owned(), f::count),
+        r.failed.map_or_else(|| "?".to_owned(), f::count)
+    )
 }
 
 /// Transports set against each other in one case (one kind of settings).
