@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use nix::sys::signal::Signal;
 
+use super::scrape::{load_began, replica as scrape_replica, upstream_now};
 use crate::measure::cell::Fault;
-use crate::measure::prom;
 use crate::measure::record::FaultRecord;
 use crate::measure::services::{ChildGuard, Running, process};
 
@@ -44,51 +44,58 @@ pub(super) struct Watch<'a> {
 
 /// order-service's count of lookups answered well, every replica's
 /// together; `None` when one cannot be read.
-pub(super) fn order_answered(running: &Running) -> Option<f64> {
+fn order_answered(running: &Running) -> Option<f64> {
     if running.replicas.is_empty() {
-        let r = crate::measure::http::get(
-            running.ports.order_rest_addr(),
-            "/metrics",
-            Duration::from_secs(5),
-        )
-        .ok()?;
-        let text = String::from_utf8_lossy(&r.body);
-        return Some(prom::ReplicaCounters::of(&prom::parse(&text).ok()?).answered);
+        return scrape_replica(running.ports.order_rest_addr(), "/metrics")
+            .ok()
+            .map(|c| c.answered);
     }
     running
         .replicas
         .iter()
         .map(|rep| {
-            let r = crate::measure::http::get(rep.rest, &rep.metrics_path, Duration::from_secs(5))
-                .ok()?;
-            let text = String::from_utf8_lossy(&r.body);
-            Some(prom::ReplicaCounters::of(&prom::parse(&text).ok()?).answered)
+            scrape_replica(rep.rest, &rep.metrics_path)
+                .ok()
+                .map(|c| c.answered)
         })
         .sum()
 }
 
 impl Watch<'_> {
+    /// Runs `load` (k6's measured run) with the fault injected during it:
+    /// its result, and the fault's record with order-service's count of
+    /// the lookups it answered meanwhile (read only where the process that
+    /// counts them lives through the fault).
+    pub fn around<T>(&self, load: impl FnOnce() -> T) -> (T, anyhow::Result<FaultRecord>) {
+        let counted = !matches!(self.fault, Fault::Kill { .. } | Fault::Restart);
+        let before = if counted {
+            order_answered(self.running)
+        } else {
+            None
+        };
+        let done = AtomicBool::new(false);
+        let (out, watched) = std::thread::scope(|s| {
+            let w = s.spawn(|| self.run(&done));
+            let out = load();
+            done.store(true, Ordering::SeqCst);
+            let watched = w
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the fault's thread panicked")));
+            (out, watched)
+        });
+        let watched = watched.map(|mut rec| {
+            rec.order_answered = before.and_then(|b| order_answered(self.running).map(|a| a - b));
+            rec
+        });
+        (out, watched)
+    }
+
     /// Waits for the load to begin, samples until `done`, and injects the
     /// fault on the way; the record of what happened when.
-    pub fn run(&self, done: &AtomicBool) -> anyhow::Result<FaultRecord> {
-        let calls = || -> anyhow::Result<(f64, f64)> {
-            let (addr, path) = &self.metrics;
-            let r = crate::measure::http::get(*addr, path, Duration::from_secs(5))?;
-            let u = prom::Upstream::of(&prom::parse(&String::from_utf8_lossy(&r.body))?, self.via)?;
-            Ok((u.calls, u.errors))
-        };
-        let before = calls()?.0;
-        let waiting = Instant::now();
-        while calls()?.0 <= before {
-            anyhow::ensure!(
-                waiting.elapsed() < Duration::from_secs(30),
-                "the load did not begin within 30 s: no fault"
-            );
-            if done.load(Ordering::SeqCst) {
-                bail!("the load ended before it was seen to begin: no fault");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    fn run(&self, done: &AtomicBool) -> anyhow::Result<FaultRecord> {
+        load_began(&self.metrics, self.via, "fault", || {
+            done.load(Ordering::SeqCst)
+        })?;
         let t0 = Instant::now();
         let ms = |t: Instant| t.duration_since(t0).as_secs_f64() * 1e3;
         std::thread::scope(|s| {
@@ -99,8 +106,8 @@ impl Watch<'_> {
                     let at = Instant::now();
                     // A scrape that fails (user-service busy past 5 s) leaves
                     // a gap, not a zero.
-                    if let Ok((c, e)) = calls() {
-                        timeline.push([ms(at), c, e]);
+                    if let Ok(u) = upstream_now(&self.metrics, self.via) {
+                        timeline.push([ms(at), u.calls, u.errors]);
                     }
                     if done.load(Ordering::SeqCst) {
                         return Ok(timeline);

@@ -26,6 +26,7 @@
 //!   which gives k6 the length of a good one.
 //! - [`stall`]: order-service stopped and continued during a stalled
 //!   cell's measured run.
+//! - [`scrape`]: the services' counters read during a round.
 //! - [`fault`]: a fault injected during a measured run, and user-service's
 //!   counters sampled through it.
 
@@ -33,6 +34,7 @@ pub mod answer;
 pub mod fault;
 pub mod load;
 pub mod round;
+mod scrape;
 mod stall;
 
 use std::path::PathBuf;

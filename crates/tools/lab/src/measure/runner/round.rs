@@ -193,7 +193,6 @@ impl Lab {
                 bail!("a cell with a fault needs the services the lab started (not a target)")
             }
             Some(fault) => {
-                let answered_before = super::fault::order_answered(running);
                 let watch = super::fault::Watch {
                     fault,
                     running,
@@ -203,28 +202,9 @@ impl Lab {
                     header,
                     stop: &self.stop,
                 };
-                let done = std::sync::atomic::AtomicBool::new(false);
-                let (run, watched) = std::thread::scope(|s| {
-                    let w = s.spawn(|| watch.run(&done));
-                    let run = self.run_k6(script, env, &tmp.join("measured.json"));
-                    done.store(true, std::sync::atomic::Ordering::SeqCst);
-                    let watched = w
-                        .join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("the fault's thread panicked")));
-                    (run, watched)
-                });
-                let mut rec = watched?;
-                // A killed or restarted process took its counts with it.
-                rec.order_answered = match (fault, answered_before) {
-                    (
-                        crate::measure::cell::Fault::Kill { .. }
-                        | crate::measure::cell::Fault::Restart,
-                        _,
-                    ) => None,
-                    (_, Some(b)) => super::fault::order_answered(running).map(|a| a - b),
-                    (_, None) => None,
-                };
-                (run, Some(rec))
+                let (run, watched) =
+                    watch.around(|| self.run_k6(script, env, &tmp.join("measured.json")));
+                (run, Some(watched?))
             }
         };
         let stalled_ms = match stall {
@@ -618,7 +598,7 @@ impl ReplicaReading {
         };
         for (i, rep) in running.replicas.iter().enumerate() {
             r.counters
-                .push(scrape_replica(rep.rest, &rep.metrics_path)?);
+                .push(super::scrape::replica(rep.rest, &rep.metrics_path)?);
             // A target's replicas are not this machine's processes.
             let pid = running.replica_pid(i);
             r.ticks.push(if pid == 0 {
@@ -632,19 +612,4 @@ impl ReplicaReading {
         }
         Ok(r)
     }
-}
-
-/// One replica's counters, from its own /metrics.
-fn scrape_replica(rest: SocketAddr, path: &str) -> anyhow::Result<prom::ReplicaCounters> {
-    let r = crate::measure::http::get(rest, path, Duration::from_secs(5))
-        .with_context(|| format!("scraping the order-service replica at {rest}"))?;
-    if r.status != 200 {
-        bail!(
-            "the order-service replica at {rest} answered /metrics with {}",
-            r.status
-        );
-    }
-    Ok(prom::ReplicaCounters::of(&prom::parse(
-        &String::from_utf8_lossy(&r.body),
-    )?))
 }

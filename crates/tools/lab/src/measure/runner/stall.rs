@@ -14,6 +14,8 @@ use anyhow::Context as _;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::scrape::load_began;
+
 /// A stall on its way; [`Stall::finish`] waits for its end.
 pub(super) struct Stall(JoinHandle<anyhow::Result<Duration>>);
 
@@ -28,23 +30,7 @@ impl Stall {
     ) -> Stall {
         Stall(std::thread::spawn(move || {
             let pid = Pid::from_raw(i32::try_from(pid).context("a process id")?);
-            let calls = || -> anyhow::Result<f64> {
-                let r = crate::measure::http::get(metrics.0, &metrics.1, Duration::from_secs(5))?;
-                let text = String::from_utf8_lossy(&r.body);
-                Ok(
-                    crate::measure::prom::Upstream::of(&crate::measure::prom::parse(&text)?, &via)?
-                        .calls,
-                )
-            };
-            let before = calls()?;
-            let waiting = Instant::now();
-            while calls()? <= before {
-                anyhow::ensure!(
-                    waiting.elapsed() < Duration::from_secs(30),
-                    "the load did not begin within 30 s: no stall"
-                );
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            load_began(&metrics, &via, "stall", || false)?;
             std::thread::sleep(after);
             kill(pid, Signal::SIGSTOP).context("stopping order-service for the stall")?;
             let stopped = Instant::now();

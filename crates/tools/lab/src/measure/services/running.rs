@@ -144,10 +144,7 @@ impl Running {
     /// Replica `i`'s (0-based) process as it is now (a fault may have
     /// started it again); 0 for a target's.
     pub fn replica_pid(&self, i: usize) -> u32 {
-        match i {
-            0 => self.order.pid(),
-            _ => self.more_orders.get(i - 1).map_or(0, ChildGuard::pid),
-        }
+        self.replica(i).map_or(0, ChildGuard::pid)
     }
 
     /// Replica `i`'s (0-based) process guard: order-service itself for 0.
