@@ -152,9 +152,10 @@ pub struct Settings {
     /// replica refused or reset the connection) is sent once more, to
     /// another replica, while such second tries stay within this percentage
     /// of the calls made (a budget: each call earns a hundredth of this in
-    /// tokens, up to 10; a second try spends one), so that a dead replica
-    /// costs no failed call and a dead service costs no storm. Only reads
-    /// are sent, so a second try changes nothing. 0: never (the default).
+    /// tokens, up to 10; a second try spends one): a dead replica costs
+    /// fewer failed calls (none while its share of the calls is within the
+    /// budget), and a dead service no storm of retries. Only reads are
+    /// sent, so a second try changes nothing. 0: never (the default).
     #[arg(long, env = "USER_UPSTREAM_RETRY_BUDGET_PCT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub upstream_retry_budget_pct: u32,
 

@@ -100,6 +100,14 @@ struct Member {
 /// Counts a call in flight on a member until it ends.
 struct InFlight<'a>(&'a AtomicUsize);
 
+impl Member {
+    /// A call on this member begins: counted until the guard drops.
+    fn enter(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(&self.in_flight)
+    }
+}
+
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
@@ -242,8 +250,7 @@ impl Balanced {
 
     /// One call on `member`, counted in flight there.
     async fn call_on(member: &Member, q: &OrderQuery) -> Result<Vec<Order>, UpstreamError> {
-        member.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _counted = InFlight(&member.in_flight);
+        let _counted = member.enter();
         member.source.list_orders(q).await
     }
 }
@@ -281,8 +288,7 @@ impl OrderSource for Balanced {
         self.transport.batch_call()?;
         Some(Box::pin(async move {
             let member = self.choose()?;
-            member.in_flight.fetch_add(1, Ordering::Relaxed);
-            let _counted = InFlight(&member.in_flight);
+            let _counted = member.enter();
             match member.source.list_batch(qs) {
                 Some(call) => call.await,
                 None => Err(UpstreamError::Protocol(format!(
