@@ -192,10 +192,15 @@ fn write_loop(
     let stats = &shared.stats;
     let mut writer = dst;
     while let Some(item) = queue.pop() {
-        let release = item.release();
+        let mut release = item.release();
         let now = Instant::now();
         if release > now {
             std::thread::sleep(release - now);
+        }
+        // A hold stops the writes, whatever they carry; lateness counts
+        // from its end.
+        if let Some(let_go) = shared.wait_unheld() {
+            release = release.max(let_go);
         }
         match item {
             Item::Data { bytes, .. } => {

@@ -15,6 +15,13 @@
 //! connection) and its own bytes at that rate, then takes the delay. There
 //! is no burst allowance: a link is busy or free.
 //!
+//! [`Proxy::hold`] stops every byte both ways, a FIN or a reset too, until it
+//! is let go: what a silent path looks like to the programs on each side,
+//! short of their kernels, which still acknowledge what they are sent (the
+//! proxy reads it), so TCP's own keep-alive and `TCP_USER_TIMEOUT` do not
+//! see the silence; only the programs' own pings and timeouts do. What was
+//! held is written at once when let go.
+//!
 //! What it does not emulate: loss, and TCP's congestion window over a long
 //! path (the kernel sees two loopback hops with no delay). When
 //! the client's `connect()` returns is not delayed either; instead a new
@@ -47,7 +54,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -139,6 +146,7 @@ pub struct Stats {
     chunks: AtomicU64,
     late_ns_sum: AtomicU64,
     late_ns_max: AtomicU64,
+    held: AtomicU64,
 }
 
 impl Stats {
@@ -158,6 +166,7 @@ impl Stats {
             chunks: self.chunks.load(Ordering::Relaxed),
             late_ns_sum: self.late_ns_sum.load(Ordering::Relaxed),
             late_ns_max: self.late_ns_max.load(Ordering::Relaxed),
+            held: self.held.load(Ordering::Relaxed),
         }
     }
 }
@@ -176,8 +185,10 @@ pub struct StatsSnapshot {
     /// How much later than its release time each chunk was written, summed
     /// (scheduling on a busy machine, or a peer slow to read).
     pub late_ns_sum: u64,
-    /// The latest any chunk was written.
+    /// The latest any chunk was written (a hold not counted).
     pub late_ns_max: u64,
+    /// Chunks, FINs and resets that waited for a [`Proxy::hold`] to end.
+    pub held: u64,
 }
 
 impl StatsSnapshot {
@@ -196,6 +207,7 @@ impl StatsSnapshot {
             chunks: self.chunks - earlier.chunks,
             late_ns_sum: self.late_ns_sum - earlier.late_ns_sum,
             late_ns_max: self.late_ns_max,
+            held: self.held - earlier.held,
         }
     }
 }
@@ -214,9 +226,35 @@ struct Shared {
     /// With a bandwidth cap: when each direction's link (to upstream, to
     /// client) has sent everything given to it so far.
     links: [Mutex<Option<Instant>>; 2],
+    /// Set while every write waits ([`Proxy::hold`]).
+    held: Mutex<bool>,
+    /// Signalled when the hold ends.
+    let_go: Condvar,
 }
 
 impl Shared {
+    /// Waits while the proxy holds every byte; when it had to wait, the
+    /// instant the hold ended. A stopping proxy holds nothing.
+    fn wait_unheld(&self) -> Option<Instant> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if !*held {
+            return None;
+        }
+        while *held && !self.stop.load(Ordering::SeqCst) {
+            held = self
+                .let_go
+                .wait(held)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        self.stats.held.fetch_add(1, Ordering::Relaxed);
+        Some(Instant::now())
+    }
+
+    fn set_held(&self, on: bool) {
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = on;
+        self.let_go.notify_all();
+    }
+
     /// When `bytes` handed to direction `dir`'s link at `ready` have been
     /// sent at `rate` bytes per second, after whatever it was sending.
     fn transmit(&self, dir: usize, ready: Instant, bytes: usize, rate: u64) -> Instant {
@@ -328,6 +366,15 @@ impl Proxy {
             .len()
     }
 
+    /// While `on`, nothing is written either way on any connection, old or
+    /// new: bytes read wait (up to [`Config::max_buffered`] a direction,
+    /// then reading pauses), and so do a FIN and a reset. Turned off, what
+    /// waited is written at once, in order. A silent path, as far as the
+    /// programs on either side can tell: their kernels still acknowledge.
+    pub fn hold(&self, on: bool) {
+        self.shared.set_held(on);
+    }
+
     /// Stops accepting and closes every connection (both sockets shut, so
     /// their threads end). Idempotent.
     pub fn shutdown(&mut self) {
@@ -356,6 +403,9 @@ impl Proxy {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
+        drop(live);
+        // Writers waiting for a hold to end wake, fail and end.
+        self.shared.let_go.notify_all();
     }
 }
 

@@ -2,7 +2,8 @@
 //! never on tight upper limits: this machine is shared; a bandwidth cap is
 //! held to N/B below and a loose 1.5 × N/B + 50 ms above), keeps byte order
 //! under jitter, passes large transfers through intact, propagates a
-//! half-close, closes cleanly when the upstream is down, and the command
+//! half-close, holds every byte and FIN while told to (checked on the
+//! upstream's side), closes cleanly when the upstream is down, and the command
 //! prints the address it bound.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -413,4 +414,115 @@ fn the_command_refuses_a_rate_that_is_not_positive() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--rate-mbit must be a positive"), "{err}");
+}
+
+/// What an upstream that records saw on one of its connections.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Bytes(Vec<u8>),
+    Eof,
+}
+
+/// An upstream that echoes like [`echo_server`] and also reports every
+/// read on `tx`: the oracle on the far side of the proxy.
+fn recording_server(tx: mpsc::Sender<Seen>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => {
+                            let _ = tx.send(Seen::Eof);
+                            break;
+                        }
+                        Ok(n) => {
+                            let _ = tx.send(Seen::Bytes(buf[..n].to_vec()));
+                            if s.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_hold_stops_every_byte_and_fin_both_ways_until_let_go() {
+    let (tx, rx) = mpsc::channel();
+    let p = proxy(
+        Config::one_way(Duration::from_millis(1)),
+        recording_server(tx),
+    );
+    let mut a = connect(p.local_addr(0));
+    ping(&mut a, 1);
+    assert_eq!(rx.recv_timeout(TIMEOUT).unwrap(), Seen::Bytes(vec![1]));
+
+    p.hold(true);
+    // An open connection's bytes, and a new connection's bytes and FIN.
+    a.write_all(&[2]).unwrap();
+    let mut b = connect(p.local_addr(0));
+    b.write_all(b"new").unwrap();
+    b.shutdown(Shutdown::Write).unwrap();
+    a.set_read_timeout(Some(Duration::from_millis(400)))
+        .unwrap();
+    let mut one = [0u8; 1];
+    let err = a.read(&mut one).expect_err("nothing comes back while held");
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{err}"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the upstream was sent something during the hold"
+    );
+
+    p.hold(false);
+    a.set_read_timeout(Some(TIMEOUT)).unwrap();
+    a.read_exact(&mut one).unwrap();
+    assert_eq!(one, [2]);
+    let mut back = Vec::new();
+    b.read_to_end(&mut back).unwrap();
+    assert_eq!(back, b"new");
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.push(rx.recv_timeout(TIMEOUT).unwrap());
+    }
+    assert!(seen.contains(&Seen::Bytes(vec![2])), "{seen:?}");
+    assert!(seen.contains(&Seen::Bytes(b"new".to_vec())), "{seen:?}");
+    assert!(seen.contains(&Seen::Eof), "{seen:?}");
+    assert!(p.stats().held >= 2, "{:?}", p.stats());
+    ping(&mut a, 3);
+}
+
+#[test]
+fn a_proxy_dropped_while_holding_closes_its_connections() {
+    let p = proxy(Config::one_way(Duration::from_millis(1)), echo_server());
+    let mut s = connect(p.local_addr(0));
+    ping(&mut s, 4);
+    p.hold(true);
+    s.write_all(&[5]).unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        drop(p);
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("dropping a holding proxy returns");
+    let mut buf = [0u8; 4];
+    match s.read(&mut buf) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("read {n} bytes from a closed proxy"),
+    }
 }
