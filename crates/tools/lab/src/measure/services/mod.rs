@@ -17,6 +17,8 @@
 //! - [`config`]: what every round's services start from, and their ports.
 //! - [`postgres`]: each service's database, the server's reachability, the
 //!   data set seeded.
+//! - [`own_postgres`]: a Postgres server of the lab's own, which a cell
+//!   may restart.
 //! - [`target`]: a stack the lab measures without starting it.
 //! - [`process`]: one service as a child process: environment, log,
 //!   readiness, pinning, and killed when dropped.
@@ -30,6 +32,7 @@
 
 pub mod build;
 pub mod config;
+pub mod own_postgres;
 pub mod pair;
 pub mod path;
 pub mod postgres;
@@ -45,6 +48,7 @@ use anyhow::bail;
 
 pub use build::{Binaries, build};
 pub use config::{Ports, ServiceConfig, seed};
+pub use own_postgres::OwnPostgres;
 pub use postgres::{DEFAULT_DATABASE_URL, Databases, authority, reachable, seed_into};
 pub use process::ChildGuard;
 pub use replicas::replica_ip;
