@@ -155,6 +155,7 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             connections: f64::from(cell.pool),
             late_mean_us: 40.0 + f64::from(round),
             late_max_us: 900.0,
+            held: 0.0,
             cpu_us: requests * 20.0,
         }),
         path: cell.env.path.map(|p| PathRecord {
@@ -273,6 +274,7 @@ fn fault(
         reset_sockets: (f == Fault::Reset).then_some(16),
         timeline,
         order_answered: (!matches!(f, Fault::Kill { .. } | Fault::Restart)).then_some(got + 4.0),
+        order_refused: (!matches!(f, Fault::Kill { .. } | Fault::Restart)).then_some(2.0),
     }
 }
 

@@ -12,14 +12,17 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use lab::measure::Timing;
-use lab::measure::cell::{Cell, Env, Fault};
+use lab::measure::cell::{Cell, Env, Fault, Store};
 use lab::measure::k6;
 use lab::measure::record::RoundRecord;
 use lab::measure::runner::Lab;
 
 fn lab(name: &str) -> Lab {
     let out = common::temp_dir(name);
-    let cfg = common::service_config(&out);
+    lab_with(common::service_config(&out), out)
+}
+
+fn lab_with(cfg: lab::measure::services::ServiceConfig, out: std::path::PathBuf) -> Lab {
     Lab::new(
         common::root(),
         common::require_k6(),
@@ -94,6 +97,8 @@ fn a_reset_under_load_is_counted_alike_by_k6_user_service_and_order_service() {
         let got = calls - errors;
         let unused = f.order_answered.expect("order-service lived through it") - got;
         assert!((0.0..=16.0).contains(&unused), "{via}: {unused} unused");
+        // A reset is on the wire: order-service's store never failed it.
+        assert_eq!(f.order_refused, Some(0.0), "{via}");
         match via {
             // Nothing sends a raw-TCP lookup again: those in flight fail
             // (a few, since a caller in flight holds one connection each).
@@ -118,11 +123,7 @@ fn a_restart_under_load_gets_a_new_process_on_the_same_ports_and_the_load_comes_
     both_sides_agree(&r);
     // The same calls went on after it: user-service's good calls grew in
     // the last second of the run as in the second before the fault.
-    let good = |i: usize| f.timeline[i][1] - f.timeline[i][2];
-    let at = |ms: f64| f.timeline.iter().position(|s| s[0] >= ms).unwrap();
-    let before = good(at(f.at_ms - 100.0)) - good(at(f.at_ms - 1_100.0));
-    let n = f.timeline.len() - 1;
-    let last = good(n) - good(at(f.timeline[n][0] - 1_000.0));
+    let (last, before) = good_last_second_and_before(&f);
     assert!(
         last > before * 0.5,
         "{last} good calls in the last second, {before} before"
@@ -130,4 +131,93 @@ fn a_restart_under_load_gets_a_new_process_on_the_same_ports_and_the_load_comes_
     // Its counts went with the old process: none is claimed.
     assert_eq!(f.order_answered, None);
     assert!(common::children_of_this_process().is_empty());
+}
+
+/// The good calls in the last second of the run, and in the second before
+/// the fault began.
+fn good_last_second_and_before(f: &lab::measure::record::FaultRecord) -> (f64, f64) {
+    let good = |i: usize| f.timeline[i][1] - f.timeline[i][2];
+    let at = |ms: f64| f.timeline.iter().position(|s| s[0] >= ms).unwrap();
+    let before = good(at(f.at_ms - 100.0)) - good(at(f.at_ms - 1_100.0));
+    let n = f.timeline.len() - 1;
+    (good(n) - good(at(f.timeline[n][0] - 1_000.0)), before)
+}
+
+#[test]
+fn a_postgres_restart_under_load_ends_order_services_sessions_and_it_serves_again() {
+    let out = common::temp_dir("fault-pgrestart");
+    let mut cfg = common::service_config(&out);
+    let pg = lab::measure::services::OwnPostgres::start().expect("the lab's own Postgres");
+    let db = lab::measure::services::Databases::from_server_url(&pg.url()).unwrap();
+    lab::measure::services::seed_into(&cfg.bins, &db).unwrap();
+    cfg.own_postgres = Some((Arc::new(pg), db));
+    let mut lab = lab_with(cfg, out);
+    let cell = Cell::closed("grpc", 1, 16, 16).with_env(Env {
+        fault: Some(Fault::PostgresRestart),
+        store: Some(Store::OwnPostgres),
+        ..Env::default()
+    });
+    let r = lab.measure("faults", &cell, 1).unwrap();
+    // order-service ran on the lab's Postgres, user-service in memory.
+    assert!(
+        r.service_env
+            .get("order-service ORDER_DATABASE_URL")
+            .is_some_and(|u| u.contains("127.0.0.1:")),
+        "{:?}",
+        r.service_env
+    );
+    assert!(!r.service_env.contains_key("user-service USER_DATABASE_URL"));
+    let f = r.fault.clone().expect("the fault's record");
+    assert!(f.end_ms > f.at_ms, "{f:?}");
+    let (calls, errors) = both_sides_agree(&r);
+    // order-service lived through it: its own count is there, and it
+    // answered what user-service got, and at most the calls in flight
+    // besides.
+    let unused = f.order_answered.expect("order-service lived through it") - (calls - errors);
+    assert!((0.0..=16.0).contains(&unused), "{unused} unused");
+    // Its sessions ended under it: order-service answered lookups with an
+    // error while Postgres was down (its own count), which user-service
+    // sent again (gRPC resends UNAVAILABLE) or passed on as failed calls.
+    let refused = f
+        .order_refused
+        .expect("order-service's count of error answers");
+    assert!(refused >= 1.0, "order-service met no error: {f:?}");
+    // It serves again: the last second's good calls as in the second
+    // before the restart, within half.
+    let (last, before) = good_last_second_and_before(&f);
+    assert!(
+        last > before * 0.5,
+        "{last} good calls in the last second, {before} before"
+    );
+}
+
+#[test]
+fn a_silence_of_the_delay_proxy_holds_the_calls_and_they_are_answered_after_it() {
+    let mut lab = lab("fault-hold");
+    let cell = Cell::closed("h2c-proto", 1, 16, 16).with_env(Env {
+        fault: Some(Fault::Silence { ms: 2_000 }),
+        rtt_ms: Some(2),
+        ..Env::default()
+    });
+    let r = lab.measure("faults", &cell, 1).unwrap();
+    let f = r.fault.clone().expect("the fault's record");
+    assert!(f.end_ms - f.at_ms >= 2_000.0, "{f:?}");
+    // The proxy held what was sent during the silence.
+    let proxy = r.proxy.expect("the delay proxy's record");
+    assert!(proxy.held >= 1.0, "{proxy:?}");
+    // Under the 5 s timeout, every held call was answered late, none
+    // failed: k6 saw calls over a second, and no failed one.
+    let (_, errors) = both_sides_agree(&r);
+    assert_eq!(errors, 0.0);
+    let slow = k6::endings(&r.k6_summary).unwrap().slow;
+    assert!(slow >= 1.0, "{slow} calls over 1 s");
+    // No good call came back during the silence (the timeline's good
+    // count stands still between two samples well inside it).
+    let good_at = |ms: f64| {
+        let s = f.timeline.iter().find(|s| s[0] >= ms).unwrap();
+        s[1] - s[2]
+    };
+    assert_eq!(good_at(f.at_ms + 300.0), good_at(f.end_ms - 300.0));
+    let (last, before) = good_last_second_and_before(&f);
+    assert!(last > before * 0.5, "{last} good, {before} before");
 }

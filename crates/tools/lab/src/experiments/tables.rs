@@ -211,7 +211,7 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
                 // A cell in memory has no database whose CPU to count.
                 let in_memory = match c.env.store {
                     Some(Store::Memory) => true,
-                    Some(Store::Postgres) => false,
+                    Some(Store::Postgres | Store::OwnPostgres) => false,
                     None => cx.store.starts_with("in memory"),
                 };
                 if *m == CpuPostgres && in_memory {

@@ -268,6 +268,10 @@ pub enum Store {
     /// Postgres: `--database-url`, or the local default
     /// ([`crate::measure::services::DEFAULT_DATABASE_URL`]).
     Postgres,
+    /// order-service on a Postgres server of the lab's own, which the cell
+    /// may restart ([`crate::measure::services::OwnPostgres`]); user-service
+    /// in memory, so that only order-service meets what its database does.
+    OwnPostgres,
 }
 
 impl Store {
@@ -275,7 +279,13 @@ impl Store {
         match self {
             Store::Memory => "memory",
             Store::Postgres => "postgres",
+            Store::OwnPostgres => "own-postgres",
         }
+    }
+
+    /// Whether user-service keeps its data in memory on this store.
+    pub fn user_service_in_memory(store: Option<Store>) -> bool {
+        matches!(store, Some(Store::Memory | Store::OwnPostgres))
     }
 }
 
@@ -379,6 +389,7 @@ impl Env {
             None => "",
             Some(Store::Memory) => "-mem",
             Some(Store::Postgres) => "-pg",
+            Some(Store::OwnPostgres) => "-ownpg",
         };
         let rate = self
             .rate_mbit
@@ -445,6 +456,9 @@ impl Env {
             None => {}
             Some(Store::Memory) => s.push_str(", in memory"),
             Some(Store::Postgres) => s.push_str(", on Postgres"),
+            Some(Store::OwnPostgres) => {
+                s.push_str(", order-service on the lab's own Postgres, user-service in memory");
+            }
         }
         s
     }

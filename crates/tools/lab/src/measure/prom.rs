@@ -26,24 +26,33 @@ const ORDER_ROUTES: &[&str] = &[
 ];
 
 /// What one order-service replica's `/metrics` says of its work: the calls
-/// for orders it answered well, and the connections open on its listeners.
+/// for orders it answered well and those it answered otherwise (an error
+/// status), and the connections open on its listeners.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ReplicaCounters {
     pub answered: f64,
+    pub refused: f64,
     pub connections: f64,
 }
 
 impl ReplicaCounters {
     pub fn of(samples: &[Sample]) -> ReplicaCounters {
-        let answered = samples
-            .iter()
-            .filter(|s| s.name == "order_requests_total")
-            .filter(|s| {
-                s.labels
-                    .get("route")
-                    .is_some_and(|r| ORDER_ROUTES.contains(&r.as_str()))
-            })
+        let lookups = || {
+            samples
+                .iter()
+                .filter(|s| s.name == "order_requests_total")
+                .filter(|s| {
+                    s.labels
+                        .get("route")
+                        .is_some_and(|r| ORDER_ROUTES.contains(&r.as_str()))
+                })
+        };
+        let answered = lookups()
             .filter(|s| answered_well(&s.labels))
+            .map(|s| s.value)
+            .sum();
+        let refused = lookups()
+            .filter(|s| !answered_well(&s.labels))
             .map(|s| s.value)
             .sum();
         // The scrape's own connection is open on the REST listener while
@@ -57,6 +66,7 @@ impl ReplicaCounters {
         let connections = connections.max(0.0);
         ReplicaCounters {
             answered,
+            refused,
             connections,
         }
     }
@@ -316,6 +326,10 @@ order_connections_open{listener="grpc"} 4
 "#;
         let c = ReplicaCounters::of(&parse(text).expect("parses"));
         assert_eq!(c.answered, 15.0);
+        assert_eq!(
+            c.refused, 300.0,
+            "the lookups' error answers, not /metrics'"
+        );
         assert_eq!(
             c.connections, 5.0,
             "the scrape's own connection is not counted"

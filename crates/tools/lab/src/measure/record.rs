@@ -130,6 +130,10 @@ pub struct FaultRecord {
     /// restarted (its counts went with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order_answered: Option<f64>,
+    /// order-service's lookups answered with an error status over the run
+    /// (a store unavailable, a deadline passed), counted as `order_answered`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_refused: Option<f64>,
 }
 
 /// One replica over a measured run, from its own `/metrics` and /proc.
@@ -177,6 +181,10 @@ pub struct ProxyRecord {
     /// measured run, the maximum over the whole round (warm-up included).
     pub late_mean_us: f64,
     pub late_max_us: f64,
+    /// Chunks, FINs and resets that waited for the proxy's hold (a fault's
+    /// silence) to end.
+    #[serde(default)]
+    pub held: f64,
     /// CPU of the lab's process, where the proxy's threads run, µs.
     pub cpu_us: f64,
 }

@@ -71,6 +71,7 @@ impl Schedule {
                     .is_some_and(|r| matches!(r.balance, Balance::L4 | Balance::L7))
             }),
             postgres: envs.iter().any(|e| e.store == Some(Store::Postgres)),
+            own_postgres: envs.iter().any(|e| e.store == Some(Store::OwnPostgres)),
         }
     }
 
@@ -114,6 +115,8 @@ pub struct Needs {
     pub haproxy: bool,
     /// A Postgres server (cells that ask for it whatever the run's store).
     pub postgres: bool,
+    /// A Postgres server of the lab's own (cells that restart it).
+    pub own_postgres: bool,
 }
 
 impl Needs {
@@ -123,6 +126,7 @@ impl Needs {
             certs: self.certs || o.certs,
             haproxy: self.haproxy || o.haproxy,
             postgres: self.postgres || o.postgres,
+            own_postgres: self.own_postgres || o.own_postgres,
         }
     }
 }

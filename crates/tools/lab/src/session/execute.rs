@@ -75,7 +75,7 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     let needs = schedules
         .iter()
         .fold(Needs::default(), |n, (_, s)| n.and(s.needs()));
-    let (svc, postgres_missing) = services_of(&opts, bins, needs, &dir)?;
+    let (svc, postgres_missing, own_postgres_missing) = services_of(&opts, bins, needs, &dir)?;
     let haproxy_missing = preflight::haproxy_missing(needs);
     preflight::check_taskset(svc.pin)?;
     let mut info = RunInfo {
@@ -137,6 +137,12 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         info.skipped.extend(skipped);
         write_json(&dir.join("run.json"), &info)?;
     }
+    if let Some(why) = &own_postgres_missing {
+        let (keep, skipped) = preflight::without_own_postgres(work.cells, why);
+        work.cells = keep;
+        info.skipped.extend(skipped);
+        write_json(&dir.join("run.json"), &info)?;
+    }
     if let Some(why) = preflight::packet_path_missing(&work.cells) {
         let (keep, skipped) = preflight::without_packet_path(work.cells, &why);
         work.cells = keep;
@@ -194,20 +200,22 @@ fn held(results: &Results) -> u32 {
 
 /// How the run starts its services: the binaries, the run's store and the
 /// one of cells on Postgres, pinning, logs, and the run's throwaway TLS
-/// certificates when a cell needs them; and why the cells on Postgres
-/// cannot be measured, when they cannot.
+/// certificates when a cell needs them, and the lab's own Postgres when a
+/// cell restarts it; and why the cells on Postgres, and those on the lab's
+/// own, cannot be measured, when they cannot.
 fn services_of(
     opts: &RunOptions,
     bins: services::Binaries,
     needs: Needs,
     dir: &Path,
-) -> anyhow::Result<(ServiceConfig, Option<String>)> {
+) -> anyhow::Result<(ServiceConfig, Option<String>, Option<String>)> {
     let databases = opts
         .database_url
         .as_deref()
         .map(Databases::from_server_url)
         .transpose()?;
     let (store_databases, postgres_missing) = preflight::store_databases(opts, &bins, needs);
+    let (own_postgres, own_postgres_missing) = preflight::own_postgres(opts, &bins, needs);
     let certs = if needs.certs {
         let certs = tls::generate::write_lab_certs(&dir.join("certs"))
             .context("making the run's throwaway TLS certificates")?;
@@ -223,12 +231,13 @@ fn services_of(
         bins,
         databases,
         store_databases,
+        own_postgres,
         target: opts.target.clone(),
         pin: opts.pin,
         log_dir: dir.join("logs"),
         certs,
     };
-    Ok((config, postgres_missing))
+    Ok((config, postgres_missing, own_postgres_missing))
 }
 
 /// Measures the work in its order: every grid's cells, the ladders, the

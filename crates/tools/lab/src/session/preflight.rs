@@ -317,7 +317,7 @@ pub fn packet_path_missing(cells: &[(String, Cell)]) -> Option<String> {
         }
         Some(why) => {
             println!(
-                "packet path: {why}; its cells are skipped and listed in the report (run as root, or `--path proxy` for rtt, compression and tls)"
+                "packet path: {why}; its cells are skipped and listed in the report (run as root, or `--path proxy` for rtt, compression, tls and the silences of faults)"
             );
             Some(why)
         }
@@ -377,6 +377,52 @@ pub fn without_postgres(
     why: &str,
 ) -> (Vec<(String, Cell)>, Vec<Skipped>) {
     skip_where(cells, |c| c.env.store == Some(Store::Postgres), why)
+}
+
+/// The lab's own Postgres server, started and seeded, when a cell asks for
+/// it ([`Store::OwnPostgres`]); when it cannot be made, `None` and why
+/// (said once), and those cells are skipped.
+pub fn own_postgres(
+    opts: &RunOptions,
+    bins: &Binaries,
+    needs: Needs,
+) -> (
+    Option<(std::sync::Arc<services::OwnPostgres>, Databases)>,
+    Option<String>,
+) {
+    if !needs.own_postgres || opts.target.is_some() {
+        return (None, None);
+    }
+    let made = services::OwnPostgres::start().and_then(|pg| {
+        let db = Databases::from_server_url(&pg.url())?;
+        services::seed_into(bins, &db)?;
+        Ok((std::sync::Arc::new(pg), db))
+    });
+    match made {
+        Ok((pg, db)) => {
+            println!(
+                "postgres: the cells that restart Postgres use the lab's own server, at {}",
+                services::authority(&pg.url())
+            );
+            (Some((pg, db)), None)
+        }
+        Err(e) => {
+            let why = format!("the lab's own Postgres server cannot be made ({e:#})");
+            println!(
+                "postgres: {why}; the cells that restart it are skipped, and listed in the report"
+            );
+            (None, Some(why))
+        }
+    }
+}
+
+/// The cells on the lab's own Postgres taken out of `cells`, each as
+/// skipped with `why`.
+pub fn without_own_postgres(
+    cells: Vec<(String, Cell)>,
+    why: &str,
+) -> (Vec<(String, Cell)>, Vec<Skipped>) {
+    skip_where(cells, |c| c.env.store == Some(Store::OwnPostgres), why)
 }
 
 #[cfg(test)]

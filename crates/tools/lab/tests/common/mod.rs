@@ -223,6 +223,7 @@ pub fn service_config(log_dir: &Path) -> lab::measure::services::ServiceConfig {
         },
         databases: None,
         store_databases: None,
+        own_postgres: None,
         target: None,
         pin: false,
         log_dir: log_dir.to_path_buf(),

@@ -47,6 +47,8 @@ pub struct Figures {
     /// user-service counted: answers made and never used. `None` when the
     /// process that counted them did not live through the fault.
     pub unused: Option<f64>,
+    /// order-service's lookups answered with an error; `None` as `unused`.
+    pub refused: Option<f64>,
 }
 
 /// The good calls (calls less errors) at each sample: `(ms, good)`.
@@ -126,5 +128,6 @@ pub fn of(r: &RoundRecord) -> Option<Figures> {
         after_ms: f.timeline.last().map_or(0.0, |l| l[0] - f.end_ms),
         unmatched: r.k6.requests - calls,
         unused: f.order_answered.map(|a| a - got),
+        refused: f.order_refused,
     })
 }

@@ -3,7 +3,9 @@
 //! the measured run: a replica killed among three (balanced by
 //! user-service, or behind HAProxy L4 or L7) and started again 5 s later;
 //! order-service restarted gracefully; the path between the services
-//! silent for 2 s and 10 s; every connection reset at once.
+//! silent for 2 s and 10 s (a packet path, or with `--path proxy` the delay
+//! proxy holding every byte); every connection reset at once; Postgres
+//! restarted under order-service (a server of the lab's own).
 //!
 //! Each cell is read from both sides: k6 counts how every call ended (by
 //! the status user-service gave, and the calls slower than 1 s);
@@ -29,7 +31,7 @@ pub struct Faults;
 impl Experiment for Faults {
     type Plan = FaultsPlan;
     const NAME: &'static str = "faults";
-    const ABOUT: &'static str = "What each transport does when the other side fails under load: a replica killed, a restart, a silent path, every connection reset; failed calls, slow calls, recovery, counted on both sides";
+    const ABOUT: &'static str = "What each transport does when the other side fails under load: a replica killed, a restart, a silent path, every connection reset, Postgres restarted; failed calls, slow calls, recovery, counted on both sides";
 
     fn target() -> Result<(), &'static str> {
         Err("it kills, restarts and cuts off the services it started")
@@ -57,7 +59,7 @@ impl Experiment for Faults {
         let singles = [Fault::Restart]
             .into_iter()
             .chain(silences.iter().map(|&ms| Fault::Silence { ms }))
-            .chain([Fault::Reset]);
+            .chain([Fault::Reset, Fault::PostgresRestart]);
         for fault in singles {
             cases.push(Case {
                 fault,
@@ -82,6 +84,7 @@ impl Experiment for Faults {
             pool: 16,
             path_rtt_ms: 2,
             cc: knobs.cc,
+            path: knobs.path,
             recommended,
         }
     }

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::cell::{Balance, Cell, Env, Fault, PacketPath, Replicas};
+use crate::experiment::PathChoice;
+use crate::measure::cell::{Balance, Cell, Env, Fault, PacketPath, Replicas, Store};
 
 /// One fault and where it strikes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,11 +26,20 @@ impl Case {
         matches!(self.fault, Fault::Kill { .. } | Fault::Silence { .. })
     }
 
-    /// The case's name in tables: the fault, and its balancer.
-    pub fn title(&self) -> String {
-        match self.balance {
-            Some(b) => format!("{}, three replicas {}", self.fault.describe(), balance_text(b)),
-            None => self.fault.describe(),
+    /// The case's name in tables: the fault, where it strikes, and what
+    /// carries a silence.
+    pub fn title(&self, path: PathChoice) -> String {
+        match (self.fault, self.balance) {
+            (_, Some(b)) => format!("{}, three replicas {}", self.fault.describe(), balance_text(b)),
+            (Fault::Silence { ms }, None) if path == PathChoice::Proxy => format!(
+                "the delay proxy holding every byte for {} s (no RST; the kernels still acknowledge)",
+                f64::from(ms) / 1e3
+            ),
+            (Fault::PostgresRestart, None) => format!(
+                "{}, order-service on the lab's own Postgres, user-service in memory",
+                self.fault.describe()
+            ),
+            (_, None) => self.fault.describe(),
         }
     }
 }
@@ -57,6 +67,10 @@ pub struct FaultsPlan {
     /// The silent path's own round trip, ms, and its congestion control.
     pub path_rtt_ms: u32,
     pub cc: netpath::CongestionControl,
+    /// What is silenced: a packet path, or the delay proxy holding bytes
+    /// (`--path proxy`, where this machine has no packet path).
+    #[serde(default)]
+    pub path: PathChoice,
     /// The cases measured with the recommended settings too
     /// ([`crate::measure::cell::RECOMMENDED`]): every one they act on, or
     /// in the quick plan those where they act most (a replica killed under
@@ -87,6 +101,7 @@ pub fn not_measured(via: &str, case: &Case) -> Option<&'static str> {
 
 impl FaultsPlan {
     pub fn cell(&self, via: &str, orders: u32, case: &Case, recommended: bool) -> Cell {
+        let silent = matches!(case.fault, Fault::Silence { .. });
         let env = Env {
             fault: Some(case.fault),
             recommended,
@@ -96,10 +111,12 @@ impl FaultsPlan {
                 slow: false,
                 rotation: false,
             }),
-            path: matches!(case.fault, Fault::Silence { .. }).then(|| PacketPath {
+            path: (silent && self.path == PathChoice::Packets).then(|| PacketPath {
                 cc: self.cc,
                 ..PacketPath::rtt(self.path_rtt_ms)
             }),
+            rtt_ms: (silent && self.path == PathChoice::Proxy).then_some(self.path_rtt_ms),
+            store: (case.fault == Fault::PostgresRestart).then_some(Store::OwnPostgres),
             ..Env::default()
         };
         Cell::closed(via, orders, self.vus, self.pool).with_env(env)

@@ -4,7 +4,7 @@
 
 use super::figures::{self, Figures, RECOVERED};
 use super::plan::{Case, FaultsPlan, not_measured};
-use crate::experiment::Context;
+use crate::experiment::{Context, PathChoice};
 use crate::experiments::tables::method;
 use crate::measure::cell::{Cell, Fault};
 use crate::measure::runner::fault::SAMPLE_MS;
@@ -86,7 +86,7 @@ fn unused_missing(fault: Fault) -> Value {
 
 fn table(p: &FaultsPlan, cx: &Context, case: &Case, orders: u32) -> (Table, Vec<Row>) {
     let mut t = Table {
-        caption: format!("{}; {}", case.title(), f::orders(orders)),
+        caption: format!("{}; {}", case.title(p.path), f::orders(orders)),
         headers: [
             "transport",
             "settings",
@@ -100,6 +100,7 @@ fn table(p: &FaultsPlan, cx: &Context, case: &Case, orders: u32) -> (Table, Vec<
             "rate back within 10%, s",
             "k6 requests − user-service calls",
             "order-service answers unused",
+            "order-service error answers",
         ]
         .map(String::from)
         .to_vec(),
@@ -113,11 +114,15 @@ fn table(p: &FaultsPlan, cx: &Context, case: &Case, orders: u32) -> (Table, Vec<
         for rec in p.settings(case) {
             let cell = p.cell(via, orders, case, rec);
             let rs = rounds(cx, &cell);
-            let unused = if rs.iter().all(|r| r.unused.is_some()) && !rs.is_empty() {
-                Value::range(spread(&rs, |r| r.unused.unwrap_or(0.0)), "calls")
-            } else {
-                unused_missing(case.fault)
+            let counted = |pick: fn(&Figures) -> Option<f64>| {
+                if rs.iter().all(|r| pick(r).is_some()) && !rs.is_empty() {
+                    Value::range(spread(&rs, |r| pick(r).unwrap_or(0.0)), "calls")
+                } else {
+                    unused_missing(case.fault)
+                }
             };
+            let unused = counted(|r| r.unused);
+            let refused = counted(|r| r.refused);
             t.rows.push(vec![
                 Value::text(via.clone()),
                 Value::text(if rec { "recommended" } else { "defaults" }),
@@ -136,6 +141,7 @@ fn table(p: &FaultsPlan, cx: &Context, case: &Case, orders: u32) -> (Table, Vec<
                 recovery(&rs, |r| r.back_ms),
                 Value::range(spread(&rs, |r| r.unmatched), "calls"),
                 unused,
+                refused,
             ]);
             rows.push(Row::of(via, rec, &rs));
         }
@@ -332,9 +338,15 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
              rate is within {:.0}% of the rate before (read from {:.0} s into the run to the fault). \
              Both sides count: k6's requests against user-service's calls, and order-service's \
              lookups answered well against the good calls user-service got (answers made and \
-             never used). The silent path is a packet path of {} ms round trip ({}) whose every \
-             packet is dropped both ways; the reset is `ss -K` on user-service's connections, \
-             which makes the kernel send order-service a RST. Each transport runs with \
+             never used), and order-service's own count of lookups it answered with an error \
+             (its store unavailable, a deadline passed), which user-service may have sent \
+             again. {} The reset is `ss -K` on user-service's connections, \
+             which makes the kernel send order-service a RST. The Postgres restart runs \
+             order-service on a Postgres server the lab made for the run (initdb, durability \
+             off) and user-service in memory, unlike every other cell here (both in memory), \
+             and restarts it with `pg_ctl restart -m fast`: every session ended, the server \
+             refusing connections until it is back, order-service running throughout. Each \
+             transport runs with \
              user-service's defaults, and where they act also with the recommended settings \
              below. The defaults: an upstream timeout of 5 s (sent to order-service as the \
              call's deadline), no connect timeout of its own, no keep-alive pings, and a read \
@@ -347,8 +359,7 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
             crate::measure::cell::Fault::AFTER_S,
             (1.0 - RECOVERED) * 100.0,
             figures::SETTLE_MS / 1e3,
-            p.path_rtt_ms,
-            p.cc.name()
+            silence_method(p),
         ),
     ));
     let mut unmeasured: Vec<String> = Vec::new();
@@ -381,8 +392,30 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
 }
 
 /// The settings the recommended cells change, each against its default.
+/// How the silent path is made, in words.
+fn silence_method(p: &FaultsPlan) -> String {
+    match p.path {
+        PathChoice::Packets => format!(
+            "The silent path is a packet path of {} ms round trip ({}) whose every packet is \
+             dropped both ways.",
+            p.path_rtt_ms,
+            p.cc.name()
+        ),
+        PathChoice::Proxy => format!(
+            "The silence is the delay proxy of {} ms round trip holding every byte, FIN and \
+             reset both ways (`--path proxy`): the programs on each side see a silent path, but \
+             their kernels still acknowledge what they send, so TCP keep-alive and \
+             `TCP_USER_TIMEOUT` see nothing wrong and only HTTP/2 pings and timeouts do; a new \
+             connection opens at once (it would wait for a SYN's answer on a real path), and \
+             what was held arrives the moment the silence ends (a real path's retransmissions \
+             back off). On a packet path the silence is the real one.",
+            p.path_rtt_ms
+        ),
+    }
+}
+
 fn settings_table(p: &FaultsPlan) -> Table {
-    let acts: Vec<String> = p.recommended.iter().map(Case::title).collect();
+    let acts: Vec<String> = p.recommended.iter().map(|c| c.title(p.path)).collect();
     Table {
         caption: "The settings that differ in the recommended cells (user-service's; every other \
                   is the default)"
@@ -436,7 +469,7 @@ fn overview(p: &FaultsPlan, all: &[(Case, u32, Vec<Row>)]) -> Table {
     let orders = p.orders.first().copied().unwrap_or(1);
     let cases: Vec<&(Case, u32, Vec<Row>)> = all.iter().filter(|(_, o, _)| *o == orders).collect();
     let mut headers = vec!["transport".to_owned()];
-    headers.extend(cases.iter().map(|(c, _, _)| c.title()));
+    headers.extend(cases.iter().map(|(c, _, _)| c.title(p.path)));
     let mut t = Table {
         caption: format!(
             "Every fault, {}, user-service's defaults: failed calls · seconds until the rate was back",
@@ -473,7 +506,7 @@ fn overview(p: &FaultsPlan, all: &[(Case, u32, Vec<Row>)]) -> Table {
             .filter_map(|r| r.back_s.map(|b| (r, b, r.failed.unwrap_or(f64::MAX))))
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)))
         {
-            soonest.push(format!("{}: {}", case.title(), best.0.via));
+            soonest.push(format!("{}: {}", case.title(p.path), best.0.via));
         }
     }
     t.reading = if soonest.is_empty() {

@@ -1,6 +1,7 @@
 use super::figures::{self, recovery};
 use super::*;
-use crate::measure::cell::Cell;
+use crate::experiment::PathChoice;
+use crate::measure::cell::{Cell, Store};
 use crate::measure::record::FaultRecord;
 
 /// A timeline at 100 good calls a second, sampled every 100 ms, with no
@@ -77,19 +78,27 @@ fn every_family_meets_every_fault_but_where_it_cannot() {
         assert!(measured.len() >= 5, "{case:?}: {measured:?}");
     }
     let cells = p.cells();
-    // HTTP/3 meets a restart and the silent path (with the defaults and
-    // the recommended settings), never HAProxy or a reset.
+    // HTTP/3 meets a restart, the silent path (with the defaults and the
+    // recommended settings) and Postgres's restart, never HAProxy or a
+    // reset.
     let h3: Vec<&Cell> = cells
         .iter()
         .filter(|c| c.via == transports::H3_PROTO)
         .collect();
-    assert_eq!(h3.len(), 3, "{h3:?}");
+    assert_eq!(h3.len(), 4, "{h3:?}");
     assert!(h3.iter().all(|c| c.env.replicas.is_none() && c.env.fault != Some(Fault::Reset)));
     // A silent path is a packet path; a killed replica has two others; the
     // recommended settings meet only the faults they act on.
     for c in &cells {
         let fault = c.env.fault.expect("every cell has its fault");
         assert_eq!(c.env.path.is_some(), matches!(fault, Fault::Silence { .. }));
+        assert_eq!(c.env.rtt_ms, None);
+        // Only Postgres's restart runs on a Postgres, the lab's own.
+        assert_eq!(
+            c.env.store == Some(Store::OwnPostgres),
+            fault == Fault::PostgresRestart
+        );
+        assert!(matches!(c.env.store, None | Some(Store::OwnPostgres)));
         assert_eq!(
             c.env.replicas.is_some(),
             matches!(fault, Fault::Kill { .. }),
@@ -111,6 +120,32 @@ fn every_family_meets_every_fault_but_where_it_cannot() {
         2 * (3 * 6 - 1 + 2 * 7),
         "1 and 100 orders: kills (no raw TCP at L7), both silences"
     );
+}
+
+#[test]
+fn with_path_proxy_the_silence_is_the_delay_proxy_holding_bytes() {
+    let p = Faults::plan(&Knobs {
+        quick: true,
+        path: PathChoice::Proxy,
+        ..Knobs::default()
+    });
+    let silent: Vec<Cell> = p
+        .cells()
+        .into_iter()
+        .filter(|c| matches!(c.env.fault, Some(Fault::Silence { .. })))
+        .collect();
+    assert!(!silent.is_empty());
+    for c in &silent {
+        assert_eq!(c.env.path, None, "{}", c.label());
+        assert_eq!(c.env.rtt_ms, Some(p.path_rtt_ms), "{}", c.label());
+    }
+    let case = p
+        .cases
+        .iter()
+        .find(|c| matches!(c.fault, Fault::Silence { .. }))
+        .unwrap();
+    assert!(case.title(p.path).starts_with("the delay proxy holding every byte"));
+    assert!(case.title(PathChoice::Packets).starts_with("the path silent"));
 }
 
 #[test]

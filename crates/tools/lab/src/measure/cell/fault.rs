@@ -32,6 +32,10 @@ pub enum Fault {
     /// Every TCP connection between the services reset at once (RST both
     /// ways), as a load balancer or a NAT losing its state does.
     Reset,
+    /// order-service's Postgres (a server of the lab's own) restarted with
+    /// `pg_ctl restart -m fast`: every session ended, the server down until
+    /// it accepts connections again, order-service running throughout.
+    PostgresRestart,
 }
 
 impl Fault {
@@ -46,7 +50,7 @@ impl Fault {
     pub fn planned_s(self) -> f64 {
         match self {
             Fault::Kill { down_ms } | Fault::Silence { ms: down_ms } => f64::from(down_ms) / 1e3,
-            Fault::Restart | Fault::Reset => 0.0,
+            Fault::Restart | Fault::Reset | Fault::PostgresRestart => 0.0,
         }
     }
 
@@ -63,6 +67,7 @@ impl Fault {
             Fault::Restart => "restart".to_owned(),
             Fault::Silence { ms } => format!("silent{ms}"),
             Fault::Reset => "rst".to_owned(),
+            Fault::PostgresRestart => "pgrestart".to_owned(),
         }
     }
 
@@ -79,6 +84,9 @@ impl Fault {
                 f64::from(ms) / 1e3
             ),
             Fault::Reset => "every connection reset (RST)".to_owned(),
+            Fault::PostgresRestart => {
+                "order-service's Postgres restarted (pg_ctl restart -m fast)".to_owned()
+            }
         }
     }
 }

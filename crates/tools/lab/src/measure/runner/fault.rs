@@ -22,7 +22,7 @@ use nix::sys::signal::Signal;
 use super::scrape::{load_began, replica as scrape_replica, upstream_now};
 use crate::measure::cell::Fault;
 use crate::measure::record::FaultRecord;
-use crate::measure::services::{ChildGuard, Running, process};
+use crate::measure::services::{ChildGuard, OwnPostgres, Running, process};
 
 /// How often user-service's counters are read during a fault's run, ms.
 pub const SAMPLE_MS: u64 = 100;
@@ -40,25 +40,26 @@ pub(super) struct Watch<'a> {
     pub log_dir: &'a Path,
     pub header: &'a str,
     pub stop: &'a Arc<AtomicBool>,
+    /// The lab's own Postgres, which a [`Fault::PostgresRestart`] restarts.
+    pub own_postgres: Option<&'a OwnPostgres>,
 }
 
-/// order-service's count of lookups answered well, every replica's
-/// together; `None` when one cannot be read.
-fn order_answered(running: &Running) -> Option<f64> {
-    if running.replicas.is_empty() {
-        return scrape_replica(running.ports.order_rest_addr(), "/metrics")
+/// order-service's counts of lookups answered well and answered with an
+/// error, every replica's together; `None` when one cannot be read.
+fn order_counts(running: &Running) -> Option<(f64, f64)> {
+    let one = |rest, path: &str| {
+        scrape_replica(rest, path)
             .ok()
-            .map(|c| c.answered);
+            .map(|c| (c.answered, c.refused))
+    };
+    if running.replicas.is_empty() {
+        return one(running.ports.order_rest_addr(), "/metrics");
     }
     running
         .replicas
         .iter()
-        .map(|rep| {
-            scrape_replica(rep.rest, &rep.metrics_path)
-                .ok()
-                .map(|c| c.answered)
-        })
-        .sum()
+        .map(|rep| one(rep.rest, &rep.metrics_path))
+        .try_fold((0.0, 0.0), |(a, r), c| c.map(|(ca, cr)| (a + ca, r + cr)))
 }
 
 impl Watch<'_> {
@@ -69,7 +70,7 @@ impl Watch<'_> {
     pub fn around<T>(&self, load: impl FnOnce() -> T) -> (T, anyhow::Result<FaultRecord>) {
         let counted = !matches!(self.fault, Fault::Kill { .. } | Fault::Restart);
         let before = if counted {
-            order_answered(self.running)
+            order_counts(self.running)
         } else {
             None
         };
@@ -84,7 +85,10 @@ impl Watch<'_> {
             (out, watched)
         });
         let watched = watched.map(|mut rec| {
-            rec.order_answered = before.and_then(|b| order_answered(self.running).map(|a| a - b));
+            let during = before
+                .and_then(|(a0, r0)| order_counts(self.running).map(|(a, r)| (a - a0, r - r0)));
+            rec.order_answered = during.map(|d| d.0);
+            rec.order_refused = during.map(|d| d.1);
             rec
         });
         (out, watched)
@@ -161,21 +165,39 @@ impl Watch<'_> {
                 rec.end_ms = ms(Instant::now());
             }
             Fault::Silence { ms: length } => {
-                let on = self
-                    .running
-                    .path
-                    .as_ref()
-                    .context("a silent path needs the packet path")?;
-                on.path.silence(true);
+                // The packet path drops every packet; the delay proxy,
+                // where there is none, holds every byte.
+                let silence = |on: bool| match (&self.running.path, &self.running.proxy) {
+                    (Some(p), _) => {
+                        p.path.silence(on);
+                        Ok(())
+                    }
+                    (None, Some(proxy)) => {
+                        proxy.hold(on);
+                        Ok(())
+                    }
+                    (None, None) => Err(anyhow::anyhow!(
+                        "a silence needs the packet path or the delay proxy between the services"
+                    )),
+                };
+                silence(true)?;
                 rec.at_ms = ms(Instant::now());
                 std::thread::sleep(Duration::from_millis(u64::from(length)));
-                on.path.silence(false);
+                silence(false)?;
                 rec.end_ms = ms(Instant::now());
             }
             Fault::Reset => {
                 rec.at_ms = ms(Instant::now());
                 rec.reset_sockets = Some(self.reset()?);
                 rec.end_ms = rec.at_ms;
+            }
+            Fault::PostgresRestart => {
+                let pg = self
+                    .own_postgres
+                    .context("a Postgres restart needs the lab's own Postgres server")?;
+                rec.at_ms = ms(Instant::now());
+                pg.restart()?;
+                rec.end_ms = ms(Instant::now());
             }
         }
         Ok(rec)

@@ -201,6 +201,7 @@ impl Lab {
                     log_dir: &self.services.log_dir,
                     header,
                     stop: &self.stop,
+                    own_postgres: self.services.own_postgres.as_ref().map(|(pg, _)| &**pg),
                 };
                 let (run, watched) =
                     watch.around(|| self.run_k6(script, env, &tmp.join("measured.json")));
@@ -332,6 +333,7 @@ impl Lab {
                     connections: d.connections as f64,
                     late_mean_us: d.mean_late().as_secs_f64() * 1e6,
                     late_max_us: d.late_ns_max as f64 / 1e3,
+                    held: d.held as f64,
                     cpu_us: us(after.lab - before.lab),
                 })
             }

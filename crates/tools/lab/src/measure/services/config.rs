@@ -23,6 +23,9 @@ pub struct ServiceConfig {
     /// whatever the run's store: `--database-url`'s, or the local
     /// default's; `None` when no cell asks or the server is unreachable.
     pub store_databases: Option<Databases>,
+    /// The lab's own Postgres server ([`Store::OwnPostgres`]) and its
+    /// databases (seeded), when a cell asks for it and it could be made.
+    pub own_postgres: Option<(std::sync::Arc<super::OwnPostgres>, Databases)>,
     /// A stack the lab measures without starting it (`--target`).
     pub target: Option<Target>,
     /// `--pin`: order-service on CPU 0, user-service on CPU 1 (k6 unpinned).
@@ -44,6 +47,12 @@ impl ServiceConfig {
             Some(Store::Postgres) => match &self.store_databases {
                 Some(d) => Ok(Some(d)),
                 None => bail!("a cell on Postgres, but the run has no Postgres server"),
+            },
+            // user-service stays in memory there
+            // (`Store::user_service_in_memory`).
+            Some(Store::OwnPostgres) => match &self.own_postgres {
+                Some((_, d)) => Ok(Some(d)),
+                None => bail!("a cell on the lab's own Postgres, but the run has none"),
             },
         }
     }

@@ -16,7 +16,7 @@ use super::config::{Ports, ServiceConfig};
 use super::path::OnPath;
 use super::process::{ChildGuard, check_pinned, command, env_of, log_file, wait_ready};
 use super::running::Running;
-use crate::measure::cell::{Env, RECOMMENDED};
+use crate::measure::cell::{Env, RECOMMENDED, Store};
 
 /// Starts order-service, and user-service pointed at it unless
 /// `user_pool` is `None`, in the environment `env`, then waits until both
@@ -260,8 +260,10 @@ impl Pair<'_> {
             (None, _) => &mut cmd,
         };
         match &self.databases {
-            Some((_, users)) => cmd.env("USER_DATABASE_URL", users),
-            None => &mut cmd,
+            Some((_, users)) if !Store::user_service_in_memory(env.store) => {
+                cmd.env("USER_DATABASE_URL", users)
+            }
+            _ => &mut cmd,
         };
         if env.gzip {
             cmd.env("USER_UPSTREAM_GZIP", "true");

@@ -342,6 +342,7 @@ mod tests {
             },
             databases: None,
             store_databases: None,
+            own_postgres: None,
             target: None,
             pin: false,
             log_dir: dir.clone(),

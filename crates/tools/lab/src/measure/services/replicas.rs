@@ -23,7 +23,9 @@ use super::config::{Ports, ServiceConfig};
 use super::path::OnPath;
 use super::process::{ChildGuard, check_pinned, command, env_of, log_file, wait_ready};
 use super::running::{ReplicaInfo, Running};
-use crate::measure::cell::{Balance, Env, MAX_REPLICAS, ROTATION_AGE_MS, Replicas, SLOW_RTT_MS};
+use crate::measure::cell::{
+    Balance, Env, MAX_REPLICAS, ROTATION_AGE_MS, Replicas, SLOW_RTT_MS, Store,
+};
 
 /// The address of replica `i` (1-based): 127.0.0.i.
 pub fn replica_ip(i: u8) -> IpAddr {
@@ -178,7 +180,9 @@ pub(super) fn start(
                 };
                 cmd.env("USER_ORDER_PICK", pick);
             }
-            if let Some((_, users)) = &layout.databases {
+            if let Some((_, users)) = &layout.databases
+                && !Store::user_service_in_memory(env.store)
+            {
                 cmd.env("USER_DATABASE_URL", users);
             }
             if env.recommended {
