@@ -67,7 +67,10 @@ fn k6_buckets(p50_us: f64) -> serde_json::Value {
 pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
     let (factor, up_us) = hop_us(cell, round);
     let six = selection(cell);
-    let on_postgres = cell.env.store == Some(crate::measure::cell::Store::Postgres);
+    let on_postgres = matches!(
+        cell.env.store,
+        Some(crate::measure::cell::Store::Postgres | crate::measure::cell::Store::OwnPostgres)
+    );
     let secs = 2.0;
     let (rate, dropped) = match cell.load {
         Load::Closed { .. } => (1e6 / (up_us * 3.0), 0.0),

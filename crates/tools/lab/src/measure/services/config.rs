@@ -25,7 +25,7 @@ pub struct ServiceConfig {
     pub store_databases: Option<Databases>,
     /// The lab's own Postgres server ([`Store::OwnPostgres`]) and its
     /// databases (seeded), when a cell asks for it and it could be made.
-    pub own_postgres: Option<(std::sync::Arc<super::OwnPostgres>, Databases)>,
+    pub own_postgres: Option<(std::sync::Arc<super::own_postgres::OwnPostgres>, Databases)>,
     /// A stack the lab measures without starting it (`--target`).
     pub target: Option<Target>,
     /// `--pin`: order-service on CPU 0, user-service on CPU 1 (k6 unpinned).

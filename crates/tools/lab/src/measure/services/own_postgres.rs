@@ -146,7 +146,7 @@ impl OwnPostgres {
         self.dir.join("data").display().to_string()
     }
 
-    /// The server's URL (no database: [`super::Databases`] adds one per
+    /// The server's URL (no database: [`super::postgres::Databases`] adds one per
     /// service).
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}", self.port)
