@@ -97,8 +97,12 @@ fn a_reset_under_load_is_counted_alike_by_k6_user_service_and_order_service() {
         let got = calls - errors;
         let unused = f.order_answered.expect("order-service lived through it") - got;
         assert!((0.0..=16.0).contains(&unused), "{via}: {unused} unused");
-        // A reset is on the wire: order-service's store never failed it.
-        assert_eq!(f.order_refused, Some(0.0), "{via}");
+        // order-service answered with an error at most the calls in flight
+        // (a call whose connection went is recorded as cancelled).
+        let refused = f
+            .order_refused
+            .expect("order-service's count of error answers");
+        assert!(refused <= 16.0, "{via}: {refused} error answers");
         match via {
             // Nothing sends a raw-TCP lookup again: those in flight fail
             // (a few, since a caller in flight holds one connection each).
@@ -182,13 +186,10 @@ fn a_postgres_restart_under_load_ends_order_services_sessions_and_it_serves_agai
         .order_refused
         .expect("order-service's count of error answers");
     assert!(refused >= 1.0, "order-service met no error: {f:?}");
-    // It serves again: the last second's good calls as in the second
-    // before the restart, within half.
-    let (last, before) = good_last_second_and_before(&f);
-    assert!(
-        last > before * 0.5,
-        "{last} good calls in the last second, {before} before"
-    );
+    // It serves again: in the run's last second, more good calls than
+    // there are callers (a rate, not only the calls in flight at the end).
+    let (last, _) = good_last_second_and_before(&f);
+    assert!(last > 16.0, "{last} good calls in the last second");
 }
 
 #[test]
@@ -218,6 +219,8 @@ fn a_silence_of_the_delay_proxy_holds_the_calls_and_they_are_answered_after_it()
         s[1] - s[2]
     };
     assert_eq!(good_at(f.at_ms + 300.0), good_at(f.end_ms - 300.0));
-    let (last, before) = good_last_second_and_before(&f);
-    assert!(last > before * 0.5, "{last} good, {before} before");
+    // And the load went on after it: more good calls in the last second
+    // than the callers whose calls were held.
+    let (last, _) = good_last_second_and_before(&f);
+    assert!(last > 16.0, "{last} good calls in the last second");
 }
