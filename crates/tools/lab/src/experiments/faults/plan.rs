@@ -31,10 +31,17 @@ impl Case {
     pub fn title(&self, path: PathChoice) -> String {
         match (self.fault, self.balance) {
             (_, Some(b)) => format!("{}, three replicas {}", self.fault.describe(), balance_text(b)),
-            (Fault::Silence { ms }, None) if path == PathChoice::Proxy => format!(
-                "the delay proxy holding every byte for {} s (no RST; the kernels still acknowledge)",
-                f64::from(ms) / 1e3
-            ),
+            (Fault::Silence { ms }, None) => match path {
+                PathChoice::Packets => format!(
+                    "the path silent for {} s (every packet dropped, no RST)",
+                    f64::from(ms) / 1e3
+                ),
+                PathChoice::Proxy => format!(
+                    "the delay proxy holding every byte for {} s (no RST; the kernels still \
+                     acknowledge)",
+                    f64::from(ms) / 1e3
+                ),
+            },
             (Fault::PostgresRestart, None) => format!(
                 "{}, order-service on the lab's own Postgres, user-service in memory",
                 self.fault.describe()
@@ -81,10 +88,15 @@ pub struct FaultsPlan {
 /// How long a killed replica stays down, ms.
 pub const DOWN_MS: u32 = 5_000;
 
-/// Why a transport does not meet a case, if it does not.
-pub fn not_measured(via: &str, case: &Case) -> Option<&'static str> {
+/// Why a transport does not meet a case, if it does not, when silences
+/// are made on `path`.
+pub fn not_measured(via: &str, case: &Case, path: PathChoice) -> Option<&'static str> {
     let quic = transports::is_quic(via);
     match (case.fault, case.balance) {
+        (Fault::Silence { .. }, _) if quic && path == PathChoice::Proxy => Some(
+            "QUIC travels over UDP, which the delay proxy does not carry; on the packet path \
+             (without --path proxy) HTTP/3 meets the silence",
+        ),
         (_, Some(_)) if quic => Some(
             "HAProxy and the replicas' setup carry TCP only; HTTP/3 meets the faults of one \
              order-service",
@@ -138,7 +150,7 @@ impl FaultsPlan {
         for case in &self.cases {
             for &orders in &self.orders {
                 for via in &self.vias {
-                    if not_measured(via, case).is_some() {
+                    if not_measured(via, case, self.path).is_some() {
                         continue;
                     }
                     for rec in self.settings(case) {

@@ -108,7 +108,7 @@ fn table(p: &FaultsPlan, cx: &Context, case: &Case, orders: u32) -> (Table, Vec<
     };
     let mut rows = Vec::new();
     for via in &p.vias {
-        if not_measured(via, case).is_some() {
+        if not_measured(via, case, p.path).is_some() {
             continue;
         }
         for rec in p.settings(case) {
@@ -365,7 +365,7 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
     let mut unmeasured: Vec<String> = Vec::new();
     for case in &p.cases {
         for via in &p.vias {
-            if let Some(why) = not_measured(via, case) {
+            if let Some(why) = not_measured(via, case, p.path) {
                 let line = format!("{via}, {}: {why}", case.fault.describe());
                 if !unmeasured.contains(&line) {
                     unmeasured.push(line);
@@ -485,7 +485,7 @@ fn overview(p: &FaultsPlan, all: &[(Case, u32, Vec<Row>)]) -> Table {
             let cell = match rows.iter().find(|r| r.via == *via && !r.recommended) {
                 None => Value::text(format!(
                     "not measured: {}",
-                    not_measured(via, case).unwrap_or("not in the plan")
+                    not_measured(via, case, p.path).unwrap_or("not in the plan")
                 )),
                 Some(r) if !r.measured => Value::missing("no round of this cell"),
                 Some(r) => Value::text(format!(

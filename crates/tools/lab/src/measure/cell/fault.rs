@@ -80,7 +80,7 @@ impl Fault {
             ),
             Fault::Restart => "order-service restarted (SIGTERM, drain, start)".to_owned(),
             Fault::Silence { ms } => format!(
-                "the path silent for {} s (every packet dropped, no RST)",
+                "the path silent for {} s (nothing passes either way, no RST)",
                 f64::from(ms) / 1e3
             ),
             Fault::Reset => "every connection reset (RST)".to_owned(),
