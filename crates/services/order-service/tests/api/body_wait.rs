@@ -76,27 +76,38 @@ async fn list_code(app: &crate::helpers::TestApp) -> tonic::Code {
 async fn a_call_waiting_for_its_body_gives_its_slot_back_and_takes_one_again_when_it_comes() {
     let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 2).await;
     let (mut first, mut second) = (open(app.grpc).await, open(app.grpc).await);
-    // Both slots held: each call sends a byte of its message every 300 ms
-    // until a probe sees them held, so that a slow probe on a loaded
-    // machine still finds them within their second.
+    // Both slots held: each call sends a byte of its message every 300 ms,
+    // from a task of its own so that a probe slow on a loaded machine
+    // cannot stretch the gap past a second, until a probe sees them held.
     let msg = message();
     let opened = std::time::Instant::now();
-    let (mut sent, mut last) = (0, opened);
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let feeder = tokio::spawn(async move {
+        let (mut sent, mut last) = (0, std::time::Instant::now());
+        loop {
+            tokio::select! {
+                _ = &mut stopped => return (first, second, sent, last),
+                () = tokio::time::sleep(Duration::from_millis(300)) => {}
+            }
+            if sent + 1 < msg.len() {
+                for call in [&mut first, &mut second] {
+                    call.body
+                        .send_data(msg.slice(sent..sent + 1), false)
+                        .unwrap();
+                }
+                (sent, last) = (sent + 1, std::time::Instant::now());
+            }
+        }
+    });
     while list_code(&app).await != tonic::Code::ResourceExhausted {
         assert!(
             opened.elapsed() < Duration::from_secs(10),
             "the slots were never held"
         );
-        if last.elapsed() >= Duration::from_millis(300) && sent + 1 < msg.len() {
-            for call in [&mut first, &mut second] {
-                call.body
-                    .send_data(msg.slice(sent..sent + 1), false)
-                    .unwrap();
-            }
-            (sent, last) = (sent + 1, std::time::Instant::now());
-        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    stop.send(()).unwrap();
+    let (first, second, sent, last) = feeder.await.unwrap();
 
     // Past a second of silence both slots are free again.
     while list_code(&app).await != tonic::Code::Ok {
