@@ -1,23 +1,26 @@
 //! The services' own build and the test build turn on the same features of
 //! every dependency they share, so that neither compiles it again. The
 //! oracle is cargo's own resolution (`cargo tree`), for the three package
-//! selections the test command builds: both services without their
-//! dev-dependencies (`cargo build -p order-service -p user-service`),
-//! user-service with them (the hop benchmark), and the whole workspace with
-//! them (the tests); and the lab's own release build against the services'
+//! selections the test command builds: both services and the load engine
+//! without their dev-dependencies (`cargo build -p order-service -p
+//! user-service -p loadgen`), user-service with them (the hop benchmark),
+//! and the whole workspace with them (the tests); and the lab's own release build against the services'
 //! it runs, so that `cargo run --release -p lab` compiles one tree.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-/// The selection of the services' own build: both, without their
-/// dev-dependencies (`cargo build -p order-service -p user-service`).
+/// The selection of the services' own build: both and the lab's load
+/// engine, without their dev-dependencies (`cargo build -p order-service
+/// -p user-service -p loadgen`, as the lab and the test command build them).
 const SERVICES_BUILD: &[&str] = &[
     "-p",
     "order-service",
     "-p",
     "user-service",
+    "-p",
+    "loadgen",
     "--edges",
     "normal,build",
 ];
@@ -108,7 +111,7 @@ fn the_services_build_and_the_test_build_resolve_the_same_features() {
 #[test]
 fn the_labs_release_build_and_the_services_it_builds_resolve_the_same_features() {
     // `cargo run --release -p lab` builds the lab alone; the lab then runs
-    // `cargo build --release -p order-service -p user-service`. Every
+    // `cargo build --release -p order-service -p user-service -p loadgen`. Every
     // dependency the two share is compiled once only if the lab's build
     // asks for no feature set the services' build does not.
     let services = resolved(SERVICES_BUILD);

@@ -22,7 +22,7 @@ pub const MIN_POOLED_DF: f64 = 8.0;
 pub struct Data {
     pub rounds: u32,
     pub cells: BTreeMap<Cell, Vec<Option<Measures>>>,
-    /// Flags of each cell's rounds, "r2: k6 used 0.95 cores...".
+    /// Flags of each cell's rounds, "r2: the load generator (k6) used 0.95 cores...".
     pub flags: BTreeMap<Cell, Vec<String>>,
     /// Failed rounds (too many bad answers, or no good one): left out of
     /// every median and ratio. Round number and why.
@@ -39,8 +39,11 @@ pub struct Data {
     /// without one (k6 calling order-service directly, older runs) have
     /// none.
     pub hdr: BTreeMap<Cell, hdrhistogram::Histogram<u64>>,
-    /// Each cell's good answers as k6 timed them end to end, over its good
-    /// rounds (µs, to 2.4%: [`crate::measure::k6::good_histogram`]).
+    /// Each cell's good answers as the load generator timed them end to
+    /// end, over its good rounds (µs: the engine's exact, or k6's to 2.4%:
+    /// [`RoundRecord::e2e_histogram`]).
+    ///
+    /// [`RoundRecord::e2e_histogram`]: crate::measure::record::RoundRecord::e2e_histogram
     pub e2e_hdr: BTreeMap<Cell, hdrhistogram::Histogram<u64>>,
 }
 
@@ -102,7 +105,7 @@ impl Data {
                     // Same bounds on both sides: the add cannot fail.
                     let _ = merged.add(&h);
                 }
-                if let Some(h) = crate::measure::k6::good_histogram(&r.k6_summary) {
+                if let Some(h) = r.e2e_histogram() {
                     let merged = e2e_hdr
                         .entry(r.cell.clone())
                         .or_insert_with(telemetry::hdr::empty);

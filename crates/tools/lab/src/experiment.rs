@@ -20,6 +20,7 @@ use crate::analysis::Data;
 use crate::measure::Timing;
 use crate::measure::cell::Cell;
 use crate::measure::figures::Metric;
+use crate::measure::load::Generator;
 use crate::measure::results::Results;
 use crate::measure::schedule::Schedule;
 use crate::report::Section;
@@ -54,6 +55,10 @@ pub struct Knobs {
     /// the other of cubic and bbr.
     #[serde(default)]
     pub cc: netpath::CongestionControl,
+    /// The load generator of every cell that names none (`--load`); runs
+    /// made before the lab had its own engine were k6's.
+    #[serde(default = "Generator::before_engine")]
+    pub load: Generator,
 }
 
 /// What emulates the network between the services.
@@ -261,6 +266,16 @@ impl Context<'_> {
             None if self.unseen(a, m) || self.unseen(b, m) => Value::missing(NOT_SEEN),
             s => Value::ratio(s),
         }
+    }
+
+    /// The load generator that drove `cell`'s rounds (the first's, if
+    /// they differed), if it has any.
+    pub fn generator(&self, cell: &Cell) -> Option<Generator> {
+        self.results
+            .records
+            .iter()
+            .find(|r| &r.cell == cell)
+            .map(|r| r.generator)
     }
 
     /// Whether `m` is missing from `cell` because its rounds ran on a

@@ -15,7 +15,9 @@ fn main() -> ExitCode {
     // SIGINT reaches only the lab, which then stops them itself.
     if let Err(e) = ctrlc::set_handler(move || {
         if !flag.swap(true, Ordering::SeqCst) {
-            eprintln!("\nstopping: killing the services and k6, keeping finished rounds…");
+            eprintln!(
+                "\nstopping: killing the services and the load generator, keeping finished rounds…"
+            );
         }
     }) {
         eprintln!("warning: Ctrl-C will not stop the run cleanly: {e}");

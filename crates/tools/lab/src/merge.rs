@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::measure::k6::{Percentiles, Summary, parse_summary};
+use crate::measure::k6::parse_summary;
+use crate::measure::load::{Percentiles, Summary};
 
 /// The summary in a runner's log (or a summary file): the JSON object that
 /// starts at the last line holding only `{`.

@@ -1,6 +1,6 @@
-//! Faults end to end, for real: both services, k6's load, a fault injected
-//! halfway, and the counts of both sides set against each other (k6's
-//! requests, user-service's calls and errors, order-service's own count of
+//! Faults end to end, for real: both services, the lab's load engine, a
+//! fault injected halfway, and the counts of both sides set against each
+//! other (the engine's requests, user-service's calls and errors, order-service's own count of
 //! the lookups it answered), with what the kernel and /proc say about what
 //! the fault did. Needs root for `ss -K`, as CI has.
 
@@ -13,7 +13,6 @@ use std::sync::atomic::AtomicBool;
 
 use lab::measure::Timing;
 use lab::measure::cell::{Cell, Env, Fault, Store};
-use lab::measure::k6;
 use lab::measure::record::RoundRecord;
 use lab::measure::runner::Lab;
 
@@ -25,7 +24,7 @@ fn lab(name: &str) -> Lab {
 fn lab_with(cfg: lab::measure::services::ServiceConfig, out: std::path::PathBuf) -> Lab {
     Lab::new(
         common::root(),
-        common::require_k6(),
+        common::engine_only(),
         cfg,
         Timing {
             rounds: 1,
@@ -45,19 +44,24 @@ fn faulty(via: &str, fault: Fault) -> Cell {
     })
 }
 
-/// k6's count against user-service's: every request made one call, and
-/// the calls that were not good are the ones k6 was told failed.
+/// The load engine's count against user-service's: every request made one
+/// call, and the calls that were not good are the ones the engine was
+/// told failed.
 fn both_sides_agree(r: &RoundRecord) -> (f64, f64) {
     let calls = r.upstream_after.calls - r.upstream_before.calls;
     let errors = r.upstream_after.errors - r.upstream_before.errors;
-    assert_eq!(r.k6.requests, calls, "k6's requests, user-service's calls");
     assert_eq!(
-        r.k6.bad_answers + r.k6.shed,
-        errors,
-        "k6's failed answers, user-service's failed calls"
+        r.load.requests, calls,
+        "the engine's requests, user-service's calls"
     );
-    let by_status: f64 = k6::endings(&r.k6_summary)
-        .unwrap()
+    assert_eq!(
+        r.load.bad_answers + r.load.shed,
+        errors,
+        "the engine's failed answers, user-service's failed calls"
+    );
+    let by_status: f64 = r
+        .endings()
+        .expect("the engine counts endings")
         .not_good
         .iter()
         .map(|(_, n)| n)
@@ -67,7 +71,7 @@ fn both_sides_agree(r: &RoundRecord) -> (f64, f64) {
 }
 
 #[test]
-fn a_reset_under_load_is_counted_alike_by_k6_user_service_and_order_service() {
+fn a_reset_under_load_is_counted_alike_by_the_engine_user_service_and_order_service() {
     let mut lab = lab("fault-reset");
     for via in ["tcp-proto", "grpc"] {
         let r = lab
@@ -207,10 +211,10 @@ fn a_silence_of_the_delay_proxy_holds_the_calls_and_they_are_answered_after_it()
     let proxy = r.proxy.expect("the delay proxy's record");
     assert!(proxy.held >= 1.0, "{proxy:?}");
     // Under the 5 s timeout, every held call was answered late, none
-    // failed: k6 saw calls over a second, and no failed one.
+    // failed: the engine saw calls over a second, and no failed one.
     let (_, errors) = both_sides_agree(&r);
     assert_eq!(errors, 0.0);
-    let slow = k6::endings(&r.k6_summary).unwrap().slow;
+    let slow = r.endings().expect("the engine counts endings").slow;
     assert!(slow >= 1.0, "{slow} calls over 1 s");
     // No good call came back during the silence (the timeline's good
     // count stands still between two samples well inside it).

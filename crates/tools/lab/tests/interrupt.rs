@@ -1,5 +1,5 @@
-//! Ctrl-C in the middle of a run: the services and k6 are killed, the rounds
-//! already finished are kept, and a partial report says so. `--resume` then
+//! Ctrl-C in the middle of a run: the services and the load generator are
+//! killed, the rounds already finished are kept, and a partial report says so. `--resume` then
 //! measures only what is missing, keeps the rounds on disk as they were, and
 //! its report says when each part ran; it refuses other binaries unless
 //! forced.
@@ -18,7 +18,6 @@ use lab::session::{self, RunOptions, load};
 
 #[test]
 fn an_interrupted_run_kills_its_children_and_keeps_a_partial_report() {
-    common::require_k6();
     let bins = common::service_binaries();
     let out = common::temp_dir("interrupt");
     let stop = Arc::new(AtomicBool::new(false));
@@ -166,7 +165,7 @@ fn resumed_where_it_stopped(dir: &Path, bins: &Path) {
 /// is left to measure) and said so.
 fn other_binaries_are_refused_unless_forced(dir: &Path, bins: &Path) {
     let other = common::temp_dir("other-binaries");
-    for b in ["order-service", "user-service"] {
+    for b in ["order-service", "user-service", "loadgen"] {
         std::fs::copy(bins.join(b), other.join(b)).unwrap();
     }
     {

@@ -16,7 +16,6 @@ use lab::session::{self, RunOptions, load};
 
 #[test]
 fn a_stall_of_order_service_shows_in_the_open_loops_p99() {
-    common::require_k6();
     let bins = common::service_binaries();
     let out = common::temp_dir("open-loop");
     let run = session::run(
@@ -94,7 +93,7 @@ fn a_stall_of_order_service_shows_in_the_open_loops_p99() {
     );
     let md = std::fs::read_to_string(run.dir.join("report.md")).unwrap();
     assert!(md.contains("open loop shows it in its p99"), "{md}");
-    // Every round's histograms are kept whole: k6's end to end, and
+    // Every round's histograms are kept whole: the engine's end to end, and
     // user-service's upstream.
     let hgrm: Vec<String> = std::fs::read_dir(run.dir.join("hdr"))
         .unwrap()

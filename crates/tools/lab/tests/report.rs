@@ -64,7 +64,7 @@ fn the_report_records_machine_versions_commit_and_settings() {
     let md = build_report(&info, &results).markdown();
     for needle in [
         "2 cores, Test CPU, 24.0 GiB",
-        "rustc 1.95.0; k6 v1.1.0",
+        "rustc 1.95.0; load engine: not used; k6: k6 v1.1.0",
         "abcdef123456",
         "2 rounds × 2.00 s measured after 1.00 s warm-up",
         "in memory",
@@ -285,9 +285,9 @@ fn a_round_with_too_many_bad_answers_is_left_out_and_said_so() {
         .iter_mut()
         .find(|r| r.cell.via == "h2c-json" && r.cell.orders == 1 && r.round == 2)
         .expect("the round");
-    r.k6.bad_answers = r.k6.requests * 0.05;
-    r.k6.good = r.k6.requests * 0.95;
-    r.k6.good_rate *= 10.0;
+    r.load.bad_answers = r.load.requests * 0.05;
+    r.load.good = r.load.requests * 0.95;
+    r.load.good_rate *= 10.0;
     let report = build_report(&info, &results);
     let md = report.markdown();
     assert!(

@@ -1,6 +1,7 @@
-//! The lab end to end, for real: both services, k6, a couple of seconds of
-//! load, and a report in which every cell is filled. Nothing is skipped: a
-//! missing k6 fails with the command that installs it.
+//! The lab end to end, for real: both services, the load generator (the
+//! lab's engine; k6 where a test says so), a couple of seconds of load, and
+//! a report in which every cell is filled. Nothing is skipped: a missing k6
+//! fails with the command that installs it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,6 +12,7 @@ use std::sync::atomic::AtomicBool;
 
 use lab::experiments::wire_size::WireRecord;
 use lab::measure::figures::Measures;
+use lab::measure::load::Generator;
 use lab::session::{self, RunOptions, build_report, load};
 
 fn tiny(experiment: &str, out: &std::path::Path, bins: &std::path::Path) -> RunOptions {
@@ -22,7 +24,6 @@ fn tiny(experiment: &str, out: &std::path::Path, bins: &std::path::Path) -> RunO
 
 #[test]
 fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
-    common::require_k6();
     let bins = common::service_binaries();
     let out = common::temp_dir("smoke");
     let root = common::root();
@@ -43,10 +44,11 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
         assert!(m.requests > 10.0, "{what}: {} requests", m.requests);
         assert_eq!(m.bad_answers, 0.0, "{what}");
         // The counting rules held: every answer was judged good against the
-        // length the lab checked before the round (k6 parsed no body).
-        assert_eq!(r.k6.counting.as_deref(), Some("good-answers-1"), "{what}");
+        // length the lab checked before the round (no body parsed).
+        assert_eq!(r.generator, Generator::Loadgen, "{what}: the default");
+        assert_eq!(r.load.counting.as_deref(), Some("good-answers-1"), "{what}");
         assert_eq!(m.good, m.requests, "{what}");
-        assert_eq!(r.k6.parsed_bodies, 0.0, "{what}");
+        assert_eq!(r.load.parsed_bodies, 0.0, "{what}");
         assert!(
             m.upstream_us.is_some_and(|u| u.p50 > 0.0),
             "{what}: no upstream time"
@@ -78,12 +80,12 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
         );
         assert!(m.bytes_out_per_call.is_some_and(|b| b > 10.0), "{what}");
         assert!(
-            m.cpu.order_us > 0.0 && m.cpu.user_us > 0.0 && m.cpu.k6_us > 0.0,
+            m.cpu.order_us > 0.0 && m.cpu.user_us > 0.0 && m.cpu.load_us > 0.0,
             "{what}: {:?}",
             m.cpu
         );
         assert!(
-            m.rss.order_kb > 0.0 && m.rss.user_kb > 0.0 && m.rss.k6_kb > 0.0,
+            m.rss.order_kb > 0.0 && m.rss.user_kb > 0.0 && m.rss.load_kb > 0.0,
             "{what}: {:?}",
             m.rss
         );
@@ -92,9 +94,13 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
             "{what}: pooled connections stay open"
         );
         assert!(
-            r.k6_summary.get("metrics").is_some(),
-            "{what}: raw k6 summary kept"
+            r.load_raw.get("engine").is_some(),
+            "{what}: the engine's own summary kept"
         );
+        // Its histogram of good answers is exact and whole: one value per
+        // good answer.
+        let h = r.e2e_histogram().expect("the engine's histogram");
+        assert_eq!(h.len() as f64, m.good, "{what}");
     }
     let report = build_report(&info, &results);
     let empty = report.empty_cells();
@@ -111,7 +117,7 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
     let md = std::fs::read_to_string(run.dir.join("report.md")).unwrap();
     assert!(md.contains("| tcp-proto |"));
     assert!(run.dir.join("report.html").is_file());
-    assert!(run.dir.join("logs").join("k6.log").is_file());
+    assert!(run.dir.join("logs").join("loadgen.log").is_file());
 
     let wire = session::run(
         tiny("wire-size", &out, &bins),
@@ -148,7 +154,6 @@ fn a_tiny_real_experiment_runs_end_to_end_and_fills_every_cell() {
 
 #[test]
 fn the_streaming_variants_each_make_the_calls_they_name_behind_one_request() {
-    common::require_k6();
     let bins = common::service_binaries();
     let out = common::temp_dir("streaming");
     let mut opts = tiny("streaming", &out, &bins);
@@ -168,8 +173,8 @@ fn the_streaming_variants_each_make_the_calls_they_name_behind_one_request() {
         // counted against the data set before the round.
         assert_eq!(m.good, m.requests, "{what}");
         assert_eq!(m.bad_answers, 0.0, "{what}");
-        assert_eq!(r.k6.parsed_bodies, 0.0, "{what}");
-        assert_eq!(r.k6.good_sets, m.good, "{what}: a set is one answer");
+        assert_eq!(r.load.parsed_bodies, 0.0, "{what}");
+        assert_eq!(r.load.good_sets, m.good, "{what}: a set is one answer");
         // user-service's own count of calls to order-service: N per
         // request, or one for a batch.
         let per = if r.cell.batch { 1.0 } else { n };
@@ -191,8 +196,6 @@ fn the_streaming_variants_each_make_the_calls_they_name_behind_one_request() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// Runs `closed-loop.js` for a second against running services and reads
-/// its summary.
 /// `k6 run` in `k6/`, quiet, at user-service on `port` for 1 s, its
 /// summary written to `summary`; the caller adds its variables and the
 /// script.
@@ -219,7 +222,7 @@ fn k6_summary(
     running: &lab::measure::services::Running,
     extra: &[(&str, &str)],
     out: &std::path::Path,
-) -> lab::measure::k6::Summary {
+) -> lab::measure::load::Summary {
     let summary = out.join(format!(
         "summary-{}.json",
         extra
@@ -385,7 +388,6 @@ fn k6_fails_a_bad_run_on_its_thresholds_unless_they_are_off() {
 /// show, not what the lab asked for.
 #[test]
 fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
-    common::require_k6();
     let bins = common::service_binaries();
     let out = common::temp_dir("loss");
     let root = common::root();

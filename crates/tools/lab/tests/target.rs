@@ -33,13 +33,15 @@ fn options(experiment: &str, out: &std::path::Path, target: Target) -> RunOption
         path: Default::default(),
         cc: Default::default(),
         target: Some(target),
+        // The load engine, already built with the services (a target's
+        // run would otherwise build it in release).
+        bin_dir: Some(common::service_binaries()),
         ..common::tiny_run(experiment, out)
     }
 }
 
 #[test]
 fn a_running_stack_is_measured_without_restarting_it_and_proc_figures_are_na() {
-    common::require_k6();
     let out = common::temp_dir("target");
     let mut running = by_hand(&out);
     let p = running.ports;

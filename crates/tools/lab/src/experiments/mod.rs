@@ -48,6 +48,7 @@ registry! {
     breakdown::Breakdown,
     replicas::Replicas,
     faults::Faults,
+    generator::GeneratorExperiment,
 }
 
 /// The name that stands for every experiment.

@@ -4,9 +4,9 @@
 //! recorded once per caller instead of once per request that would have
 //! arrived during it (coordinated omission). Here each transport's capacity
 //! on this machine is found first (a closed loop of many callers: the rate
-//! it keeps up), then k6 starts requests at 25, 50, 75 and 90% of that rate
-//! whatever the answers do, with every VU made before the load so that a
-//! request is sent at its scheduled time. A stalled pair shows the
+//! it keeps up), then the load generator starts requests at 25, 50, 75 and
+//! 90% of that rate whatever the answers do, each timed from its scheduled
+//! send (the lab's engine; k6 with `--load k6`). A stalled pair shows the
 //! difference: order-service stopped for 200 ms mid-run, under a closed
 //! loop and under an open one.
 
@@ -17,6 +17,7 @@ use crate::experiments::spectrum::{self, Latency};
 use crate::experiments::tables::method;
 use crate::measure::cell::{Cell, Env, Load};
 use crate::measure::figures::{Measures, Metric};
+use crate::measure::load::Generator;
 use crate::measure::results::Results;
 use crate::measure::schedule::{Schedule, Staged};
 use crate::report::format as f;
@@ -33,7 +34,8 @@ pub struct OpenLoopPlan {
     pub capacity_vus: u32,
     /// The open loop's rates, in percent of each capacity.
     pub fractions_pct: Vec<u32>,
-    /// k6's VUs, all made before the load.
+    /// The most connections of the open loop (k6: VUs, all made before
+    /// the load).
     pub max_vus: u32,
     /// The stalled pair: order-service stopped this long mid-run.
     pub stall_ms: u32,
@@ -230,13 +232,15 @@ fn median(v: &mut [f64]) -> Option<f64> {
     }
 }
 
-/// A cell's median, or why there is none: no good round, or k6 dropped
-/// iterations (no VU was free: requests were not sent at their time, so
-/// their waits are missing from the figures).
+/// A cell's median, or why there is none: no good round, or requests
+/// never sent (k6 drops an iteration when no VU is free; the lab's engine
+/// only what still waits for a connection when its grace period ends), so
+/// that their waits would be missing from the figures.
 fn figure(cx: &Context, cell: &Cell, m: Metric) -> Result<f64, String> {
     if let Some(d) = cx.data.median(cell, Metric::DroppedShare).filter(|d| *d > 0.0) {
+        let who = cx.generator(cell).map_or("the load generator", |g| g.name());
         return Err(format!(
-            "k6 dropped {d:.1}% of the iterations (no VU free): the requests not sent are not in \
+            "{who} dropped {d:.1}% of the requests (no VU free): the requests not sent are not in \
              the figures"
         ));
     }
@@ -245,7 +249,64 @@ fn figure(cx: &Context, cell: &Cell, m: Metric) -> Result<f64, String> {
         .ok_or_else(|| "no good round".to_owned())
 }
 
+/// How the open loop's requests were sent, in the words of the generator
+/// that sent them.
+fn how_sent(p: &OpenLoopPlan, generator: Generator) -> String {
+    match generator {
+        Generator::K6 => format!(
+            "k6's `constant-arrival-rate`, all {} VUs made before the load, so that each request \
+             is sent at its scheduled time and its latency counts from then; a cell in which k6 \
+             dropped iterations (no VU free) shows no figures, with the reason: the requests it \
+             did not send would be missing from them",
+            p.max_vus
+        ),
+        _ => format!(
+            "the lab's engine on a fixed schedule (request i due at i/rate), on at most {} \
+             connections, each request timed from its due time (wrk2's method): one that finds \
+             every connection busy waits for the next to free and is timed from its due time \
+             too, so nothing is left out; how late the engine wrote its requests is stated under \
+             each table",
+            p.max_vus
+        ),
+    }
+}
+
+/// How late the engine wrote the requests of `cells` (the worst median
+/// p50 and p99 over them), and the share that waited for a connection;
+/// `None` for rounds of a generator that does not say.
+fn lag_reading(cx: &Context, cells: &[Cell]) -> Option<String> {
+    let worst = |m: Metric| {
+        cells
+            .iter()
+            .filter_map(|c| cx.data.median(c, m))
+            .reduce(f64::max)
+    };
+    let (p50, p99) = (worst(Metric::LagP50)?, worst(Metric::LagP99)?);
+    let behind = worst(Metric::BehindShare).unwrap_or(0.0);
+    Some(format!(
+        " The engine wrote each request at most {} µs (p50) and {} µs (p99) after its due time \
+         in the median round of any cell, and every latency above includes that; {}.",
+        f::num(p50),
+        f::num(p99),
+        if behind > 0.0 {
+            format!(
+                "in the worst cell {}% of the requests waited for a free connection (timed from \
+                 their due time)",
+                f::num(behind)
+            )
+        } else {
+            "no request waited for a connection".to_owned()
+        }
+    ))
+}
+
 fn section(p: &OpenLoopPlan, cx: &Context) -> Section {
+    let generator = cx
+        .results
+        .records
+        .iter()
+        .find(|r| r.experiment == OpenLoop::NAME && matches!(r.cell.load, Load::Open { .. }))
+        .map_or(Generator::Loadgen, |r| r.generator);
     let mut s = Section::new(
         "open-loop",
         "Open loop: latency at fixed fractions of each transport's capacity (no coordinated omission)",
@@ -253,13 +314,10 @@ fn section(p: &OpenLoopPlan, cx: &Context) -> Section {
     s.para(method(
         cx.timing,
         &format!(
-            "First each transport's capacity on this machine: a closed loop of {vus} VUs (each \
-             sends its next request when answered; user-service's pool {vus}), whose good-answer \
-             rate is the capacity, k6 included (it shares the machine). Then an open loop: k6's \
-             `constant-arrival-rate` at {pcts} of that rate, all {max} VUs made before the load, \
-             so that each request is sent at its scheduled time and its latency counts from \
-             then; a cell in which k6 dropped iterations (no VU free) shows no figures, with the \
-             reason: the requests it did not send would be missing from them. Store: {store}",
+            "First each transport's capacity on this machine: a closed loop of {vus} callers \
+             (each sends its next request when answered; user-service's pool {vus}), whose \
+             good-answer rate is the capacity, the load generator included (it shares the \
+             machine). Then an open loop at {pcts} of that rate: {sent}. Store: {store}",
             vus = p.capacity_vus,
             pcts = p
                 .fractions_pct
@@ -267,7 +325,7 @@ fn section(p: &OpenLoopPlan, cx: &Context) -> Section {
                 .map(|p| format!("{p}%"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            max = p.max_vus,
+            sent = how_sent(p, generator),
             store = cx.store,
         ),
     ));
@@ -322,6 +380,16 @@ fn section(p: &OpenLoopPlan, cx: &Context) -> Section {
 }
 
 fn fractions_table(s: &mut Section, p: &OpenLoopPlan, cx: &Context, orders: u32) {
+    let open: Vec<Cell> = p
+        .vias
+        .iter()
+        .filter_map(|via| Some((via, p.capacity(cx.results, via, orders)?)))
+        .flat_map(|(via, cap)| {
+            p.fractions_pct
+                .iter()
+                .map(move |&pct| p.at(via, orders, cap, pct))
+        })
+        .collect();
     let mut headers = vec!["transport".to_owned(), "capacity, req/s".to_owned()];
     headers.extend(
         p.fractions_pct
@@ -382,7 +450,7 @@ fn fractions_table(s: &mut Section, p: &OpenLoopPlan, cx: &Context, orders: u32)
         ),
         headers,
         rows,
-        reading: fractions_reading(&growth, &doubling),
+        reading: fractions_reading(&growth, &doubling) + &lag_reading(cx, &open).unwrap_or_default(),
     });
 }
 
@@ -548,7 +616,7 @@ mod tests {
         let mut results = Results::default();
         for (round, rate) in [(1, 900.0), (2, 1000.0), (3, 1100.0)] {
             let mut r = crate::synthetic::record("open-loop", &cap, round);
-            r.k6.good_rate = rate;
+            r.load.good_rate = rate;
             results.records.push(r);
         }
         let got = p.capacity(&results, "grpc", 100).unwrap();

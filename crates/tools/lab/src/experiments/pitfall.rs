@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::{method, scaled};
-use crate::measure::cell::K6_GRPC_DIRECT;
+use crate::measure::cell::{Cell, K6_GRPC_DIRECT};
+use crate::measure::load::Generator;
 use crate::measure::figures::Metric;
 use crate::measure::schedule::Schedule;
 use crate::report::format as f;
@@ -14,6 +15,13 @@ use crate::report::value::Value;
 use crate::report::{Section, Table};
 
 pub struct Pitfall;
+
+/// The same call made by user-service, k6 driving user-service: k6's CPU
+/// per call here is what its own gRPC client is set against, whatever the
+/// run's load generator.
+fn via_user_service(orders: u32) -> Cell {
+    Knobs::closed(transports::GRPC, orders).driven_by(Generator::K6)
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PitfallPlan {
@@ -44,7 +52,7 @@ impl Experiment for Pitfall {
                 .flat_map(|&o| {
                     [
                         Knobs::closed(K6_GRPC_DIRECT, o),
-                        Knobs::closed(transports::GRPC, o),
+                        via_user_service(o),
                     ]
                 })
                 .collect(),
@@ -81,14 +89,14 @@ fn section(p: &PitfallPlan, cx: &Context) -> Section {
     s.para(compression(cx));
     for &o in &p.sizes {
         let direct = Knobs::closed(K6_GRPC_DIRECT, o);
-        let via = Knobs::closed(transports::GRPC, o);
+        let via = via_user_service(o);
         let rows = vec![
             vec![
                 "k6's gRPC client → order-service".into(),
                 cx.fig(&direct, Metric::Rate),
                 cx.fig(&direct, Metric::E2eP50),
                 cx.fig(&direct, Metric::E2eP95),
-                cx.fig(&direct, Metric::CpuK6),
+                cx.fig(&direct, Metric::CpuLoad),
                 cx.fig(&direct, Metric::CpuOrder),
             ],
             vec![
@@ -96,7 +104,7 @@ fn section(p: &PitfallPlan, cx: &Context) -> Section {
                 cx.fig(&via, Metric::Rate),
                 Value::range(scaled(cx.data.spread(&via, Metric::UpP50), 1e-3), "ms"),
                 Value::range(scaled(cx.data.spread(&via, Metric::UpP95), 1e-3), "ms"),
-                cx.fig(&via, Metric::CpuK6),
+                cx.fig(&via, Metric::CpuLoad),
                 cx.fig(&via, Metric::CpuOrder),
             ],
         ];
@@ -115,7 +123,7 @@ fn section(p: &PitfallPlan, cx: &Context) -> Section {
             ],
             rows,
             reading: {
-                let cpu = cx.data.ratio(&direct, &via, Metric::CpuK6);
+                let cpu = cx.data.ratio(&direct, &via, Metric::CpuLoad);
                 let why = match cpu.map(|c| c.median) {
                     Some(c) if c >= 10.0 => {
                         " With messages this big the direct test measures k6 converting them through reflection, not gRPC."
@@ -145,7 +153,7 @@ fn compression(cx: &Context) -> String {
         .iter()
         .filter(|r| r.cell.via == K6_GRPC_DIRECT)
         .collect();
-    if direct.iter().any(|r| r.k6.counting.is_none()) || direct.is_empty() {
+    if direct.iter().any(|r| r.load.counting.is_none()) || direct.is_empty() {
         return format!(
             "Compression of the direct rows: not recorded in this run ({}).",
             if direct.is_empty() {
@@ -155,8 +163,8 @@ fn compression(cx: &Context) -> String {
             }
         );
     }
-    let compressed: f64 = direct.iter().map(|r| r.k6.compressed).sum();
-    let good: f64 = direct.iter().map(|r| r.k6.good).sum();
+    let compressed: f64 = direct.iter().map(|r| r.load.compressed).sum();
+    let good: f64 = direct.iter().map(|r| r.load.good).sum();
     if compressed == 0.0 {
         format!(
             "Compression: none. k6's gRPC client offers gzip (`grpc-accept-encoding`), and \

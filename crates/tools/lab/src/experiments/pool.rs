@@ -1,7 +1,8 @@
 //! `pool`: a connection budget of 1 or 4 per transport, open loop at
-//! rising rates until k6 drops iterations (the Spring Boot post's
-//! connection-budget table): a ladder per transport and pool that stops at
-//! its first rate with drops.
+//! rising rates until the load generator falls behind its schedule (the
+//! Spring Boot post's connection-budget table, where k6 dropped
+//! iterations): a ladder per transport and pool that stops at its first
+//! rate behind schedule.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +29,10 @@ pub struct PoolPlan {
     /// The rates each transport and pool climbs, iterations per second.
     pub rates: Vec<u32>,
     pub max_vus: u32,
-    /// A rate "drops" when more than this share of its iterations was dropped.
+    /// A rate is behind schedule when more than this share of its
+    /// requests could not be sent at their time (every connection busy:
+    /// k6 drops them, the lab's engine sends them late). Named for k6's
+    /// drops, which it was first.
     pub drop_threshold_pct: f64,
 }
 
@@ -47,14 +51,15 @@ impl PoolPlan {
             users: 1,
             batch: false,
             think_ms: 0,
+            generator: None,
             env: Env::default(),
         }
     }
 }
 
-/// Whether a pool cell dropped more than the threshold (median of rounds).
+/// Whether a pool cell fell behind more than the threshold (median of rounds).
 fn dropped(p: &PoolPlan, data: &Data, cell: &Cell) -> bool {
-    data.median(cell, Metric::DroppedShare)
+    data.median(cell, Metric::BehindShare)
         .is_some_and(|v| v > p.drop_threshold_pct)
 }
 
@@ -62,7 +67,7 @@ impl Experiment for Pool {
     type Plan = PoolPlan;
     const NAME: &'static str = "pool";
     const ABOUT: &'static str =
-        "Pool 1 and 4, open loop at rising rates until drops appear (the Spring Boot post)";
+        "Pool 1 and 4, open loop at rising rates until the load falls behind its schedule (the Spring Boot post)";
 
     fn target() -> Result<(), &'static str> {
         Err("it sets user-service's connection budget per cell (USER_POOL_SIZE), which needs a restart")
@@ -98,7 +103,7 @@ impl Experiment for Pool {
         Schedule::Ladder(Ladder {
             lines,
             stop: StopRule {
-                metric: Metric::DroppedShare,
+                metric: Metric::BehindShare,
                 above: p.drop_threshold_pct,
             },
         })
@@ -122,10 +127,12 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
     s.para(method(
         cx.timing,
         &format!(
-            "Open loop (k6 `constant-arrival-rate`, at most {} VUs), {} orders per call, \
-             user-service pool of 1 or 4 TCP connections per transport. Each transport and pool \
-             climbs the rates {} and stops at the first rate whose median drops more than {}% of \
-             its iterations (dropped iterations: k6 had no free VU because answers came too slowly)",
+            "Open loop (requests started at a fixed rate on at most {} connections, each timed \
+             from its scheduled send), {} orders per call, user-service pool of 1 or 4 TCP \
+             connections per transport. Each transport and pool climbs the rates {} and stops at \
+             the first rate whose median leaves more than {}% of its requests behind schedule \
+             (every connection was busy at their time because answers came too slowly: k6 drops \
+             such a request, the lab's engine sends it when a connection frees)",
             p.max_vus,
             p.orders,
             p.rates
@@ -166,21 +173,21 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
         .map(|r| r.into_iter().map(Value::text).collect())
         .collect();
     s.table(Table {
-        caption: "Where drops begin".into(),
+        caption: "Where the load falls behind".into(),
         headers: vec![
             "transport · pool".into(),
-            "highest rate without drops".into(),
-            "first rate with drops".into(),
+            "highest rate on schedule".into(),
+            "first rate behind schedule".into(),
         ],
         rows: summary_rows,
-        reading: format!("First drops — {best}."),
+        reading: format!("First rates behind schedule — {best}."),
     });
     s.table(Table {
         caption: "Every rate".into(),
         headers: vec![
             "transport · pool · asked".into(),
             "achieved req/s".into(),
-            "dropped %".into(),
+            "behind schedule %".into(),
             "shed by user-service %".into(),
             "p50 ms".into(),
             "p90 ms".into(),
@@ -188,7 +195,7 @@ fn section(p: &PoolPlan, cx: &Context) -> Section {
             "p99 ms".into(),
             "upstream p95 µs".into(),
             "connections held".into(),
-            "k6 cores".into(),
+            "load generator cores".into(),
         ],
         rows,
         reading: tail_reading(&tails),
@@ -205,8 +212,8 @@ fn rate_of(c: &Cell) -> u32 {
 }
 
 /// One transport and pool climbing the rates: its rows of every rate, its
-/// row of where drops begin, how its median and tail grew up to the highest
-/// rate without drops, and its points on the two charts.
+/// row of where it falls behind, how its median and tail grew up to the
+/// highest rate on schedule, and its points on the two charts.
 struct LadderRows {
     rows: Vec<Vec<Value>>,
     summary: Vec<String>,
@@ -231,7 +238,7 @@ fn ladder(p: &PoolPlan, cx: &Context, measured: &[&Cell], via: &str, pool: u16) 
         rows.push(vec![
             format!("{via} · pool {pool} · {r}/s").into(),
             cx.fig(c, Metric::Rate),
-            cx.fig(c, Metric::DroppedShare),
+            cx.fig(c, Metric::BehindShare),
             cx.fig(c, Metric::ShedShare),
             cx.fig(c, Metric::E2eP50),
             cx.fig(c, Metric::E2eP90),
@@ -239,7 +246,7 @@ fn ladder(p: &PoolPlan, cx: &Context, measured: &[&Cell], via: &str, pool: u16) 
             cx.fig(c, Metric::E2eP99),
             cx.fig(c, Metric::UpP95),
             cx.fig(c, Metric::ConnectionsHeld),
-            cx.fig(c, Metric::K6Cores),
+            cx.fig(c, Metric::LoadCores),
         ]);
         if dropped(p, d, c) {
             if first_drop.is_none() {
@@ -249,8 +256,8 @@ fn ladder(p: &PoolPlan, cx: &Context, measured: &[&Cell], via: &str, pool: u16) 
             clean = Some(*c);
         }
     }
-    // From the lowest rate to the highest without drops: how much the
-    // median and the tail grew.
+    // From the lowest rate to the highest on schedule: how much the median
+    // and the tail grew.
     let mut tail = None;
     if let (Some(lo), Some(hi)) = (cells.first(), clean)
         && *lo != hi
@@ -273,10 +280,10 @@ fn ladder(p: &PoolPlan, cx: &Context, measured: &[&Cell], via: &str, pool: u16) 
             format!("none up to {}/s", cells.last().map_or(0, |c| rate_of(c))),
             |c: &Cell| {
                 format!(
-                    "{}/s: {} req/s achieved, {}% dropped, p95 {} ms",
+                    "{}/s: {} req/s achieved, {}% behind schedule, p95 {} ms",
                     rate_of(c),
                     f::num(d.median(c, Metric::Rate).unwrap_or(f64::NAN)),
-                    f::num(d.median(c, Metric::DroppedShare).unwrap_or(f64::NAN)),
+                    f::num(d.median(c, Metric::BehindShare).unwrap_or(f64::NAN)),
                     f::num(d.median(c, Metric::E2eP95).unwrap_or(f64::NAN))
                 )
             },
@@ -294,7 +301,7 @@ fn ladder(p: &PoolPlan, cx: &Context, measured: &[&Cell], via: &str, pool: u16) 
         tail,
         drops: Series {
             name: format!("{via} pool {pool}"),
-            points: pts(Metric::DroppedShare),
+            points: pts(Metric::BehindShare),
         },
         p95: Series {
             name: format!("{via} pool {pool}"),
@@ -306,11 +313,11 @@ fn ladder(p: &PoolPlan, cx: &Context, measured: &[&Cell], via: &str, pool: u16) 
 fn charts(s: &mut Section, series_drop: Vec<Series>, series_p95: Vec<Series>) {
     s.chart(Chart {
         file: "pool-drops.svg".into(),
-        title: "Dropped iterations against the asked rate".into(),
+        title: "Requests behind schedule against the asked rate".into(),
         svg: svg::line_chart(&LineChart {
-            title: "Dropped iterations against the asked rate".into(),
-            x_label: "asked rate, iterations/s (log)".into(),
-            y_label: "dropped, % of asked".into(),
+            title: "Requests behind schedule against the asked rate".into(),
+            x_label: "asked rate, requests/s (log)".into(),
+            y_label: "behind schedule, % of asked".into(),
             x_log: true,
             y_log: false,
             series: series_drop,
@@ -321,7 +328,7 @@ fn charts(s: &mut Section, series_drop: Vec<Series>, series_p95: Vec<Series>) {
         title: "End-to-end p95 against the asked rate".into(),
         svg: svg::line_chart(&LineChart {
             title: "End-to-end p95 against the asked rate".into(),
-            x_label: "asked rate, iterations/s (log)".into(),
+            x_label: "asked rate, requests/s (log)".into(),
             y_label: "p95, ms (log)".into(),
             x_log: true,
             y_log: true,
@@ -332,12 +339,12 @@ fn charts(s: &mut Section, series_drop: Vec<Series>, series_p95: Vec<Series>) {
 
 
 /// Whether the tail grew before the median, from the measured growths of
-/// each line's p50 and p99 up to its last rate without drops (by 5% more,
-/// to count).
+/// each line's p50 and p99 up to its last rate on schedule (by 5% more, to
+/// count).
 fn tail_reading(tails: &[(String, f64, f64)]) -> String {
     if tails.is_empty() {
-        return "No transport and pool has two rates without drops: nothing to say about how \
-                its latency grew."
+        return "No transport and pool has two rates on schedule: nothing to say about how its \
+                latency grew."
             .to_owned();
     }
     let tail_first = tails
@@ -362,7 +369,7 @@ fn tail_reading(tails: &[(String, f64, f64)]) -> String {
             tails.len()
         )
     };
-    format!("From the lowest rate to the highest without drops: {each}; {verdict}.")
+    format!("From the lowest rate to the highest on schedule: {each}; {verdict}.")
 }
 
 #[cfg(test)]
@@ -400,7 +407,7 @@ mod tests {
         // The same run with a p99 that grows with the rate.
         let mut tail = results.clone();
         for r in &mut tail.records {
-            if let (Load::Open { rate, .. }, Some(p)) = (r.cell.load, r.k6.good_ms.as_mut()) {
+            if let (Load::Open { rate, .. }, Some(p)) = (r.cell.load, r.load.good_ms.as_mut()) {
                 p.p99 *= f64::from(rate) / 100.0;
             }
         }

@@ -1,6 +1,6 @@
 //! The percentile spectrum of some cells' latencies, from HDR histograms
 //! merged over each cell's good rounds (user-service's of its upstream
-//! calls, or k6's of its good answers end to end): a chart (latency against percentile, 0 to 99.99, on a log axis of
+//! calls, or the load generator's of its good answers end to end): a chart (latency against percentile, 0 to 99.99, on a log axis of
 //! 1/(1 − percentile), one line per cell, as HdrHistogram's plotter and
 //! wrk2 users draw it) and a table of its percentiles, with a reading
 //! computed from them.
@@ -53,7 +53,7 @@ fn points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
 pub enum Latency {
     /// user-service's round trips to order-service.
     Upstream,
-    /// k6's good answers, end to end.
+    /// The load generator's good answers, end to end.
     EndToEnd,
 }
 
@@ -79,7 +79,10 @@ impl Latency {
                 "user-service's HDR histogram (k6 called order-service directly, or the run \
                  predates them)"
             }
-            Latency::EndToEnd => "k6's histogram of good answers (the run predates them)",
+            Latency::EndToEnd => {
+                "the load generator's histogram of good answers (wrk and k6's gRPC client keep \
+                 none, and runs before them have none)"
+            }
         }
     }
 }

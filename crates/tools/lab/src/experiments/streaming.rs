@@ -134,9 +134,10 @@ fn method_text(p: &StreamingPlan, cx: &Context) -> String {
     method(
         cx.timing,
         &format!(
-            "Closed loop, {} VUs. Every k6 request is one `GET /v1/orders` asking user-service for \
+            "Closed loop, {} VUs. Every request is one `GET /v1/orders` asking user-service for \
              the first order of {n} distinct users (the data set's other users 1 to {n}), and a set \
-             is that request: its answer is the same bytes in every variant, held by k6 to one \
+             is that request: its answer is the same bytes in every variant, held by the load \
+             generator to one \
              length and by user-service's `x-upstream-calls` header to the calls the variant makes. \
              Only what user-service does behind it differs: {}. order-service's store: {}; it \
              reads a batch's {n} queries from it concurrently, as it does {n} separate calls. The bidi-stream \

@@ -5,7 +5,7 @@ use crate::experiment::Context;
 use crate::measure::Timing;
 use crate::measure::cell::{Cell, Store};
 use crate::measure::figures::Metric;
-use crate::measure::judge::K6_SATURATED_CORES;
+use crate::measure::judge::LOAD_SATURATED_CORES;
 use crate::report::format::{self as f, MISSING};
 use crate::report::svg::{self, BarChart};
 use crate::report::value::Value;
@@ -184,11 +184,11 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
         (BytesIn, "B in/call"),
         (CpuUser, "CPU user µs/req"),
         (CpuOrder, "CPU order µs/req"),
-        (CpuK6, "CPU k6 µs/req"),
+        (CpuLoad, "CPU generator µs/req"),
         (RssUser, "RSS user MiB"),
         (RssOrder, "RSS order MiB"),
-        (RssK6, "RSS k6 MiB"),
-        (K6Cores, "k6 cores"),
+        (RssLoad, "RSS generator MiB"),
+        (LoadCores, "generator cores"),
         (OtherCores, "others' cores"),
     ];
     let mut cols = cols.to_vec();
@@ -232,9 +232,9 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
             r
         })
         .collect();
-    let k6_max = cells
+    let load_max = cells
         .iter()
-        .filter_map(|(_, c)| cx.data.spread(c, K6Cores).map(|s| s.max))
+        .filter_map(|(_, c)| cx.data.spread(c, LoadCores).map(|s| s.max))
         .fold(0.0, f64::max);
     let rss = cells
         .iter()
@@ -248,10 +248,10 @@ pub fn everything(cx: &Context, caption: &str, cells: &[(String, Cell)]) -> Tabl
         headers,
         rows,
         reading: format!(
-            "k6 used at most {:.2} cores in any round{}; order-service's peak RSS was largest under {} ({} MiB{}).",
-            k6_max,
-            if k6_max >= K6_SATURATED_CORES {
-                " — flagged rounds measure k6 as much as the services"
+            "The load generator used at most {:.2} cores in any round{}; order-service's peak RSS was largest under {} ({} MiB{}).",
+            load_max,
+            if load_max >= LOAD_SATURATED_CORES {
+                " — flagged rounds measure the load generator as much as the services"
             } else {
                 ", so the load generator was not the bottleneck"
             },

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::measure::load::Generator;
+
 mod fault;
 pub use fault::{Fault, RECOMMENDED};
 
@@ -28,13 +30,15 @@ pub fn fixed_user(orders: u32) -> String {
     format!("00000000-0000-0000-0000-{n:012}")
 }
 
-/// How k6 drives load.
+/// How the load generator drives load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
 pub enum Load {
-    /// `vus` virtual users, each sending its next request when answered.
+    /// `vus` callers (k6's virtual users), each sending its next request
+    /// when answered.
     Closed { vus: u32 },
-    /// `rate` iterations started per second, whatever the answers do.
+    /// `rate` requests started per second, whatever the answers do, on at
+    /// most `max_vus` connections (k6: VUs).
     Open { rate: u32, max_vus: u32 },
 }
 
@@ -51,7 +55,7 @@ pub struct Cell {
     pub load: Load,
     /// user-service's connection budget per transport (`USER_POOL_SIZE`).
     pub pool: u16,
-    /// Users per k6 request: 1 asks one user's orders
+    /// Users per request: 1 asks one user's orders
     /// (`/v1/users/{id}/orders`); N > 1 asks the first orders of the data
     /// set's other users 1..N in one request (`/v1/orders?users=…`), which
     /// user-service fetches as N calls, or as one when `batch`. Round files
@@ -66,6 +70,11 @@ pub struct Cell {
     /// at once.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub think_ms: u32,
+    /// The load generator of this cell, when it is not the run's (the
+    /// generator experiment measures them side by side); `None`: the run's
+    /// (`--load`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<Generator>,
     /// What surrounds the two services in this cell: the launcher gets it
     /// whole. Flattened, so a cell's JSON keeps its fields at the top.
     #[serde(flatten)]
@@ -476,8 +485,32 @@ impl Cell {
             users: 1,
             batch: false,
             think_ms: 0,
+            generator: None,
             env: Env::default(),
         }
+    }
+
+    /// The load generator of this cell in a run whose own is `run`: k6
+    /// where k6's own gRPC client is the subject, else the cell's own,
+    /// else the run's.
+    pub fn generator_under(&self, run: Generator) -> Generator {
+        if self.via == K6_GRPC_DIRECT {
+            return Generator::K6;
+        }
+        self.generator.unwrap_or(run)
+    }
+
+    /// Whether the load generator is what this cell measures (its own
+    /// choice of generator, or k6's own gRPC client), rather than an
+    /// instrument.
+    pub fn generator_is_subject(&self) -> bool {
+        self.generator.is_some() || self.via == K6_GRPC_DIRECT
+    }
+
+    /// The same cell driven by `generator` whatever the run's.
+    pub fn driven_by(mut self, generator: Generator) -> Cell {
+        self.generator = Some(generator);
+        self
     }
 
     /// The same cell asking for the first `orders` of `users` users in one
@@ -520,8 +553,12 @@ impl Cell {
             0 => String::new(),
             ms => format!("-think{ms}"),
         };
+        let generator = match self.generator {
+            None => String::new(),
+            Some(g) => format!("-by-{}", g.name()),
+        };
         format!(
-            "{}-o{}-{fields}-{load}{think}-p{}{users}{}",
+            "{}-o{}-{fields}-{load}{think}-p{}{users}{}{generator}",
             self.via,
             self.orders,
             self.pool,
@@ -556,6 +593,9 @@ impl Cell {
         }
         s.push_str(&format!(", pool {}", self.pool));
         s.push_str(&self.env.label());
+        if let Some(g) = self.generator {
+            s.push_str(&format!(", by {}", g.name()));
+        }
         s
     }
 }

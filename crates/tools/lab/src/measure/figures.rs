@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::measure::cell::MAX_REPLICAS;
-use crate::measure::k6;
+use crate::measure::load;
 use crate::measure::record::{Cpu, ReplicaRecord, RoundRecord, Rss};
 
 /// The figures of one round, derived from its [`RoundRecord`]. Rates,
@@ -27,13 +27,25 @@ pub struct Measures {
     pub rate: f64,
     pub set_rate: f64,
     pub dropped: f64,
-    /// Iterations k6 started (open loop: with the dropped ones, what was asked).
+    /// Open loop (the lab's engine): requests sent late because every
+    /// connection was busy at their time.
+    #[serde(default)]
+    pub waited: f64,
+    /// Requests still in flight when the run's grace period ended.
+    #[serde(default)]
+    pub unfinished: f64,
+    /// Open loop (the lab's engine): how late each request was written
+    /// after its due time, µs.
+    #[serde(default)]
+    pub lag_us: Option<load::Percentiles>,
+    /// Requests that ended (k6: iterations; open loop: with the dropped
+    /// and unfinished ones, what was asked).
     pub iterations: f64,
-    pub e2e_ms: Option<k6::Percentiles>,
-    pub set_ms: Option<k6::Percentiles>,
-    pub upstream_us: Option<k6::Percentiles>,
+    pub e2e_ms: Option<load::Percentiles>,
+    pub set_ms: Option<load::Percentiles>,
+    pub upstream_us: Option<load::Percentiles>,
     /// Where the round trips went, when the cell recorded it.
-    pub parts: Option<k6::PartsSummary>,
+    pub parts: Option<load::PartsSummary>,
     pub upstream_calls: f64,
     pub upstream_errors: f64,
     pub connections_opened: f64,
@@ -48,7 +60,7 @@ pub struct Measures {
     /// started to those after it exited.
     pub window_s: f64,
     /// k6's CPU over the window, in cores.
-    pub k6_cores: f64,
+    pub load_cores: f64,
     /// All three processes' CPU as a share of the machine.
     pub machine_busy: f64,
     /// Other processes' CPU during the window, in cores.
@@ -138,8 +150,8 @@ impl Measures {
         let d = r.upstream_after.since(&r.upstream_before);
         let per_call = |x: f64| (d.calls > 0.0).then(|| x / d.calls);
         let window = r.window_s.unwrap_or(r.duration_s).max(1e-9);
-        let total_cpu = r.cpu.order_us + r.cpu.user_us + r.cpu.k6_us;
-        let k = &r.k6.counted();
+        let total_cpu = r.cpu.order_us + r.cpu.user_us + r.cpu.load_us;
+        let k = &r.load.counted();
         Measures {
             requests: k.requests,
             good: k.good,
@@ -153,6 +165,9 @@ impl Measures {
                 0.0
             },
             dropped: k.dropped,
+            waited: k.schedule.map_or(0.0, |s| s.waited),
+            unfinished: k.unfinished,
+            lag_us: k.schedule.map(|s| s.lag_us),
             iterations: k.iterations,
             e2e_ms: k.good_ms,
             set_ms: k.good_set_ms,
@@ -170,7 +185,7 @@ impl Measures {
                 .max(0.0),
             time_wait_after: f64::from(r.tcp_after.time_wait),
             window_s: window,
-            k6_cores: r.cpu.k6_us / 1e6 / window,
+            load_cores: r.cpu.load_us / 1e6 / window,
             machine_busy: total_cpu / 1e6 / window / f64::from(r.cores.max(1)),
             other_cores: r.other_cpu_us / 1e6 / window,
             postgres_us: r.postgres_us,
@@ -228,7 +243,19 @@ pub enum Metric {
     Rate,
     IterationRate,
     Dropped,
+    /// Open loop: the share of the requests asked for that were never
+    /// sent, %: k6's dropped iterations, or what the lab's engine still
+    /// had waiting when its grace period ended.
     DroppedShare,
+    /// Open loop: the share of the requests asked for that could not be
+    /// sent at their time for want of a free connection (k6: a VU), %.
+    /// k6 drops them; the lab's engine sends them late, timed from their
+    /// due time. The pool ladder's overload signal.
+    BehindShare,
+    /// Open loop (the lab's engine): how late requests were written after
+    /// their due time, p50 and p99, µs.
+    LagP50,
+    LagP99,
     E2eP50,
     E2eP90,
     E2eP95,
@@ -250,13 +277,13 @@ pub enum Metric {
     CpuOrder,
     CpuUser,
     CpuServices,
-    CpuK6,
+    CpuLoad,
     CpuServicesPerIteration,
     RssOrder,
     RssUser,
-    RssK6,
+    RssLoad,
     TimeWait,
-    K6Cores,
+    LoadCores,
     OtherCores,
     BadAnswers,
     /// Bad answers as a share of the answers not shed, %.
@@ -318,7 +345,7 @@ pub enum Part {
 }
 
 impl Part {
-    fn of(self, p: &k6::PartsSummary) -> &k6::Percentiles {
+    fn of(self, p: &load::PartsSummary) -> &load::Percentiles {
         match self {
             Part::Store => &p.store,
             Part::Encode => &p.encode,
@@ -343,13 +370,23 @@ impl Metric {
             IterationRate => m.set_rate,
             Dropped => m.dropped,
             DroppedShare => {
-                let asked = m.iterations + m.dropped;
+                let asked = m.iterations + m.dropped + m.unfinished;
                 if asked > 0.0 {
                     100.0 * m.dropped / asked
                 } else {
                     return None;
                 }
             }
+            BehindShare => {
+                let asked = m.iterations + m.dropped + m.unfinished;
+                if asked > 0.0 {
+                    100.0 * (m.dropped + m.waited) / asked
+                } else {
+                    return None;
+                }
+            }
+            LagP50 => m.lag_us?.p50,
+            LagP99 => m.lag_us?.p99,
             E2eP50 => m.e2e_ms?.p50,
             E2eP90 => m.e2e_ms?.p90,
             E2eP95 => m.e2e_ms?.p95,
@@ -375,14 +412,14 @@ impl Metric {
             CpuOrder => return m.per_request(m.cpu.order_us),
             CpuUser => return m.per_request(m.cpu.user_us),
             CpuServices => return m.per_request(m.cpu.order_us + m.cpu.user_us),
-            CpuK6 => return m.per_request(m.cpu.k6_us),
+            CpuLoad => return m.per_request(m.cpu.load_us),
             CpuPostgres => return m.per_request(m.postgres_us?),
             CpuServicesPerIteration => return m.per_iteration(m.cpu.order_us + m.cpu.user_us),
             RssOrder => m.rss.order_kb / 1024.0,
             RssUser => m.rss.user_kb / 1024.0,
-            RssK6 => m.rss.k6_kb / 1024.0,
+            RssLoad => m.rss.load_kb / 1024.0,
             TimeWait => m.time_wait_new,
-            K6Cores => m.k6_cores,
+            LoadCores => m.load_cores,
             OtherCores => m.other_cores,
             BadAnswers => m.bad_answers,
             BadShare => m.bad_share_pct(),
@@ -433,17 +470,18 @@ impl Metric {
         match self {
             Rate | IterationRate => "req/s",
             Dropped | ConnectionsOpened | ConnectionsHeld | TimeWait | BadAnswers | Shed => "",
-            DroppedShare | BadShare | ShedShare => "%",
+            DroppedShare | BehindShare | BadShare | ShedShare => "%",
+            LagP50 | LagP99 => "µs",
             E2eP50 | E2eP90 | E2eP95 | E2eP99 | E2eMax | IterP50 | IterP95 => "ms",
             UpP50 | UpP95 | UpP99 | UpP999 | UpMax | ProxyLate | PathLate => "µs",
             Retrans | PathLost => "per 1,000 calls",
             BytesOut | BytesIn | BytesTotal | BytesPerIteration => "B",
             UpstreamCallsPerIteration => "calls",
-            CpuOrder | CpuUser | CpuServices | CpuK6 | CpuPostgres | CpuServicesPerIteration => {
+            CpuOrder | CpuUser | CpuServices | CpuLoad | CpuPostgres | CpuServicesPerIteration => {
                 "µs"
             }
-            RssOrder | RssUser | RssK6 => "MiB",
-            K6Cores | OtherCores | ProxyCores | PathCores => "cores",
+            RssOrder | RssUser | RssLoad => "MiB",
+            LoadCores | OtherCores | ProxyCores | PathCores => "cores",
             TlsFullPer1k | TlsResumedPer1k => "per 1,000 calls",
             ReplicaShare(_) | MachineBusy => "%",
             ReplicaCores(_) | BalancerCores => "cores",

@@ -6,8 +6,10 @@
 use crate::measure::figures::Measures;
 use crate::measure::record::RoundRecord;
 
-/// The share of a core above which k6 counts as the bottleneck.
-pub const K6_SATURATED_CORES: f64 = 0.9;
+/// The share of a core at which the load generator may be part of what a
+/// round measures: on a 2-core machine, half a core taken by it is half a
+/// core the services did not have.
+pub const LOAD_SATURATED_CORES: f64 = 0.5;
 
 /// Other processes' CPU, in cores, above which a round is flagged as run on
 /// a busy machine.
@@ -26,10 +28,13 @@ pub const FAILED_BAD_SHARE_PCT: f64 = 1.0;
 pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
     let m = Measures::of(rec);
     let mut flags = Vec::new();
-    if m.k6_cores >= K6_SATURATED_CORES {
+    // Where the generator is the subject (the generator experiment's
+    // cells, k6's own gRPC client) its cost is what is measured, not a flaw.
+    if m.load_cores >= LOAD_SATURATED_CORES && !rec.cell.generator_is_subject() {
         flags.push(format!(
-            "k6 used {:.2} cores: the load generator may be the bottleneck",
-            m.k6_cores
+            "the load generator ({}) used {:.2} cores: it may be the bottleneck",
+            rec.generator.name(),
+            m.load_cores
         ));
     }
     if !rec.no_proc && m.other_cores >= BUSY_NEIGHBOUR_CORES {

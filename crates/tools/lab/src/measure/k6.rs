@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::measure::load::{Endings, NOT_GOOD, PartsSummary, Percentiles, Summary};
 
 /// The k6 release the lab installs when none is on PATH; the same pin as
 /// `requirements-dev.txt`, which the test command installs.
@@ -89,101 +90,6 @@ pub fn version(k6: &Path) -> anyhow::Result<String> {
     Ok(text.lines().next().unwrap_or("").trim().to_owned())
 }
 
-/// Percentiles of one k6 Trend, in the Trend's own unit (ms for durations,
-/// µs for `upstream_micros`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
-    pub count: f64,
-    pub avg: f64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p95: f64,
-    pub p99: f64,
-    /// p99.9: `None` in summaries written before the lab asked for it.
-    #[serde(default)]
-    pub p999: Option<f64>,
-    pub max: f64,
-}
-
-/// Where the good answers' round trips went (the `part_*_micros` Trends and
-/// the `parts_*` counters of an answer's `x-upstream-parts`), in µs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct PartsSummary {
-    pub store: Percentiles,
-    pub encode: Percentiles,
-    pub total: Percentiles,
-    pub decode: Percentiles,
-    pub wire: Percentiles,
-    /// Good answers that carried their parts.
-    pub reported: f64,
-    /// Of those, the ones whose store + encode fit in order-service's total,
-    /// and whose total + decode fit in the round trip.
-    pub server_ok: f64,
-    pub client_ok: f64,
-}
-
-/// What the lab takes from a k6 summary.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
-    /// How long the test ran, graceful stop included.
-    pub run_seconds: f64,
-    /// HTTP requests made and their rate over the run.
-    pub requests: f64,
-    pub request_rate: f64,
-    /// Iterations: one request each (before the many-users route, N
-    /// requests sent at once when the summary's `lab_lookups` was N > 1).
-    pub iterations: f64,
-    pub iteration_rate: f64,
-    /// Open loop: iterations not started because every VU was busy.
-    pub dropped: f64,
-    /// Answers that were not a 200 over the transport asked for.
-    pub bad_answers: f64,
-    /// `http_req_duration` in ms (for grpc-direct: `grpc_req_duration`).
-    pub duration_ms: Percentiles,
-    /// `iteration_duration` in ms: the time of an iteration, k6's own work included.
-    pub iteration_ms: Percentiles,
-    /// `upstream_micros` in µs (absent for scripts that do not record it).
-    pub upstream_us: Option<Percentiles>,
-    /// Most VUs in use.
-    pub vus_max: f64,
-    /// Where the round trips went, when the answers carried their parts.
-    #[serde(default)]
-    pub parts: Option<PartsSummary>,
-    /// The counting rules the script followed (its `lab_counting`), or
-    /// `None` for a summary written before them: its requests all counted
-    /// and the good answers below are inferred (requests − bad).
-    #[serde(default)]
-    pub counting: Option<String>,
-    /// Good answers: a 200 over the transport asked for with the expected
-    /// body (gRPC direct: status OK with the orders asked for), and their
-    /// rate over the run.
-    #[serde(default)]
-    pub good: f64,
-    #[serde(default)]
-    pub good_rate: f64,
-    /// Answers shed by user-service at its concurrency limit (503 with
-    /// Retry-After): neither good nor bad.
-    #[serde(default)]
-    pub shed: f64,
-    /// The latency of good answers, ms (grpc-direct: every call's, as k6
-    /// gives no per-call timing for gRPC).
-    #[serde(default)]
-    pub good_ms: Option<Percentiles>,
-    /// Sets whose every answer was good: how many, and the longest answer
-    /// of each, ms.
-    #[serde(default)]
-    pub good_sets: f64,
-    #[serde(default)]
-    pub good_set_ms: Option<Percentiles>,
-    /// Bodies parsed and their orders counted (the first good answer of
-    /// each VU; the others are checked by their length).
-    #[serde(default)]
-    pub parsed_bodies: f64,
-    /// gRPC answers order-service sent compressed (grpc-direct).
-    #[serde(default)]
-    pub compressed: f64,
-}
-
 fn metric<'a>(data: &'a Value, name: &str) -> Option<&'a Value> {
     data.get("metrics")?.get(name)?.get("values")
 }
@@ -224,21 +130,6 @@ fn counter(data: &Value, name: &str) -> anyhow::Result<(f64, f64)> {
     }
 }
 
-/// How a run's calls ended when something broke, from the scripts'
-/// `not_good_*` and `slow_answers` counters.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Endings {
-    /// Answers that were not good, by the status user-service gave ("0":
-    /// none at all; "other": any status not named), statuses with none left
-    /// out.
-    pub not_good: Vec<(String, f64)>,
-    /// Answers slower than the scripts' `SLOW_MS` (1 s), good or not.
-    pub slow: f64,
-}
-
-/// The statuses the scripts count not-good answers under, and the rest.
-pub const NOT_GOOD: [&str; 6] = ["0", "500", "502", "503", "504", "other"];
-
 /// A run's [`Endings`], from its k6 summary.
 pub fn endings(data: &Value) -> anyhow::Result<Endings> {
     let mut not_good = Vec::new();
@@ -275,6 +166,11 @@ pub fn good_histogram(data: &Value) -> Option<hdrhistogram::Histogram<u64>> {
         h.saturating_record_n(us.max(1), count);
     }
     (!h.is_empty()).then_some(h)
+}
+
+/// A duration as k6 reads it, in milliseconds.
+pub fn secs_arg(s: f64) -> String {
+    format!("{}ms", (s * 1000.0).round() as u64)
 }
 
 /// Reads the JSON that the scripts' `handleSummary` writes (k6's summary
@@ -364,6 +260,8 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
     let summary = Summary {
         parts,
         counting,
+        unfinished: 0.0,
+        schedule: None,
         good,
         good_rate,
         shed: counter(&data, "shed_answers")?.0,
@@ -387,33 +285,14 @@ pub fn parse_summary(text: &str) -> anyhow::Result<Summary> {
     Ok(summary.counted())
 }
 
-impl Summary {
-    /// The summary with its good answers: as counted, under the counting
-    /// rules; inferred for a summary from before them (a round recorded by
-    /// an older lab), where every answer but the bad ones counted and the
-    /// latencies were every answer's.
-    pub fn counted(&self) -> Summary {
-        if self.counting.is_some() {
-            return self.clone();
-        }
-        let good = (self.requests - self.bad_answers).max(0.0);
-        Summary {
-            good,
-            good_rate: if self.requests > 0.0 {
-                self.request_rate * good / self.requests
-            } else {
-                0.0
-            },
-            good_ms: (self.requests > 0.0).then_some(self.duration_ms),
-            good_sets: (self.iterations - self.bad_answers).max(0.0),
-            good_set_ms: (self.iterations > 0.0).then_some(self.iteration_ms),
-            ..self.clone()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_are_given_to_k6_in_milliseconds() {
+        assert_eq!(super::secs_arg(2.0), "2000ms");
+        assert_eq!(super::secs_arg(0.5), "500ms");
+    }
+
     #[test]
     fn the_scripts_buckets_make_a_histogram_within_their_width() {
         // 100 answers in the bucket of 1 ms (10^(150/50) µs) and 1 in that

@@ -17,10 +17,24 @@ pub struct Machine {
     pub memory_gib: f64,
     pub kernel: String,
     pub rustc: String,
+    /// k6's version, or "not used" (runs before the lab's own engine
+    /// always used it).
     pub k6: String,
+    /// The lab's load engine's version, or "not used".
+    #[serde(default = "not_used")]
+    pub loadgen: String,
     pub git_commit: String,
     /// Uncommitted changes in the work tree when the run started.
     pub git_dirty: bool,
+}
+
+fn not_used() -> String {
+    "not used".to_owned()
+}
+
+/// The CPUs the lab may use.
+pub fn cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
 fn first_line(cmd: &mut Command) -> Option<String> {
@@ -35,8 +49,9 @@ fn first_line(cmd: &mut Command) -> Option<String> {
     })
 }
 
-/// Describes this machine; what cannot be read is written "unknown".
-pub fn describe(root: &Path, k6_version: &str) -> Machine {
+/// Describes this machine; what cannot be read is written "unknown". The
+/// load generators' versions are filled in once they are found.
+pub fn describe(root: &Path) -> Machine {
     let unknown = || "unknown".to_owned();
     let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -59,12 +74,13 @@ pub fn describe(root: &Path, k6_version: &str) -> Machine {
         .map(|o| !o.stdout.is_empty())
         .unwrap_or(false);
     Machine {
-        cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        cores: cores(),
         cpu_model,
         memory_gib,
         kernel,
         rustc,
-        k6: k6_version.to_owned(),
+        k6: not_used(),
+        loadgen: not_used(),
         git_commit,
         git_dirty,
     }
@@ -76,10 +92,13 @@ mod tests {
 
     #[test]
     fn this_machine_is_described() {
-        let m = describe(Path::new("."), "k6 v0");
+        let m = describe(Path::new("."));
         assert!(m.cores >= 1);
         assert!(m.memory_gib > 0.0);
-        assert_eq!(m.k6, "k6 v0");
+        assert_eq!(
+            (m.k6.as_str(), m.loadgen.as_str()),
+            ("not used", "not used")
+        );
         assert!(!m.kernel.is_empty());
     }
 }

@@ -1,5 +1,5 @@
 //! The measurement layer: starting the services (and the delay proxy between
-//! them), driving k6, reading `/proc` and `/metrics`, describing the machine,
+//! them), driving the load generator, reading `/proc` and `/metrics`, describing the machine,
 //! and keeping the raw record of every round. It knows cells, rounds and
 //! schedules; it knows no experiment by name.
 //!
@@ -18,14 +18,19 @@
 //! - [`runner`]: runs schedules round by round.
 //! - [`results`]: everything a run has measured, and the results directory's
 //!   files.
-//! - [`k6`], [`prom`], [`procfs`], [`http`], [`machine`]: the instruments.
+//! - [`load`]: what a load generator counted ([`load::Summary`]), whichever
+//!   it was: the lab's own engine ([`engine`], the default), k6 ([`k6`]) or
+//!   wrk ([`wrk`], the generator experiment's yardstick).
+//! - [`prom`], [`procfs`], [`http`], [`machine`]: the other instruments.
 
 pub mod cell;
 pub mod criterion;
+pub mod engine;
 pub mod figures;
 pub mod http;
 pub mod judge;
 pub mod k6;
+pub mod load;
 pub mod machine;
 pub mod procfs;
 pub mod prom;
@@ -34,6 +39,7 @@ pub mod results;
 pub mod runner;
 pub mod schedule;
 pub mod services;
+pub mod wrk;
 
 use std::path::Path;
 

@@ -77,6 +77,18 @@ pub fn peak_rss_kb(pid: u32) -> anyhow::Result<u64> {
     parse_status_kb(&text, "VmHWM").with_context(|| format!("parsing {path}"))
 }
 
+/// The CPUs a process may run on, as the kernel lists them
+/// (`Cpus_allowed_list`: "0", "0-1", "0,2").
+pub fn cpus_allowed(pid: u32) -> anyhow::Result<String> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|s| s.trim().to_owned())
+        .with_context(|| format!("{path} has no Cpus_allowed_list"))
+}
+
 /// Clock ticks per second (`getconf CLK_TCK`); 100 on every Linux the lab
 /// has met, used if `getconf` is missing.
 pub fn clock_ticks_per_second() -> u64 {

@@ -1,5 +1,5 @@
 //! The raw record of one round of one cell, as the results directory keeps
-//! it (`rounds/*.json`): k6's summary, user-service's counters, every
+//! it (`rounds/*.json`): the load generator's summary, user-service's counters, every
 //! process's CPU and memory, sockets, the delay proxy's and the replicas'
 //! figures. Everything the report says of a round is derived from it
 //! ([`crate::measure::figures`]), so a newer lab can read an older run.
@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::measure::cell::Cell;
-use crate::measure::k6;
+use crate::measure::load::{Endings, Generator, Summary};
 use crate::measure::procfs::TcpStates;
 use crate::measure::prom::Upstream;
 
@@ -16,7 +16,9 @@ use crate::measure::prom::Upstream;
 pub struct Cpu {
     pub order_us: f64,
     pub user_us: f64,
-    pub k6_us: f64,
+    /// The load generator's, whichever it was.
+    #[serde(alias = "k6_us")]
+    pub load_us: f64,
 }
 
 /// Peak resident set of each process, in kB.
@@ -24,7 +26,9 @@ pub struct Cpu {
 pub struct Rss {
     pub order_kb: f64,
     pub user_kb: f64,
-    pub k6_kb: f64,
+    /// The load generator's.
+    #[serde(alias = "k6_kb")]
+    pub load_kb: f64,
 }
 
 /// Everything recorded about one round of one cell: the raw JSON of the
@@ -36,9 +40,15 @@ pub struct RoundRecord {
     /// 1-based.
     pub round: u32,
     pub started_at: String,
-    /// The measured duration asked of k6, in seconds.
+    /// The measured duration asked of the load generator, in seconds.
     pub duration_s: f64,
-    pub k6: k6::Summary,
+    /// What drove the load (rounds recorded before the lab had its own
+    /// engine were k6's).
+    #[serde(default = "Generator::before_engine")]
+    pub generator: Generator,
+    /// What the load generator counted.
+    #[serde(alias = "k6")]
+    pub load: Summary,
     /// user-service's counters for `cell.via` before and after.
     pub upstream_before: Upstream,
     pub upstream_after: Upstream,
@@ -75,8 +85,15 @@ pub struct RoundRecord {
     /// cleared): `order-service NAME` and `user-service NAME` to its value.
     #[serde(default)]
     pub service_env: std::collections::BTreeMap<String, String>,
-    /// k6's full summary data, as its handleSummary wrote it.
-    pub k6_summary: serde_json::Value,
+    /// The load generator's own summary, whole: the engine's JSON, k6's
+    /// summary data as its handleSummary wrote it, or wrk's hook line.
+    #[serde(alias = "k6_summary")]
+    pub load_raw: serde_json::Value,
+    /// The lab's engine's histogram of the good answers' latencies, µs,
+    /// exact ([`telemetry::hdr`]'s encoding); for k6, the summary's
+    /// buckets stand in ([`RoundRecord::e2e_histogram`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_hdr: Option<String>,
     /// With several replicas: what each did over the measured run, in
     /// replica order (the slow one last).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +117,35 @@ pub struct RoundRecord {
     /// count of the lookups it answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<FaultRecord>,
+}
+
+impl RoundRecord {
+    /// The good answers' latencies end to end, µs: the engine's exact
+    /// histogram, or k6's buckets (each value within 2.4%); `None` for
+    /// rounds that have neither (wrk, k6's gRPC client).
+    pub fn e2e_histogram(&self) -> Option<hdrhistogram::Histogram<u64>> {
+        match &self.e2e_hdr {
+            Some(text) => telemetry::hdr::decode(text).ok(),
+            None if self.generator == Generator::K6 => {
+                crate::measure::k6::good_histogram(&self.load_raw)
+            }
+            None => None,
+        }
+    }
+
+    /// How the round's calls ended, by status, and how many were slow;
+    /// `None` when its generator's summary cannot say.
+    pub fn endings(&self) -> Option<Endings> {
+        match self.generator {
+            Generator::K6 => crate::measure::k6::endings(&self.load_raw).ok(),
+            Generator::Loadgen => {
+                serde_json::from_value::<loadgen::tally::Summary>(self.load_raw.clone())
+                    .ok()
+                    .map(|s| crate::measure::engine::endings(&s))
+            }
+            Generator::Wrk => None,
+        }
+    }
 }
 
 /// A fault during a measured run, as the lab saw it: times in ms from the

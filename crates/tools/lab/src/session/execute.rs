@@ -12,13 +12,13 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
+use super::generators;
 use super::info::{Outcome, RunInfo, RunOptions, RunPart};
 use super::plan::{self, Planned, Work};
 use super::preflight;
 use super::report::build_report;
 use super::resume;
 use crate::experiments;
-use crate::measure::k6;
 use crate::measure::machine;
 use crate::measure::results::Results;
 use crate::measure::runner::Lab;
@@ -67,10 +67,8 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         None => println!("results: {}", dir.display()),
     }
 
-    let k6_bin = k6::find_or_install(root)?;
-    let k6_version = k6::version(&k6_bin)?;
-    println!("k6: {} ({k6_version})", k6_bin.display());
     let bins = preflight::binaries(&opts, root)?;
+    let bins_for_generators = bins.clone();
     let binaries = resume::binary_hashes(&bins, opts.target.is_some())?;
     let needs = schedules
         .iter()
@@ -89,8 +87,8 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
             Some(_) => "the target's own (the lab does not know it)".to_owned(),
             None => preflight::store_label(opts.database_url.as_deref()),
         },
-        pinning: svc.pinning(),
-        machine: machine::describe(root, &k6_version),
+        pinning: svc.pinning(machine::cores()),
+        machine: machine::describe(root),
         started_at: started_at.to_rfc3339(),
         elapsed_s: None,
         outcome: "running".to_owned(),
@@ -113,6 +111,14 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     services::seed(&svc)?;
 
     let mut work = Work::of(schedules);
+    let used = generators::used(&work, info.knobs.load);
+    let found = generators::find(&used, info.knobs.load, root, &bins_for_generators)?;
+    info.machine.k6 = found.k6_version;
+    info.machine.loadgen = found.loadgen_version;
+    let (keep, skipped) = generators::without_missing(work.cells, &found.generators);
+    work.cells = keep;
+    info.skipped.extend(skipped);
+    write_json(&dir.join("run.json"), &info)?;
     let (keep, skipped) = preflight::without_quic_through_tcp(work.cells);
     work.cells = keep;
     if !skipped.is_empty() {
@@ -157,7 +163,14 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     }
     let planned = work.announce(&timing);
     let t0 = Instant::now();
-    let mut lab = Lab::new(root.to_path_buf(), k6_bin, svc, timing, dir.clone(), stop);
+    let mut lab = Lab::new(
+        root.to_path_buf(),
+        found.generators,
+        svc,
+        timing,
+        dir.clone(),
+        stop,
+    );
     if let Some(results) = kept {
         let n = lab.keep(results);
         println!("resume: {n} measurements kept from earlier parts; the missing ones follow");

@@ -35,6 +35,8 @@ pub struct RunOptions {
     pub path: crate::experiment::PathChoice,
     /// `--cc`: TCP's congestion control on a packet path.
     pub cc: netpath::CongestionControl,
+    /// `--load`: the load generator of every cell that names none.
+    pub load: crate::measure::load::Generator,
     /// Measure this already-running stack: nothing is built, started or
     /// restarted.
     pub target: Option<services::Target>,

@@ -7,7 +7,7 @@
 //!   rounds/*.json     the raw record of every load round, written as it finishes
 //!   probes/*.json     the rounds of probes; bench/*.json benchmark results
 //!   failures.json     rounds that produced no numbers, and why
-//!   logs/             the services' and k6's output; certs/ for TLS cells
+//!   logs/             the services' and the load generator's output; certs/ for TLS cells
 //!   report.json       every table as typed values, and run.json inside
 //!   report.md, report.html, *.svg
 //! ```
@@ -31,6 +31,8 @@
 //! - [`preflight`]: the options checked, and what a run needs found or
 //!   made before its first round (target, root, binaries, Postgres,
 //!   HAProxy, taskset); cells this machine cannot measure skipped.
+//! - [`generators`]: the load generators the run's cells use, found (or
+//!   installed), and the cells of one that is missing skipped.
 //! - [`plan`]: the knobs and timing, every experiment's plan and schedule,
 //!   and the schedules sorted by shape into the work of the run.
 //! - [`resume`]: `--resume`: the first part read back, what differs since,
@@ -40,6 +42,7 @@
 //!   [`rerender`] for `lab report DIR`.
 
 pub mod execute;
+pub mod generators;
 pub mod info;
 pub mod plan;
 pub mod preflight;

@@ -50,6 +50,7 @@ pub fn knobs(opts: &RunOptions, earlier: Option<&RunInfo>) -> Knobs {
             sizes: opts.sizes.clone(),
             path: opts.path,
             cc: opts.cc,
+            load: opts.load,
             on_postgres: opts.database_url.is_some(),
             ..crate::experiments::knobs(opts.experiment.as_deref().unwrap_or_default(), opts.quick)
         },

@@ -5,7 +5,7 @@
 //! the balanced cells, `taskset` for `--pin`. Cells this machine cannot
 //! measure (no HAProxy, no Postgres) are taken out and listed as skipped.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, bail};
 
@@ -13,6 +13,7 @@ use super::info::{RunOptions, Skipped};
 use crate::experiment::Entry;
 use crate::experiments;
 use crate::measure::cell::{Balance, Cell, Store};
+use crate::measure::load::Generator;
 use crate::measure::schedule::Needs;
 use crate::measure::services::{self, Binaries, Databases, Target};
 
@@ -65,11 +66,11 @@ pub fn validate(opts: &RunOptions) -> anyhow::Result<()> {
     if opts.warmup_s.is_some_and(|w| w != 0.0 && w < 1.0) {
         bail!("--warmup must be 0 (none) or at least 1 s (k6's shortest scenario)");
     }
+    // With a target, --bin-dir still gives the load engine.
     if opts.target.is_some() {
         for (given, flag) in [
             (opts.database_url.is_some(), "--database-url"),
             (opts.pin, "--pin"),
-            (opts.bin_dir.is_some(), "--bin-dir"),
         ] {
             if given {
                 bail!(
@@ -125,16 +126,12 @@ pub fn check_root(root: &Path) -> anyhow::Result<()> {
 /// release build; each must exist.
 pub fn binaries(opts: &RunOptions, root: &Path) -> anyhow::Result<Binaries> {
     let bins = match (&opts.target, &opts.bin_dir) {
-        // Nothing is started: no binary is needed.
-        (Some(_), _) => Binaries {
-            order: PathBuf::new(),
-            user: PathBuf::new(),
-        },
-        (None, Some(d)) => Binaries {
-            order: d.join("order-service"),
-            user: d.join("user-service"),
-        },
-        (None, None) => services::build(root)?,
+        (_, Some(d)) => Binaries::in_dir(d),
+        // The target's services are not started: only the engine is built
+        // (when the run uses it).
+        (Some(_), None) if opts.load != Generator::Loadgen => Binaries::in_dir(Path::new("")),
+        (Some(_), None) => services::build(root, true)?,
+        (None, None) => services::build(root, false)?,
     };
     if opts.target.is_none() {
         for b in [&bins.order, &bins.user] {
@@ -253,7 +250,7 @@ pub fn without_quic_through_tcp(cells: Vec<(String, Cell)>) -> (Vec<(String, Cel
 }
 
 /// The cells `skip` picks taken out of `cells`, each as skipped with `why`.
-fn skip_where(
+pub(super) fn skip_where(
     cells: Vec<(String, Cell)>,
     skip: impl Fn(&Cell) -> bool,
     why: &str,

@@ -16,7 +16,8 @@ use crate::experiments::tables::everything;
 use crate::measure::cell::{K6_GRPC_DIRECT, Load};
 use crate::measure::figures::{Measures, Metric};
 use crate::measure::human_duration;
-use crate::measure::judge::{BUSY_NEIGHBOUR_CORES, FAILED_BAD_SHARE_PCT, K6_SATURATED_CORES};
+use crate::measure::judge::{BUSY_NEIGHBOUR_CORES, FAILED_BAD_SHARE_PCT, LOAD_SATURATED_CORES};
+use crate::measure::load::Generator;
 use crate::measure::results::Results;
 use crate::report::format as f;
 use crate::report::value::Value;
@@ -113,17 +114,21 @@ fn intro(info: &RunInfo) -> Vec<String> {
     let m = &info.machine;
     let t = &info.timing;
     vec![
-        "user-service fetches a user's orders from order-service over the transport each \
-         table names; k6 drives user-service's `GET /v1/users/{id}/orders` on the same machine. \
-         **Upstream** figures are measured inside user-service around its call (the \
-         `x-upstream-micros` header, recorded per request by k6), so the load tool's own client \
-         is not in them (the Spring Boot post's pitfall); **end-to-end** figures are k6's. Only good \
-         answers count (a 200 over the transport asked for with the expected body): rates, \
-         latencies and CPU per request are theirs, and a round with more than 1% bad answers \
-         is left out. CPU per request comes from /proc (utime + stime) over the window from \
-         just before k6 starts to just after it exits, divided by the good answers; bytes and \
-         connections from user-service's socket counters."
-            .to_owned(),
+        format!(
+            "user-service fetches a user's orders from order-service over the transport each \
+             table names; {} drives user-service's `GET /v1/users/{{id}}/orders` over HTTP/1.1 \
+             on the same machine. **Upstream** figures are measured inside user-service around \
+             its call (the `x-upstream-micros` header, recorded per request by the load \
+             generator), so the load tool's own client is not in them (the Spring Boot post's \
+             pitfall); **end-to-end** figures are the load generator's, timed from each \
+             request's start in a closed loop and from its intended send in an open one. Only \
+             good answers count (a 200 over the transport asked for with the expected body): \
+             rates, latencies and CPU per request are theirs, and a round with more than 1% bad \
+             answers is left out. CPU per request comes from /proc (utime + stime) over the \
+             window from just before the load generator starts to just after it exits, divided \
+             by the good answers; bytes and connections from user-service's socket counters.",
+            info.knobs.load.describe()
+        ),
         format!(
             "Every figure is the median of {} rounds, each round {} \
              after a discarded warm-up. An absolute figure's parentheses hold the lowest and \
@@ -136,8 +141,9 @@ fn intro(info: &RunInfo) -> Vec<String> {
              project's machine kept 96–99% of each other's medians inside them, and quiet runs of \
              the Postgres cells 93–100% (the book's Repeatability); a busy machine or another \
              plan fewer. `lab compare` \
-             checks two runs against each other's intervals. A round is flagged when k6 used \
-             {K6_SATURATED_CORES} core or more (its numbers then measure k6 too), when other \
+             checks two runs against each other's intervals. A round is flagged when the load \
+             generator used {LOAD_SATURATED_CORES} core or more (its numbers may then measure it \
+             too), when other \
              programs used {} cores or more during it, or when it saw errors. \
              On a machine this small the three processes share {} cores: absolute rates are this \
              machine's, the ratios are what travels.",
@@ -180,7 +186,11 @@ fn meta(info: &RunInfo, results: &Results) -> Vec<(String, String)> {
                 m.cores, m.cpu_model, m.memory_gib, m.kernel
             ),
         ),
-        ("versions".into(), format!("{}; {}", m.rustc, m.k6)),
+        (
+            "versions".into(),
+            format!("{}; load engine: {}; k6: {}", m.rustc, m.loadgen, m.k6),
+        ),
+        ("load generator".into(), generators(info, results)),
         (
             "git commit".into(),
             format!(
@@ -248,6 +258,30 @@ fn meta(info: &RunInfo, results: &Results) -> Vec<(String, String)> {
             ),
         ),
     ]
+}
+
+/// Which load generator drove the rounds: the run's, and any other some
+/// cells asked for, with how many rounds each drove.
+fn generators(info: &RunInfo, results: &Results) -> String {
+    let mut rounds: std::collections::BTreeMap<Generator, usize> = Default::default();
+    for r in &results.records {
+        *rounds.entry(r.generator).or_default() += 1;
+    }
+    let run = format!(
+        "{} (`--load {}`)",
+        info.knobs.load.describe(),
+        info.knobs.load.name()
+    );
+    let others: Vec<String> = rounds
+        .iter()
+        .filter(|(g, _)| **g != info.knobs.load)
+        .map(|(g, n)| format!("{} in {n} rounds ({})", g.name(), g.why_in_a_run()))
+        .collect();
+    if others.is_empty() {
+        run
+    } else {
+        format!("{run}; {}", others.join("; "))
+    }
 }
 
 /// When each part of a resumed run ran, and what a forced resumption
@@ -347,7 +381,7 @@ fn other_load(info: &RunInfo, results: &Results) -> Option<String> {
     } else {
         Spread::of(&others).map(|o| {
             format!(
-                "processes other than the two services and k6 used {:.2} cores in the median round (at most {:.2}); rounds at {} cores or more are flagged",
+                "processes other than the two services and the load generator used {:.2} cores in the median round (at most {:.2}); rounds at {} cores or more are flagged",
                 o.median,
                 o.max,
                 BUSY_NEIGHBOUR_CORES
@@ -397,7 +431,7 @@ fn flags_section(data: &Data, results: &Results, skipped: &[Skipped]) -> Section
         })
         .collect();
     if rows.is_empty() {
-        s.para("No round was flagged: k6 stayed under the saturation threshold and every answer was a 200 over the transport asked for.");
+        s.para(format!("No round was flagged: the load generator stayed under {LOAD_SATURATED_CORES} core and every answer was a 200 over the transport asked for."));
     } else {
         let n = rows.len();
         s.table(Table {
@@ -405,7 +439,7 @@ fn flags_section(data: &Data, results: &Results, skipped: &[Skipped]) -> Section
             headers: vec!["cell".into(), "flag".into()],
             rows,
             reading: format!(
-                "{n} round flags. A k6 flag means the load generator used a core or more, so that cell's rate is partly k6's limit; a busy-machine flag means other programs took CPU during the run, so its absolute figures are lower and noisier (ratios between cells of the same round suffer less)."
+                "{n} round flags. A load-generator flag means it used {LOAD_SATURATED_CORES} core or more, so that cell's rate may be partly its limit; a busy-machine flag means other programs took CPU during the run, so its absolute figures are lower and noisier (ratios between cells of the same round suffer less)."
             ),
         });
     }
@@ -487,7 +521,7 @@ fn flags_section(data: &Data, results: &Results, skipped: &[Skipped]) -> Section
                     ]
                 })
                 .collect(),
-            reading: "These cells show n/a where the failed rounds left no value; the services' and k6's output is in logs/.".into(),
+            reading: "These cells show n/a where the failed rounds left no value; the services' and the load generator's output is in logs/.".into(),
         });
     }
     s
@@ -546,7 +580,7 @@ mod tests {
                 assert!(left.contains(e.name()), "{}: {note}", e.name());
             }
         }
-        assert!(note.contains("18 of the lab's 20 experiments"), "{note}");
+        assert!(note.contains("19 of the lab's 21 experiments"), "{note}");
         // What it ran is read from its plans: the transports, the sizes and
         // the round trips.
         assert!(

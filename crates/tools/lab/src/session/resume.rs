@@ -103,10 +103,17 @@ pub fn binary_hashes(bins: &Binaries, target: bool) -> anyhow::Result<BTreeMap<S
     if target {
         return Ok(BTreeMap::new());
     }
-    [("order-service", &bins.order), ("user-service", &bins.user)]
-        .into_iter()
-        .map(|(n, p)| Ok((n.to_owned(), content_hash(p)?)))
-        .collect()
+    // The load engine too, when it is there (a run under k6 alone has
+    // none): another engine is another instrument.
+    [
+        ("order-service", &bins.order),
+        ("user-service", &bins.user),
+        ("loadgen", &bins.loadgen),
+    ]
+    .into_iter()
+    .filter(|(n, p)| *n != "loadgen" || p.is_file())
+    .map(|(n, p)| Ok((n.to_owned(), content_hash(p)?)))
+    .collect()
 }
 
 /// A content hash of a file: 64-bit SipHash-1-3 with zero keys (std's

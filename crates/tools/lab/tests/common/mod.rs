@@ -177,8 +177,9 @@ pub fn require_chromium() -> PathBuf {
     )
 }
 
-/// Builds both services (debug: the smoke tests check the pipeline, not
-/// speed) and returns the folder of their binaries, as cargo reports it.
+/// Builds both services and the load engine (debug: the smoke tests check
+/// the pipeline, not speed) and returns the folder of their binaries, as
+/// cargo reports it.
 pub fn service_binaries() -> PathBuf {
     let out = lab::measure::services::build::cargo()
         .current_dir(root())
@@ -188,6 +189,8 @@ pub fn service_binaries() -> PathBuf {
             "order-service",
             "-p",
             "user-service",
+            "-p",
+            "loadgen",
             "--message-format=json",
         ])
         .stderr(std::process::Stdio::inherit())
@@ -208,7 +211,17 @@ pub fn service_binaries() -> PathBuf {
     }
     let dir = dir.expect("cargo reported no order-service executable");
     assert!(dir.join("user-service").is_file());
+    assert!(dir.join("loadgen").is_file());
     dir
+}
+
+/// The lab's engine among [`service_binaries`]' as every cell's load
+/// generator (k6 left unfound).
+pub fn engine_only() -> lab::measure::load::Generators {
+    lab::measure::load::Generators {
+        loadgen: Some(service_binaries().join("loadgen")),
+        ..Default::default()
+    }
 }
 
 /// The services built by [`service_binaries`], started by hand (no
@@ -217,10 +230,7 @@ pub fn service_binaries() -> PathBuf {
 pub fn service_config(log_dir: &Path) -> lab::measure::services::ServiceConfig {
     let bins = service_binaries();
     lab::measure::services::ServiceConfig {
-        bins: lab::measure::services::Binaries {
-            order: bins.join("order-service"),
-            user: bins.join("user-service"),
-        },
+        bins: lab::measure::services::Binaries::in_dir(&bins),
         databases: None,
         store_databases: None,
         own_postgres: None,

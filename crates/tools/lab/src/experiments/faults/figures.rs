@@ -1,8 +1,7 @@
-//! What one round of a fault's cell yields: how its calls ended (k6's
-//! count), how long the service took to come back (user-service's
+//! What one round of a fault's cell yields: how its calls ended (the load
+//! generator's count), how long the service took to come back (user-service's
 //! timeline), and the counts of both sides set against each other.
 
-use crate::measure::k6;
 use crate::measure::record::{FaultRecord, RoundRecord};
 
 /// The window the rate before the fault is read over starts this long
@@ -19,7 +18,8 @@ pub struct Figures {
     /// Good calls per second before the fault (user-service's count);
     /// `None` when fewer than two samples fell before it.
     pub before_rate: Option<f64>,
-    /// Calls that were not good (k6), and by the status user-service gave.
+    /// Calls that were not good (the load generator's count), and by the
+    /// status user-service gave.
     pub failed: f64,
     pub by_status: Vec<(String, f64)>,
     /// Calls slower than 1 s, good or not, and the longest call, ms.
@@ -40,7 +40,7 @@ pub struct Figures {
     /// What the run lasted after the fault's end, ms (what a `None` above
     /// waited for).
     pub after_ms: f64,
-    /// k6's requests less user-service's calls (0: every request made one
+    /// The load generator's requests less user-service's calls (0: every request made one
     /// call, counted once).
     pub unmatched: f64,
     /// order-service's lookups answered well less the good calls
@@ -112,21 +112,21 @@ pub fn failing_ms(timeline: &[[f64; 3]]) -> f64 {
 pub fn of(r: &RoundRecord) -> Option<Figures> {
     let f = r.fault.as_ref()?;
     let (before, first_good_ms, back_ms) = recovery(f);
-    let endings = k6::endings(&r.k6_summary).unwrap_or_default();
+    let endings = r.endings().unwrap_or_default();
     let calls = r.upstream_after.calls - r.upstream_before.calls;
     let got = calls - (r.upstream_after.errors - r.upstream_before.errors);
     Some(Figures {
         before_rate: before,
-        failed: r.k6.bad_answers + r.k6.shed,
+        failed: r.load.bad_answers + r.load.shed,
         by_status: endings.not_good,
         slow: endings.slow,
-        longest_ms: r.k6.duration_ms.max,
+        longest_ms: r.load.duration_ms.max,
         first_good_ms,
         back_ms,
         failing_ms: failing_ms(&f.timeline),
         fault_ms: f.end_ms - f.at_ms,
         after_ms: f.timeline.last().map_or(0.0, |l| l[0] - f.end_ms),
-        unmatched: r.k6.requests - calls,
+        unmatched: r.load.requests - calls,
         unused: f.order_answered.map(|a| a - got),
         refused: f.order_refused,
     })

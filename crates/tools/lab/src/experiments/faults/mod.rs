@@ -7,9 +7,9 @@
 //! proxy holding every byte); every connection reset at once; Postgres
 //! restarted under order-service (a server of the lab's own).
 //!
-//! Each cell is read from both sides: k6 counts how every call ended (by
-//! the status user-service gave, and the calls slower than 1 s);
-//! user-service's counters, sampled every 100 ms through the run
+//! Each cell is read from both sides: the load generator counts how every
+//! call ended (by the status user-service gave, and the calls slower than
+//! 1 s); user-service's counters, sampled every 100 ms through the run
 //! ([`crate::measure::runner::fault`]), give the timeline the recovery is
 //! read from; order-service's own count of lookups it answered is set
 //! against what user-service got, when the process that counted them

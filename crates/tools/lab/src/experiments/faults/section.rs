@@ -98,7 +98,7 @@ fn table(p: &FaultsPlan, cx: &Context, case: &Case, orders: u32) -> (Table, Vec<
             "longest call, s",
             "first good answer after the end, s",
             "rate back within 10%, s",
-            "k6 requests − user-service calls",
+            "requests − user-service calls",
             "order-service answers unused",
             "order-service error answers",
         ]
@@ -331,12 +331,12 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
         &format!(
             "Closed loop, {} callers, user-service's pool {} connections per transport; each \
              cell's run holds {:.0} s before the fault, the fault, and at least {:.0} s after it, \
-             however short the run's timing. A failed call is an answer k6 did not count as good, \
+             however short the run's timing. A failed call is an answer the load generator did not count as good, \
              by the status user-service gave (no answer: the connection failed). Recovery is read \
              from user-service's counters of the transport, sampled every {SAMPLE_MS} ms: the \
              first good answer after the fault's end, and the start of the first second whose good \
              rate is within {:.0}% of the rate before (read from {:.0} s into the run to the fault). \
-             Both sides count: k6's requests against user-service's calls, and order-service's \
+             Both sides count: the load generator's requests against user-service's calls, and order-service's \
              lookups answered well against the good calls user-service got (answers made and \
              never used), and order-service's own count of lookups it answered with an error \
              (its store unavailable, a deadline passed), which user-service may have sent \

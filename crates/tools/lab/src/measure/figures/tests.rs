@@ -13,7 +13,8 @@ fn record() -> RoundRecord {
         round: 1,
         started_at: "now".into(),
         duration_s: 2.0,
-        k6: k6::Summary {
+        generator: load::Generator::K6,
+        load: load::Summary {
             requests: 1000.0,
             iterations: 500.0,
             request_rate: 499.0,
@@ -22,11 +23,11 @@ fn record() -> RoundRecord {
             good: 1000.0,
             good_rate: 499.0,
             good_sets: 500.0,
-            good_ms: Some(k6::Percentiles {
+            good_ms: Some(load::Percentiles {
                 p50: 1.5,
                 ..Default::default()
             }),
-            upstream_us: Some(k6::Percentiles {
+            upstream_us: Some(load::Percentiles {
                 p50: 300.0,
                 ..Default::default()
             }),
@@ -50,12 +51,12 @@ fn record() -> RoundRecord {
         cpu: Cpu {
             order_us: 400_000.0,
             user_us: 600_000.0,
-            k6_us: 1_900_000.0,
+            load_us: 1_900_000.0,
         },
         rss: Rss {
             order_kb: 2048.0,
             user_kb: 1024.0,
-            k6_kb: 512.0,
+            load_kb: 512.0,
         },
         tcp_before: TcpStates {
             established: 8,
@@ -74,7 +75,8 @@ fn record() -> RoundRecord {
         window_s: None,
         postgres_us: None,
         service_env: Default::default(),
-        k6_summary: serde_json::Value::Null,
+        load_raw: serde_json::Value::Null,
+        e2e_hdr: None,
         replicas: None,
         balancer_cpu_us: None,
         no_proc: false,
@@ -125,25 +127,25 @@ fn per_call_and_per_request_figures_come_from_deltas() {
     assert_eq!(m.connections_opened, 0.0);
     assert_eq!(m.connections_held, 8.0);
     assert_eq!(Metric::CpuServices.of(&m), Some(1000.0));
-    assert_eq!(Metric::CpuK6.of(&m), Some(1900.0));
+    assert_eq!(Metric::CpuLoad.of(&m), Some(1900.0));
     assert_eq!(Metric::CpuServicesPerIteration.of(&m), Some(2000.0));
     assert_eq!(Metric::RssOrder.of(&m), Some(2.0));
-    assert!((m.k6_cores - 0.95).abs() < 1e-12);
+    assert!((m.load_cores - 0.95).abs() < 1e-12);
     assert!((m.machine_busy - 0.725).abs() < 1e-12);
     assert!((m.other_cores - 0.25).abs() < 1e-12);
     // TIME_WAIT sockets that expired do not make a negative count.
     assert_eq!(m.time_wait_new, 0.0);
-    let share = Metric::DroppedShare.of(&m).expect("defined");
+    let share = Metric::BehindShare.of(&m).expect("defined");
     assert!((share - 100.0 * 10.0 / 510.0).abs() < 1e-9);
 }
 
 #[test]
 fn a_round_without_requests_has_no_per_request_cost() {
     let mut r = record();
-    r.k6.requests = 0.0;
-    r.k6.good = 0.0;
-    r.k6.good_sets = 0.0;
-    r.k6.iterations = 0.0;
+    r.load.requests = 0.0;
+    r.load.good = 0.0;
+    r.load.good_sets = 0.0;
+    r.load.iterations = 0.0;
     let m = Measures::of(&r);
     assert_eq!(Metric::CpuUser.of(&m), None);
     assert_eq!(Metric::UpstreamCallsPerIteration.of(&m), None);
@@ -153,8 +155,8 @@ fn a_round_without_requests_has_no_per_request_cost() {
 #[test]
 fn a_figure_with_no_sample_is_missing_not_zero() {
     let mut r = record();
-    r.k6.upstream_us = None;
-    r.k6.good_ms = None;
+    r.load.upstream_us = None;
+    r.load.good_ms = None;
     r.upstream_after = r.upstream_before;
     let m = Measures::of(&r);
     for metric in [
@@ -172,9 +174,9 @@ fn rates_latencies_and_cpu_count_good_answers_only() {
     // 1,000 answers of which 100 were fast failures: the rate and the
     // CPU per request are the 900 good ones'.
     let mut r = record();
-    r.k6.good = 900.0;
-    r.k6.good_rate = 449.0;
-    r.k6.bad_answers = 100.0;
+    r.load.good = 900.0;
+    r.load.good_rate = 449.0;
+    r.load.bad_answers = 100.0;
     let m = Measures::of(&r);
     assert_eq!(Metric::Rate.of(&m), Some(449.0));
     let cpu = Metric::CpuServices.of(&m).expect("defined");
@@ -188,9 +190,9 @@ fn rates_latencies_and_cpu_count_good_answers_only() {
             .contains("100 bad answers of 1000")
     );
     // 1% is still a round; shed answers are neither good nor bad.
-    r.k6.good = 990.0;
-    r.k6.bad_answers = 9.0;
-    r.k6.shed = 100.0;
+    r.load.good = 990.0;
+    r.load.bad_answers = 9.0;
+    r.load.shed = 100.0;
     let m = Measures::of(&r);
     assert!(m.failed().is_none(), "{:?}", m.failed());
     assert_eq!(Metric::ShedShare.of(&m), Some(10.0));
@@ -200,12 +202,12 @@ fn rates_latencies_and_cpu_count_good_answers_only() {
 fn a_round_recorded_before_the_counting_rules_still_reads() {
     // An older lab's record: no counting rules, no good answers kept.
     let mut r = record();
-    r.k6.counting = None;
-    r.k6.good = 0.0;
-    r.k6.good_rate = 0.0;
-    r.k6.good_ms = None;
-    r.k6.bad_answers = 5.0;
-    r.k6.duration_ms.p50 = 2.0;
+    r.load.counting = None;
+    r.load.good = 0.0;
+    r.load.good_rate = 0.0;
+    r.load.good_ms = None;
+    r.load.bad_answers = 5.0;
+    r.load.duration_ms.p50 = 2.0;
     let m = Measures::of(&r);
     assert!(m.failed().is_none(), "{:?}", m.failed());
     assert_eq!(m.good, 995.0);
@@ -220,6 +222,6 @@ fn cores_are_counted_over_the_window_the_cpu_was() {
     let mut r = record();
     r.window_s = Some(3.8);
     let m = Measures::of(&r);
-    assert!((m.k6_cores - 0.5).abs() < 1e-12, "{}", m.k6_cores);
+    assert!((m.load_cores - 0.5).abs() < 1e-12, "{}", m.load_cores);
     assert!((m.other_cores - 0.5 / 3.8).abs() < 1e-12);
 }

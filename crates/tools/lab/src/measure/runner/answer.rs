@@ -1,7 +1,7 @@
 //! The lab's own check of a cell's answer, made once before its round:
 //! one request, checked against the data set (the transport, the users
-//! asked, the orders counted). Its length is what k6 holds every answer of
-//! the round to, instead of parsing bodies on the load generator's CPU.
+//! asked, the orders counted). Its length is what the load generator holds
+//! every answer of the round to, instead of parsing bodies on its own CPU.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 use crate::measure::cell::{Cell, K6_GRPC_DIRECT};
 use crate::measure::services::Running;
 
-/// k6's `USERS`: 0 for one user's orders, else the users of one request.
+/// The users of one request: 0 for one user's orders (k6's `USERS`), else how many.
 pub(super) fn many_users(cell: &Cell) -> u32 {
     if cell.users > 1 { cell.users } else { 0 }
 }
@@ -40,16 +40,11 @@ fn orders_in_answer(cell: &Cell) -> usize {
         .sum()
 }
 
-/// The Content-Length of a good answer of the cell, from one answer the lab
-/// asks for and checks itself before the round: a 200 over the transport
-/// asked for, whose JSON holds exactly the fixed user's orders (parsed and
-/// counted here, against the data set). k6 then holds every answer to that
-/// length instead of parsing bodies on the load generator's CPU. `None` for
-/// cells k6 sends straight to order-service.
-pub(super) fn expected_length(cell: &Cell, running: &Running) -> anyhow::Result<Option<String>> {
-    if cell.via == K6_GRPC_DIRECT {
-        return Ok(None);
-    }
+/// The request of a cell, path and query: one user's orders
+/// (`/v1/users/{id}/orders`), or the first orders of the data set's other
+/// users (`/v1/orders?users=…`), over the cell's transport, with its
+/// fields.
+pub(super) fn request_path(cell: &Cell) -> String {
     let mut path = if many_users(cell) == 0 {
         format!(
             "/v1/users/{}/orders?limit={}&via={}",
@@ -69,6 +64,20 @@ pub(super) fn expected_length(cell: &Cell, running: &Running) -> anyhow::Result<
     if let Some(f) = &cell.fields {
         path.push_str(&format!("&fields={f}"));
     }
+    path
+}
+
+/// The Content-Length of a good answer of the cell, from one answer the lab
+/// asks for and checks itself before the round: a 200 over the transport
+/// asked for, whose JSON holds exactly the fixed user's orders (parsed and
+/// counted here, against the data set). The load generator then holds
+/// every answer to that length instead of parsing bodies on its own CPU.
+/// `None` for cells k6 sends straight to order-service.
+pub(super) fn expected_length(cell: &Cell, running: &Running) -> anyhow::Result<Option<String>> {
+    if cell.via == K6_GRPC_DIRECT {
+        return Ok(None);
+    }
+    let path = request_path(cell);
     let what = format!("the lab's own check of {}", cell.label());
     let r = crate::measure::http::get(running.user_rest_addr()?, &path, Duration::from_secs(30))
         .with_context(|| what.clone())?;

@@ -1,29 +1,27 @@
-//! Running rounds: fresh services, warm-up, the measured k6 run, and every
-//! reading taken before and after it; and the schedules made of rounds
+//! Running rounds: fresh services, warm-up, the load generator's measured
+//! run, and every reading taken before and after it; and the schedules made of rounds
 //! (grids, ladders, probes, benchmarks).
 //!
 //! One round of one cell goes:
 //! 1. start order-service and user-service on fresh ports in the cell's
 //!    environment (delay proxy, TLS), wait for `/readyz`;
-//! 2. warm up with k6 (closed loop, same transport and payload), discarded;
+//! 2. warm up with the cell's load generator (closed loop, same transport
+//!    and payload), discarded;
 //! 3. read `/metrics` of user-service, `/proc` of both services, TIME_WAIT
 //!    sockets on order-service's REST port, and the lab's own children CPU;
-//! 4. run k6 for the measured duration, polling its peak RSS;
+//! 4. run the load generator for the measured duration, polling its peak
+//!    RSS;
 //! 5. read everything again, stop the services, keep the record.
-//!
-//! k6's CPU is read from the lab's `cutime`/`cstime` (the CPU of reaped
-//! children), which counts all of k6's threads to its exit and nothing else:
-//! no other child is reaped while k6 runs.
 //!
 //! # Layout
 //! This file holds the [`Lab`] and the schedules it runs (grids, ladders,
 //! probes, benchmarks) round by round; its parts add to [`Lab`]:
 //! - [`round`]: one round of one cell, its readings before and after, and
 //!   its record.
-//! - [`load`]: k6 run for a round: its script, environment, CPU and peak
-//!   memory.
+//! - [`load`]: the load generator of a round (the lab's engine, k6 or
+//!   wrk): its command line, CPU and peak memory.
 //! - [`answer`]: the lab's own check of a cell's answer before its round,
-//!   which gives k6 the length of a good one.
+//!   which gives the load generator the length of a good one.
 //! - [`stall`]: order-service stopped and continued during a stalled
 //!   cell's measured run.
 //! - [`scrape`]: the services' counters read during a round.
@@ -46,6 +44,7 @@ use anyhow::bail;
 
 use crate::measure::cell::Cell;
 use crate::measure::figures::Measures;
+use crate::measure::load::Generators;
 use crate::measure::procfs;
 use crate::measure::record::RoundRecord;
 use crate::measure::results::{BenchRecord, Failure, ProbeRecord, Results};
@@ -58,7 +57,7 @@ use crate::stats::Spread;
 #[derive(Debug)]
 pub struct Lab {
     pub root: PathBuf,
-    pub k6: PathBuf,
+    pub generators: Generators,
     pub services: ServiceConfig,
     pub timing: Timing,
     pub out: PathBuf,
@@ -80,7 +79,7 @@ struct Progress {
 impl Lab {
     pub fn new(
         root: PathBuf,
-        k6: PathBuf,
+        generators: Generators,
         services: ServiceConfig,
         timing: Timing,
         out: PathBuf,
@@ -88,7 +87,7 @@ impl Lab {
     ) -> Lab {
         Lab {
             root,
-            k6,
+            generators,
             services,
             timing,
             out,
@@ -393,7 +392,7 @@ mod tests {
                 vec![open("grpc", 500), open("grpc", 1000)],
             ],
             stop: StopRule {
-                metric: Metric::DroppedShare,
+                metric: Metric::BehindShare,
                 above: 1.0,
             },
         };
@@ -403,8 +402,8 @@ mod tests {
         for (via, drops) in [("h1-json", [5.0, 5.0, 0.0]), ("grpc", [5.0, 0.0, 0.0])] {
             for (round, d) in drops.iter().enumerate() {
                 let mut r = crate::synthetic::record("pool", &open(via, 500), round as u32 + 1);
-                r.k6.iterations = 100.0 - d;
-                r.k6.dropped = *d;
+                r.load.iterations = 100.0 - d;
+                r.load.dropped = *d;
                 records.push(r);
             }
         }

@@ -1,6 +1,6 @@
 //! One round of one cell: fresh services (or the target), the lab's own
-//! check of an answer, a discarded warm-up, the readings before, k6's
-//! measured run, the readings after, and the [`RoundRecord`] they make,
+//! check of an answer, a discarded warm-up, the readings before, the load
+//! generator's measured run, the readings after, and the [`RoundRecord`] they make,
 //! flagged and written to its round file.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use anyhow::{Context as _, bail};
 
 use super::Lab;
 use super::answer::expected_length;
-use super::load::{script_of, secs_arg};
+use super::load::Phase;
 use crate::measure::cell::{Cell, Env, K6_GRPC_DIRECT, Load};
 use crate::measure::figures::Measures;
 use crate::measure::judge::flags_of;
@@ -43,14 +43,14 @@ impl Lab {
             .join(format!("{seq:04}-{}-r{round}.json", cell.id()));
         write_json(&path, &rec)?;
         // The round's histograms as HdrHistogram's plotter reads them,
-        // beside the rounds (which hold them: user-service's encoded, k6's
-        // in its summary's buckets).
+        // beside the rounds (which hold them: user-service's encoded, the
+        // engine's encoded, or k6's in its summary's buckets).
         let upstream = rec
             .upstream_hdr
             .as_deref()
             .map(telemetry::hdr::decode)
             .transpose()?;
-        let e2e = crate::measure::k6::good_histogram(&rec.k6_summary);
+        let e2e = rec.e2e_histogram();
         for (h, what) in [(upstream, "upstream"), (e2e, "e2e")] {
             let Some(h) = h else { continue };
             let dir = self.out.join("hdr");
@@ -129,9 +129,9 @@ impl Lab {
         }
     }
 
-    /// A round on running services: the k6 environment and the length of
-    /// a good answer, the warm-up, the readings before, the measured k6
-    /// run, the readings after, and the record they make.
+    /// A round on running services: the length of a good answer, the
+    /// warm-up, the readings before, the measured run of the load
+    /// generator, the readings after, and the record they make.
     fn drive(
         &mut self,
         experiment: &str,
@@ -142,12 +142,9 @@ impl Lab {
     ) -> anyhow::Result<RoundRecord> {
         let tmp = self.out.join("tmp");
         std::fs::create_dir_all(&tmp)?;
-        let mut base_env = self.k6_env(cell, running);
-        if let Some(len) = expected_length(cell, running)? {
-            base_env.push(("EXPECTED_LENGTH".to_owned(), len));
-        }
+        let expected = expected_length(cell, running)?;
         if self.timing.warmup_s > 0.0 {
-            self.warm_up(cell, base_env.clone(), &tmp)?;
+            self.warm_up(cell, running, expected.as_deref(), &tmp)?;
         }
 
         let gauges = Gauges {
@@ -164,17 +161,20 @@ impl Lab {
             .flatten()
             .is_some_and(|d| d.is_local());
         let before = gauges.before(postgres)?;
-        let script = match cell.load {
-            Load::Closed { .. } => script_of(cell),
-            Load::Open { .. } => "open-loop.js",
-        };
         // A fault's run holds the time before it, the fault and the time
         // after, whatever the run's timing.
         let duration_s = cell.env.fault.map_or(self.timing.duration_s, |f| {
             f.min_duration_s().max(self.timing.duration_s)
         });
-        let mut env = base_env;
-        env.push(("DURATION".into(), secs_arg(duration_s)));
+        let measured = |lab: &Self| {
+            lab.generate(
+                cell,
+                running,
+                (expected.as_deref(), duration_s),
+                Phase::Measured,
+                &tmp,
+            )
+        };
         let stall = match cell.env.stall_ms {
             Some(_) if !gauges.on_proc => {
                 bail!("a stalled cell needs the services the lab started (not a target)")
@@ -188,7 +188,7 @@ impl Lab {
             None => None,
         };
         let (run, fault) = match cell.env.fault {
-            None => (self.run_k6(script, env, &tmp.join("measured.json")), None),
+            None => (measured(self), None),
             Some(_) if !gauges.on_proc => {
                 bail!("a cell with a fault needs the services the lab started (not a target)")
             }
@@ -203,8 +203,7 @@ impl Lab {
                     stop: &self.stop,
                     own_postgres: self.services.own_postgres.as_ref().map(|(pg, _)| &**pg),
                 };
-                let (run, watched) =
-                    watch.around(|| self.run_k6(script, env, &tmp.join("measured.json")));
+                let (run, watched) = watch.around(|| measured(self));
                 (run, Some(watched?))
             }
         };
@@ -223,27 +222,29 @@ impl Lab {
             round,
             started_at,
             duration_s,
-            k6: run.summary,
+            generator: run.generator,
+            load: run.summary,
             upstream_before: before.upstream,
             upstream_after: after.upstream,
             cpu: split.cpu,
             rss: Rss {
                 order_kb: rss.0 as f64,
                 user_kb: rss.1 as f64,
-                k6_kb: run.peak_rss_kb as f64,
+                load_kb: run.peak_rss_kb as f64,
             },
             tcp_before: before.tcp,
             tcp_after: after.tcp,
             cores: self.cores,
             other_cpu_us: split.other_us,
-            pinning: self.services.pinning(),
+            pinning: self.services.pinning(self.cores),
             flags: Vec::new(),
             proxy: split.proxy,
             path: split.path,
             window_s: Some(after.at.duration_since(before.at).as_secs_f64()),
             postgres_us: split.postgres_us,
             service_env: running.env.clone(),
-            k6_summary: run.raw,
+            load_raw: run.raw,
+            e2e_hdr: run.e2e_hdr,
             replicas: split.replicas,
             balancer_cpu_us: split.balancer_us,
             no_proc: !gauges.on_proc,
@@ -255,24 +256,25 @@ impl Lab {
         Ok(rec)
     }
 
-    /// The warm-up: always a closed loop, so that an overload rate does not
-    /// leave a backlog behind it. Its numbers are discarded, but a warm-up
-    /// whose every request failed stops the round.
+    /// The warm-up: the cell's generator in a closed loop (so that an
+    /// overload rate leaves no backlog behind it). Its numbers are
+    /// discarded, but a warm-up whose every request failed stops the round.
     fn warm_up(
         &self,
         cell: &Cell,
-        mut env: Vec<(String, String)>,
+        running: &Running,
+        expected: Option<&str>,
         tmp: &Path,
     ) -> anyhow::Result<()> {
-        env.retain(|(k, _)| !matches!(k.as_str(), "VUS" | "RATE" | "PRE_VUS" | "MAX_VUS"));
-        let vus = match cell.load {
-            Load::Closed { vus } => vus,
-            Load::Open { .. } => 8,
-        };
-        env.push(("VUS".into(), vus.to_string()));
-        env.push(("DURATION".into(), secs_arg(self.timing.warmup_s)));
-        let warm = self.run_k6(script_of(cell), env, &tmp.join("warmup.json"))?;
-        if warm.summary.requests > 0.0 && warm.summary.bad_answers >= warm.summary.requests {
+        let warm = self.generate(
+            cell,
+            running,
+            (expected, self.timing.warmup_s),
+            Phase::Warmup,
+            tmp,
+        )?;
+        let s = &warm.summary;
+        if s.requests > 0.0 && s.bad_answers >= s.requests {
             bail!(
                 "every warm-up request failed over {} (see {}/user-service.log)",
                 cell.via,
@@ -289,7 +291,7 @@ impl Lab {
     fn split_cpu(
         &self,
         running: &Running,
-        k6_us: f64,
+        load_us: f64,
         before: &Reading,
         after: &Reading,
     ) -> CpuSplit {
@@ -321,7 +323,7 @@ impl Lab {
         let cpu = Cpu {
             order_us,
             user_us: us(after.user.saturating_sub(before.user)),
-            k6_us,
+            load_us,
         };
         let machine_us = us(after.machine - before.machine);
         let proxy = match (&running.proxy, before.proxy, after.proxy) {
@@ -368,7 +370,7 @@ impl Lab {
             other_us: (machine_us
                 - cpu.order_us
                 - cpu.user_us
-                - cpu.k6_us
+                - cpu.load_us
                 - proxy_us
                 - balancer_cpu_us.unwrap_or(0.0)
                 - postgres_us.unwrap_or(0.0))
@@ -433,7 +435,7 @@ struct Reading {
     /// the cell runs on one.
     path: Option<PathReading>,
     /// The lab's own CPU ticks: the proxy's threads run in its process,
-    /// otherwise idle but for polling k6.
+    /// otherwise idle but for polling the load generator.
     lab: u64,
 }
 
@@ -504,7 +506,7 @@ impl Gauges<'_> {
         Ok(Some(text))
     }
 
-    /// The readings just before k6 starts; the CPU window opens between the
+    /// The readings just before the load generator starts; the CPU window opens between the
     /// sockets and the processes.
     fn before(&self, postgres: bool) -> anyhow::Result<Reading> {
         // Emptied: the warm-up's calls are not the measured run's.
@@ -536,7 +538,7 @@ impl Gauges<'_> {
         })
     }
 
-    /// The readings just after k6 has exited, in the reverse order: the
+    /// The readings just after the load generator has exited, in the reverse order: the
     /// CPU window closes first.
     fn after(&self, before: &Reading) -> anyhow::Result<Reading> {
         let machine = procfs::machine_busy_ticks()?;

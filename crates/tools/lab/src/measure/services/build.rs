@@ -1,16 +1,28 @@
-//! The services' release binaries, built with cargo (or given with
-//! `--bin-dir`, which skips this).
+//! The services' release binaries and the lab's load engine, built with
+//! cargo (or given with `--bin-dir`, which skips this).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
-/// The release binaries of both services.
+/// The release binaries of both services and of the load engine.
 #[derive(Debug, Clone)]
 pub struct Binaries {
     pub order: PathBuf,
     pub user: PathBuf,
+    pub loadgen: PathBuf,
+}
+
+impl Binaries {
+    /// The binaries in `dir` (a `--bin-dir`, or cargo's output).
+    pub fn in_dir(dir: &Path) -> Binaries {
+        Binaries {
+            order: dir.join("order-service"),
+            user: dir.join("user-service"),
+            loadgen: dir.join("loadgen"),
+        }
+    }
 }
 
 /// The variables `cargo run` sets for the lab itself. Build scripts read
@@ -44,32 +56,39 @@ pub fn cargo() -> Command {
     cargo
 }
 
-/// Builds both services in release mode, cargo's progress shown as it goes.
-pub fn build(root: &Path) -> anyhow::Result<Binaries> {
-    println!("building order-service and user-service (release)…");
-    let status = cargo()
-        .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "order-service",
-            "-p",
-            "user-service",
-        ])
+/// Builds both services and the load engine in release mode, cargo's
+/// progress shown as it goes; with `engine_only` (a `--target`, whose
+/// services are not the lab's to start), the engine alone.
+pub fn build(root: &Path, engine_only: bool) -> anyhow::Result<Binaries> {
+    let packages: &[&str] = if engine_only {
+        &["loadgen"]
+    } else {
+        &["order-service", "user-service", "loadgen"]
+    };
+    println!("building {} (release)…", packages.join(", "));
+    let mut cmd = cargo();
+    cmd.current_dir(root).args(["build", "--release"]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    let status = cmd
         .status()
         .context("running cargo build (is cargo on PATH?)")?;
     if !status.success() {
-        bail!("cargo build --release -p order-service -p user-service failed ({status})");
+        bail!(
+            "cargo build --release -p {} failed ({status})",
+            packages.join(" -p ")
+        );
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
-    let bins = Binaries {
-        order: target.join("release").join("order-service"),
-        user: target.join("release").join("user-service"),
-    };
-    for b in [&bins.order, &bins.user] {
+    let bins = Binaries::in_dir(&target.join("release"));
+    let mut built = vec![&bins.loadgen];
+    if !engine_only {
+        built.extend([&bins.order, &bins.user]);
+    }
+    for b in built {
         if !b.is_file() {
             bail!("the build succeeded but {} is missing", b.display());
         }

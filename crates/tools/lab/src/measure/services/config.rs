@@ -28,7 +28,8 @@ pub struct ServiceConfig {
     pub own_postgres: Option<(std::sync::Arc<super::own_postgres::OwnPostgres>, Databases)>,
     /// A stack the lab measures without starting it (`--target`).
     pub target: Option<Target>,
-    /// `--pin`: order-service on CPU 0, user-service on CPU 1 (k6 unpinned).
+    /// `--pin`: order-service on CPU 0, user-service on CPU 1, the load
+    /// generator on CPU 2 when there is one, else beside order-service.
     pub pin: bool,
     /// Where the services' output goes (appended, one header per round).
     pub log_dir: PathBuf,
@@ -57,10 +58,15 @@ impl ServiceConfig {
         }
     }
 
-    /// What `--pin` does, for the report.
-    pub fn pinning(&self) -> Option<String> {
+    /// What `--pin` does on a machine of `cores` CPUs, for the report.
+    pub fn pinning(&self, cores: u32) -> Option<String> {
         self.pin.then(|| {
-            "order-service on CPU 0, user-service on CPU 1 (taskset); k6 not pinned".to_owned()
+            let generator = if cores >= 3 {
+                "the load generator on CPU 2"
+            } else {
+                "the load generator on CPU 0 beside order-service"
+            };
+            format!("order-service on CPU 0, user-service on CPU 1, {generator} (taskset)")
         })
     }
 }

@@ -280,13 +280,7 @@ pub(super) fn check_pinned(
     if !cfg.pin {
         return Ok(());
     }
-    let path = format!("/proc/{}/status", child.pid());
-    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let allowed = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(str::trim)
-        .with_context(|| format!("{path} has no Cpus_allowed_list"))?;
+    let allowed = crate::measure::procfs::cpus_allowed(child.pid())?;
     if allowed != cpu.to_string() {
         bail!(
             "--pin asked for {} on CPU {cpu}, but the kernel allows it CPUs {allowed}",
@@ -339,6 +333,7 @@ mod tests {
             bins: Binaries {
                 order: "/usr/bin/env".into(),
                 user: "/usr/bin/env".into(),
+                loadgen: "/usr/bin/env".into(),
             },
             databases: None,
             store_databases: None,
