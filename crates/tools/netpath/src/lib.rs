@@ -49,7 +49,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 
-pub use forward::DirectionStats;
+pub use forward::{DirectionStats, LATE_BUCKETS, lateness_bucket};
 pub use relay::Relay;
 pub use spec::{BadSetting, CongestionControl, Jitter, Link, Loss, PathConfig, Queue};
 
@@ -84,6 +84,29 @@ pub struct TcpFacts {
 /// The initial congestion window set on the path's routes (the kernel's
 /// default, written down so it is stated rather than assumed).
 pub const INITCWND: u32 = 10;
+
+/// The packets per second, both directions together, one bulk TCP flow got
+/// across a path with no cap on the project's 2-core machine
+/// (`cargo bench -p netpath`, the lower of no delay and 1 ms each way): the
+/// emulator's own ceiling there. A rate cap that needs half of it is close
+/// enough to be shaped by the emulator rather than by the cap.
+/// Measured 2026-12-07: 198,506 packets/s with 1 ms each way (2,155 Mbit/s
+/// of IP packets from A to B), 272,645 with none.
+pub const CEILING_PPS: u64 = 198_000;
+
+/// The packets per second a path capped at `rate_mbit` each way carries at
+/// full load in one direction: full 1,500-byte packets at the cap, and the
+/// other direction's ACKs, one per two packets (delayed ACKs).
+pub fn packets_at_cap(rate_mbit: u32) -> u64 {
+    let full = u64::from(rate_mbit) * 1_000_000 / (8 * 1500);
+    full + full / 2
+}
+
+/// The packets each TUN device's queue holds for the emulator to read
+/// (txqueuelen; the kernel's own default for a TUN device is 500): set on
+/// the path's devices so that it is stated, and its overflows are counted
+/// ([`Path::device_drops`]).
+pub const TUN_QUEUE: u32 = 1000;
 
 /// A path that is up: namespaces, devices, addresses, routes and the
 /// threads carrying packets. Dropping it takes everything down.
@@ -165,7 +188,18 @@ impl Path {
             let dev = tun::Device::new(&cfg).with_context(|| format!("creating TUN {tun}"))?;
             self.devices.push(Arc::new(dev));
             ns::ip(&["link", "set", tun, "netns", ns])?;
-            ns::ip(&["-n", ns, "link", "set", tun, "mtu", &mtu, "up"])?;
+            ns::ip(&[
+                "-n",
+                ns,
+                "link",
+                "set",
+                tun,
+                "mtu",
+                &mtu,
+                "txqueuelen",
+                &TUN_QUEUE.to_string(),
+                "up",
+            ])?;
             let (me, peer) = (format!("{}/32", p.path[i]), format!("{other}/32"));
             ns::ip(&["-n", ns, "addr", "add", &me, "peer", &peer, "dev", tun])?;
             ns::ip(&[
@@ -201,11 +235,11 @@ impl Path {
         let (a, b) = (self.devices[0].clone(), self.devices[1].clone());
         let seed = self.config.seed;
         let dirs = [
-            ("a-to-b", a.clone(), b.clone(), self.config.a_to_b, seed),
-            ("b-to-a", b, a, self.config.b_to_a, seed ^ 0x5555_5555),
+            ("a-to-b", a.clone(), b.clone(), self.config.a_to_b),
+            ("b-to-a", b, a, self.config.b_to_a),
         ];
-        for (i, (name, from, to, link, seed)) in dirs.into_iter().enumerate() {
-            let model = link::Direction::new(link, seed);
+        for (i, (name, from, to, link)) in dirs.into_iter().enumerate() {
+            let model = link::Direction::new(link, seed, i as u64);
             let threads = forward::start(
                 name,
                 from,
@@ -285,6 +319,32 @@ impl Path {
         [self.counters[0].snapshot(), self.counters[1].snapshot()]
     }
 
+    /// The packets each side's kernel dropped at its TUN device's queue so
+    /// far, because the emulator had not read the [`TUN_QUEUE`] before
+    /// them (the device's TX `dropped` counter): `[A to B, B to A]`. None of
+    /// the emulator's own counters sees these.
+    pub fn device_drops(&self) -> anyhow::Result<[u64; 2]> {
+        let mut out = [0; 2];
+        for (i, n) in out.iter_mut().enumerate() {
+            let text = ns::ip(&[
+                "-n",
+                &self.plan.ns[i],
+                "-s",
+                "link",
+                "show",
+                "dev",
+                &self.plan.tun[i],
+            ])?;
+            *n = tx_dropped(&text).with_context(|| {
+                format!(
+                    "`ip -s link show` states no TX dropped count for {}: {text}",
+                    self.plan.tun[i]
+                )
+            })?;
+        }
+        Ok(out)
+    }
+
     /// Silences the path (`true`: every packet both ways is dropped, with
     /// no RST or ICMP, as a dead host or a partition does) or lets it carry
     /// packets again. The control links are not touched.
@@ -359,6 +419,21 @@ impl Path {
     }
 }
 
+/// The TX `dropped` count in `ip -s link show`'s output: the figure under
+/// `dropped` on the line after the one that starts with `TX:`.
+fn tx_dropped(text: &str) -> Option<u64> {
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let mut names = line.split_whitespace();
+        if names.next() != Some("TX:") {
+            continue;
+        }
+        let at = names.position(|n| n == "dropped")?;
+        return lines.next()?.split_whitespace().nth(at)?.parse().ok();
+    }
+    None
+}
+
 impl Drop for Path {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -371,5 +446,30 @@ impl Drop for Path {
         for n in &self.plan.ns {
             let _ = ns::ip(&["netns", "del", n]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tx_dropped;
+
+    #[test]
+    fn the_tx_dropped_count_is_read_from_ip_s_link_show() {
+        // iproute2 6.1's layout, as on this project's machine.
+        let text = "7: netpath-a: <POINTOPOINT,MULTICAST,NOARP,UP,LOWER_UP> mtu 1500 qdisc fq_codel state UNKNOWN mode DEFAULT group default qlen 1000
+    link/none
+    RX:  bytes packets errors dropped  missed   mcast
+          9000      12      0       3       0       0
+    TX:  bytes packets errors dropped carrier collsns
+         52910     697      0      41       0       0
+";
+        assert_eq!(tx_dropped(text), Some(41));
+        // Older iproute2 names the columns differently; `dropped` is found
+        // by name.
+        let old = "    TX: bytes  packets  errors  dropped carrier collsns
+    100 2 0 5 0 0
+";
+        assert_eq!(tx_dropped(old), Some(5));
+        assert_eq!(tx_dropped("no statistics"), None);
     }
 }

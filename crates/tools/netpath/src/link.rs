@@ -24,7 +24,10 @@ pub enum Fate {
 #[derive(Debug)]
 pub struct Direction {
     link: Link,
-    rng: Rng,
+    /// Losses and jitter draw from streams of their own: jitter on or off
+    /// leaves which packets are lost as it was.
+    loss_rng: Rng,
+    jitter_rng: Rng,
     /// When the rate-capped link finishes sending what it holds.
     link_free: Option<Instant>,
     /// Gilbert–Elliott: in the bad (losing) state.
@@ -34,10 +37,14 @@ pub struct Direction {
 }
 
 impl Direction {
-    pub fn new(link: Link, seed: u64) -> Direction {
+    /// A direction drawing from `seed`'s streams `2 × stream` (losses) and
+    /// `2 × stream + 1` (jitter): each direction of a path has its own
+    /// `stream`.
+    pub fn new(link: Link, seed: u64, stream: u64) -> Direction {
         Direction {
             link,
-            rng: Rng::new(seed),
+            loss_rng: Rng::stream(seed, 2 * stream),
+            jitter_rng: Rng::stream(seed, 2 * stream + 1),
             link_free: None,
             bad: false,
             last_release: None,
@@ -86,9 +93,9 @@ impl Direction {
     fn lost(&mut self) -> bool {
         match self.link.loss {
             Loss::None => false,
-            Loss::Random(p) => self.rng.unit() < p,
+            Loss::Random(p) => self.loss_rng.unit() < p,
             Loss::GilbertElliott { p, r } => {
-                let u = self.rng.unit();
+                let u = self.loss_rng.unit();
                 self.bad = if self.bad { u >= r } else { u < p };
                 self.bad
             }
@@ -99,8 +106,8 @@ impl Direction {
         let d = self.link.delay.as_secs_f64();
         let j = match self.link.jitter {
             Jitter::None => 0.0,
-            Jitter::Uniform(j) => (self.rng.unit() * 2.0 - 1.0) * j.as_secs_f64(),
-            Jitter::Normal(j) => self.rng.normal() * j.as_secs_f64(),
+            Jitter::Uniform(j) => (self.jitter_rng.unit() * 2.0 - 1.0) * j.as_secs_f64(),
+            Jitter::Normal(j) => self.jitter_rng.normal() * j.as_secs_f64(),
         };
         Duration::from_secs_f64((d + j).max(0.0))
     }
@@ -117,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_packet_arrives_after_the_delay() {
-        let mut d = Direction::new(link("delay=10ms"), 1);
+        let mut d = Direction::new(link("delay=10ms"), 1, 0);
         let t = Instant::now();
         assert_eq!(
             d.admit(t, 100),
@@ -128,7 +135,7 @@ mod tests {
     #[test]
     fn the_rate_cap_serialises_and_the_queue_drops_at_its_tail() {
         // 8 Mbit/s: 1,000 bytes take 1 ms; the queue holds 3,000 bytes.
-        let mut d = Direction::new(link("rate=8mbit queue=3000b"), 1);
+        let mut d = Direction::new(link("rate=8mbit queue=3000b"), 1, 0);
         let t = Instant::now();
         let fates: Vec<Fate> = (0..5).map(|_| d.admit(t, 1000)).collect();
         assert_eq!(fates[0], Fate::Deliver(t + Duration::from_millis(1)));
@@ -143,7 +150,7 @@ mod tests {
 
     #[test]
     fn without_reordering_jitter_never_overtakes() {
-        let mut d = Direction::new(link("delay=5ms jitter=4ms"), 7);
+        let mut d = Direction::new(link("delay=5ms jitter=4ms"), 7, 0);
         let t = Instant::now();
         let mut last = t;
         for i in 0..10_000u64 {
@@ -156,8 +163,27 @@ mod tests {
     }
 
     #[test]
+    fn jitter_leaves_the_losses_as_they_were_and_seeds_draw_apart() {
+        let lost = |spec: &str, seed: u64| -> Vec<bool> {
+            let mut d = Direction::new(link(spec), seed, 0);
+            let t = Instant::now();
+            (0..2_000).map(|_| d.admit(t, 100) == Fate::Lost).collect()
+        };
+        let plain = lost("delay=5ms loss=5%", 11);
+        assert_eq!(plain, lost("delay=5ms jitter=2ms loss=5%", 11));
+        assert_ne!(plain, lost("delay=5ms loss=5%", 12));
+        // The other direction of the same seed draws its own.
+        let mut other = Direction::new(link("delay=5ms loss=5%"), 11, 1);
+        let t = Instant::now();
+        let theirs: Vec<bool> = (0..2_000)
+            .map(|_| other.admit(t, 100) == Fate::Lost)
+            .collect();
+        assert_ne!(plain, theirs);
+    }
+
+    #[test]
     fn gilbert_elliott_loses_p_over_p_plus_r_in_bursts_of_one_over_r() {
-        let mut d = Direction::new(link("loss=ge:2%,25%"), 3);
+        let mut d = Direction::new(link("loss=ge:2%,25%"), 3, 0);
         let t = Instant::now();
         let lost: Vec<bool> = (0..200_000)
             .map(|_| d.admit(t, 100) == Fate::Lost)

@@ -50,7 +50,9 @@ enum Command {
         /// the path's routes so nothing host-wide changes.
         #[arg(long, default_value = "cubic")]
         cc: String,
-        /// Seed of the loss and jitter draws.
+        /// Seed of the loss and jitter draws (each direction's losses and
+        /// its jitter draw from streams of their own): the same seed loses
+        /// the same packets by their order in each direction.
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
@@ -111,13 +113,47 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             })?;
             let _ = rx.recv();
             let [ab, ba] = path.stats();
-            for (name, s) in [("a-to-b", ab), ("b-to-a", ba)] {
-                println!(
-                    "{name}: {} packets, {} delivered ({} bytes), {} lost, {} dropped by the full queue",
-                    s.packets, s.delivered, s.bytes_delivered, s.lost, s.queue_drops
-                );
+            let device = path.device_drops();
+            for (i, (name, s)) in [("a-to-b", ab), ("b-to-a", ba)].into_iter().enumerate() {
+                println!("{}", summary(name, &s, device.as_ref().ok().map(|d| d[i])));
+            }
+            if let Err(e) = device {
+                println!("the TUN queues' drops could not be read: {e:#}");
             }
             Ok(())
         }
     }
+}
+
+/// One direction's account, as `netpath up` prints it when stopped.
+fn summary(name: &str, s: &netpath::DirectionStats, device_drops: Option<u64>) -> String {
+    let mut out = format!(
+        "{name}: {} packets, {} delivered ({} bytes), {} lost, {} dropped by the full queue, \
+         {} silenced, {} write errors",
+        s.packets,
+        s.delivered,
+        s.bytes_delivered,
+        s.lost,
+        s.queue_drops,
+        s.silenced,
+        s.write_errors
+    );
+    match device_drops {
+        Some(d) => out.push_str(&format!(
+            ", {d} dropped at the TUN queue before the emulator read them"
+        )),
+        None => out.push_str(", TUN queue drops unknown"),
+    }
+    if s.timed > 0 {
+        out.push_str(&format!(
+            "; of {} delayed packets {} written early (mean {:.1} µs), the rest late by {:.1} µs \
+             on average, p99 under {} µs",
+            s.timed,
+            s.early,
+            s.early_ns as f64 / 1e3 / s.early.max(1) as f64,
+            s.late_ns as f64 / 1e3 / s.timed.saturating_sub(s.early).max(1) as f64,
+            s.late_quantile_us(0.99).unwrap_or(0),
+        ));
+    }
+    out
 }

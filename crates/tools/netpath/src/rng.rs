@@ -5,8 +5,11 @@
 pub struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+    /// The generator of stream `stream` of `seed`: streams of one seed
+    /// (a direction's losses, its jitter, the other direction's) draw
+    /// apart, so turning one on or off leaves the others' draws as they were.
+    pub fn stream(seed: u64, stream: u64) -> Rng {
+        Rng(Rng(seed ^ stream.wrapping_mul(0xd1b5_4a32_d192_ed03)).next_u64())
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -27,5 +30,18 @@ impl Rng {
         let u1 = 1.0 - self.unit();
         let u2 = self.unit();
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rng;
+
+    #[test]
+    fn streams_of_one_seed_differ_and_repeat() {
+        let draw = |mut r: Rng| (0..4).map(|_| r.next_u64()).collect::<Vec<_>>();
+        assert_eq!(draw(Rng::stream(7, 1)), draw(Rng::stream(7, 1)));
+        assert_ne!(draw(Rng::stream(7, 1)), draw(Rng::stream(7, 2)));
+        assert_ne!(draw(Rng::stream(7, 1)), draw(Rng::stream(8, 1)));
     }
 }

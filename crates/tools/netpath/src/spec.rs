@@ -297,7 +297,8 @@ pub struct PathConfig {
     /// Of both TUN devices, bytes.
     pub mtu: u16,
     pub cc: CongestionControl,
-    /// Of the loss and jitter draws.
+    /// Of the loss and jitter draws: each direction's losses and its jitter
+    /// draw from streams of their own ([`crate::link::Direction::new`]).
     pub seed: u64,
 }
 
