@@ -136,6 +136,7 @@ pub struct RunArgs {
     /// on Postgres needs its --database-url again.
     #[arg(long, value_name = "DIR", conflicts_with_all = [
         "quick", "rounds", "duration", "warmup", "transports", "sizes", "target", "out", "path", "cc",
+        "seed",
     ])]
     pub resume: Option<PathBuf>,
     /// With --resume: resume although the commit, the binaries, the plan, the
@@ -208,6 +209,13 @@ pub struct RunArgs {
     /// other of cubic and bbr.
     #[arg(long, value_name = "ALGORITHM", default_value = "cubic", value_parser = ["cubic", "bbr", "reno"])]
     pub cc: String,
+    /// The seed of every packet path's losses and jitter. By default each
+    /// round draws a fresh one, so that rounds are independent samples of
+    /// the loss; a round's record states its seed (path.seed), and passing
+    /// it here replays that round's draws (the same packets lost by their
+    /// order in each direction).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
     /// Measure an already-running stack at this user-service URL
     /// (http://host:port) instead of starting the services: nothing is
     /// built, started or restarted between rounds. Only experiments whose
@@ -293,6 +301,7 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
                     sizes: a.sizes,
                     path: a.path,
                     cc: a.cc.parse()?,
+                    seed: a.seed,
                     load: a.load,
                     target: a.target.map(|url| {
                         let url = url.trim_end_matches('/').to_owned();

@@ -173,6 +173,10 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             retrans_order: calls * 4.0 * p.loss_pct() / 100.0,
             late_mean_us: 20.0 + f64::from(round),
             cpu_us: requests * 25.0,
+            seed: Some(0x5eed + u64::from(round)),
+            device_drops: Some(0.0),
+            late_p99_us: Some(64.0),
+            ..PathRecord::default()
         }),
         window_s: Some(secs + 1.0),
         postgres_us: on_postgres.then(|| requests * (200.0 + 2.0 * f64::from(cell.orders))),
@@ -485,6 +489,7 @@ pub fn run(names: &[&str], quick: bool, rounds: u32) -> (RunInfo, Results) {
         },
         store: "in memory".into(),
         target: None,
+        path_seed: None,
         skipped: Vec::new(),
         pinning: None,
         machine: Machine {

@@ -405,6 +405,13 @@ fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
     // then grpc to 4 replicas, balanced by user-service and by HAProxy L7,
     // at 0% and 1%.
     assert_eq!(results.records.len(), 2 * 4 + 2 * 2);
+    // Each round drew its own seed, so rounds sample the losses apart.
+    let seeds: std::collections::BTreeSet<u64> = results
+        .records
+        .iter()
+        .map(|r| r.path.and_then(|p| p.seed).expect("a round's seed"))
+        .collect();
+    assert_eq!(seeds.len(), results.records.len(), "{seeds:?}");
     for r in &results.records {
         let what = r.cell.label();
         let path = r.cell.env.path.expect("every loss cell is on the path");
@@ -429,6 +436,17 @@ fn loss_runs_on_a_real_packet_path_whose_kernels_report_what_the_cells_asked() {
         }
         let rec = r.path.expect("the path's record");
         let retrans = rec.retrans_user + rec.retrans_order;
+        // The emulator's own account: nothing silenced or unwritten, its
+        // TUN queues counted, its lateness stated.
+        assert_eq!(
+            (rec.silenced, rec.write_errors),
+            (0.0, 0.0),
+            "{what}: {rec:?}"
+        );
+        assert!(
+            rec.device_drops.is_some() && rec.late_p99_us.is_some(),
+            "{what}: {rec:?}"
+        );
         if let Some(setup) = r.cell.env.replicas {
             // Each replica, at its own address on the path, answered its
             // share of the calls, by its own count; and the calls crossed
@@ -487,7 +505,9 @@ fn a_slow_replica_on_the_packet_path_pays_the_path_and_its_own_delay() {
     use lab::measure::cell::{Balance, Env, PacketPath, Replicas, SLOW_RTT_MS, fixed_user};
     use std::time::{Duration, Instant};
     let out = common::temp_dir("slow-on-path");
-    let cfg = common::service_config(&out);
+    let mut cfg = common::service_config(&out);
+    // `lab run --seed 7`: the path draws from it, not from a fresh seed.
+    cfg.path_seed = Some(7);
     let env = Env {
         path: Some(PacketPath::rtt(20)),
         replicas: Some(Replicas {
@@ -502,6 +522,7 @@ fn a_slow_replica_on_the_packet_path_pays_the_path_and_its_own_delay() {
     let running =
         lab::measure::services::start(&cfg, Some(3), &env, "slow-on-path", &stop).unwrap();
     assert!(running.slow_proxy.is_some(), "the slow replica's proxy");
+    assert_eq!(running.path.as_ref().map(|p| p.path.config().seed), Some(7));
     assert_eq!(running.replicas.len(), 3);
     for r in &running.replicas {
         assert!(

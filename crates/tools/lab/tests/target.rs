@@ -32,6 +32,7 @@ fn options(experiment: &str, out: &std::path::Path, target: Target) -> RunOption
     RunOptions {
         path: Default::default(),
         cc: Default::default(),
+        seed: None,
         target: Some(target),
         // The load engine, already built with the services (a target's
         // run would otherwise build it in release).

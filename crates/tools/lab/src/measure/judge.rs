@@ -43,6 +43,9 @@ pub fn flags_of(rec: &RoundRecord) -> Vec<String> {
             m.other_cores
         ));
     }
+    if let Some(why) = rec.path.as_ref().and_then(|p| p.fell_behind()) {
+        flags.push(why);
+    }
     if m.bad_answers > 0.0 {
         flags.push(format!(
             "{:.0} bad answers ({:.2}% of those not shed)",

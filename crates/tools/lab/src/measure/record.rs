@@ -209,11 +209,68 @@ pub struct PathRecord {
     /// TCP segments each side's kernel retransmitted.
     pub retrans_user: f64,
     pub retrans_order: f64,
-    /// Mean lateness of a delayed packet, µs (the emulation's own error).
+    /// Mean lateness of a delayed packet, µs (the emulation's own error):
+    /// from its delivery time to the return of its write (an early one
+    /// counts 0; rounds before this was timed after the write took it when
+    /// the packet left the emulator's heap).
     pub late_mean_us: f64,
     /// CPU of the lab's process, where the path's threads run, µs.
     pub cpu_us: f64,
+    /// The seed the path's losses and jitter drew from (`lab run --seed`
+    /// replays it); `None` in rounds from before each round drew its own,
+    /// which all drew from seed 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Packets dropped while a fault silenced the path, both directions.
+    #[serde(default)]
+    pub silenced: f64,
+    /// Packets the emulator could not write into the other side's TUN
+    /// device, both directions.
+    #[serde(default)]
+    pub write_errors: f64,
+    /// Packets the kernels dropped at their TUN device's queue before the
+    /// emulator read them (it fell behind), both directions; `None` where
+    /// not counted (older rounds, or the count could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_drops: Option<f64>,
+    /// Delayed packets whose write returned before their delivery time.
+    #[serde(default)]
+    pub early: f64,
+    /// The lateness under which 99% of the delayed packets were written,
+    /// µs, as the upper edge of a power-of-two bucket (an overstatement by
+    /// at most ×2); `None` in older rounds or with no delayed packet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_p99_us: Option<f64>,
 }
+
+impl PathRecord {
+    /// Why the emulator may have been part of what the round measured:
+    /// its lateness p99 past [`PATH_LATE_P99_US`], or packets dropped at a
+    /// TUN queue it did not read in time.
+    pub fn fell_behind(&self) -> Option<String> {
+        let drops = self.device_drops.unwrap_or(0.0);
+        let late = self.late_p99_us.filter(|l| *l > PATH_LATE_P99_US);
+        match (drops > 0.0, late) {
+            (false, None) => None,
+            (true, None) => Some(format!(
+                "the packet path fell behind: {drops:.0} packets dropped at a TUN queue before the emulator read them"
+            )),
+            (false, Some(l)) => Some(format!(
+                "the packet path fell behind: 99% of its delayed packets written within {l:.0} µs of their time, over {PATH_LATE_P99_US:.0} µs"
+            )),
+            (true, Some(l)) => Some(format!(
+                "the packet path fell behind: {drops:.0} packets dropped at a TUN queue before the emulator read them, and 99% of its delayed packets written within {l:.0} µs of their time"
+            )),
+        }
+    }
+}
+
+/// The lateness p99 of the packet path's writes past which a round is
+/// flagged: about a millisecond, a twentieth of the 20 ms round trip the
+/// experiments emulate. The p99 is read as a power-of-two bucket's upper
+/// edge, so this is the edge of 1,024 µs: flagged from a bucket of 2,048,
+/// a true p99 of 1,024 µs or more.
+pub const PATH_LATE_P99_US: f64 = 1024.0;
 
 /// What the delay proxy between the services did during a measured run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

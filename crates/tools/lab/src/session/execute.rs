@@ -27,11 +27,15 @@ use crate::measure::services::{self, Databases, ServiceConfig};
 use crate::measure::{human_duration, is_interrupted, write_json};
 
 /// Runs an experiment end to end and writes its report.
-pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<Outcome> {
+pub fn run(mut opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<Outcome> {
     crate::measure::procfs::require_procfs()?;
     preflight::validate(&opts)?;
     let earlier = resume::earlier(&opts)?;
     let before = earlier.as_ref().map(|e| &e.info);
+    // A resumed run keeps its first part's --seed (--resume takes none).
+    if let Some(b) = before {
+        opts.seed = b.path_seed;
+    }
     let experiment = match before {
         Some(info) => info.experiment.clone(),
         None => opts
@@ -42,6 +46,11 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
     let entries = experiments::expand(&experiment)?;
     let knobs = plan::knobs(&opts, before);
     let Planned { plans, schedules } = plan::plan(&entries, &knobs)?;
+    preflight::check_rate_caps(
+        schedules
+            .iter()
+            .flat_map(|(name, s)| s.cells().into_iter().map(move |c| (name.as_str(), c))),
+    )?;
     let timing = plan::timing(&opts, &knobs, before);
     if let Some(t) = &opts.target {
         preflight::check_target(t, &entries)?;
@@ -94,6 +103,7 @@ pub fn run(opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::Resu
         outcome: "running".to_owned(),
         service_env: BTreeMap::new(),
         target: opts.target.clone(),
+        path_seed: opts.seed,
         skipped: Vec::new(),
         binaries,
         parts: Vec::new(),
@@ -247,6 +257,7 @@ fn services_of(
         own_postgres,
         target: opts.target.clone(),
         pin: opts.pin,
+        path_seed: opts.seed,
         log_dir: dir.join("logs"),
         certs,
     };

@@ -35,6 +35,8 @@ pub struct RunOptions {
     pub path: crate::experiment::PathChoice,
     /// `--cc`: TCP's congestion control on a packet path.
     pub cc: netpath::CongestionControl,
+    /// `--seed`: every packet path's seed; `None`, a fresh one per round.
+    pub seed: Option<u64>,
     /// `--load`: the load generator of every cell that names none.
     pub load: crate::measure::load::Generator,
     /// Measure this already-running stack: nothing is built, started or
@@ -77,6 +79,10 @@ pub struct RunInfo {
     /// The stack measured, when the lab did not start it (`--target`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<services::Target>,
+    /// `--seed`: the one seed of every packet path; absent, each round drew
+    /// its own (its record's `path.seed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_seed: Option<u64>,
     /// Cells the run planned but could not measure on this machine, and why
     /// (HAProxy missing, say): listed in the report, not failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -79,6 +79,7 @@ pub fn estimate(experiment: &str, quick: bool) -> anyhow::Result<(u32, f64)> {
     let opts = RunOptions {
         path: Default::default(),
         cc: Default::default(),
+        seed: None,
         experiment: Some(experiment.to_owned()),
         quick,
         ..RunOptions::default()

@@ -321,6 +321,28 @@ pub fn packet_path_missing(cells: &[(String, Cell)]) -> Option<String> {
     }
 }
 
+/// Refuses a plan whose packet path caps a rate the emulator may not carry
+/// ([`netpath::packets_at_cap`] past half of [`netpath::CEILING_PPS`]):
+/// such a cap would measure the emulator, not the cap.
+pub fn check_rate_caps<'a>(cells: impl IntoIterator<Item = (&'a str, Cell)>) -> anyhow::Result<()> {
+    let half = netpath::CEILING_PPS / 2;
+    for (exp, c) in cells {
+        let Some(rate) = c.env.path.and_then(|p| p.rate_mbit) else {
+            continue;
+        };
+        let pps = netpath::packets_at_cap(rate);
+        if pps > half {
+            anyhow::bail!(
+                "{exp}: a packet path capped at {rate} Mbit/s carries about {pps} packets/s at full load, \
+                 past half of the {} the emulator carried on the machine it was measured on \
+                 (cargo bench -p netpath): the emulator, not the cap, would shape it",
+                netpath::CEILING_PPS
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The congestion controls the planned packet cells ask for that a path on
 /// this machine cannot run (it comes up only when a socket across it reports
 /// the algorithm asked for), each with the one line saying why.
@@ -430,6 +452,36 @@ mod tests {
     use crate::session::report::build_report;
 
     #[test]
+    fn every_planned_rate_cap_is_within_the_emulators_ceiling_and_a_higher_one_is_refused() {
+        for quick in [true, false] {
+            let knobs = Knobs {
+                quick,
+                ..Knobs::default()
+            };
+            let planned = crate::session::plan::plan(&crate::experiments::all(), &knobs).unwrap();
+            let work = crate::session::plan::Work::of(planned.schedules);
+            let capped = work
+                .cells
+                .iter()
+                .filter(|(_, c)| c.env.path.is_some_and(|p| p.rate_mbit.is_some()))
+                .count();
+            assert!(capped > 0, "the plan caps no path");
+            check_rate_caps(work.cells.iter().map(|(e, c)| (e.as_str(), c.clone()))).unwrap();
+        }
+        let mut fast = Knobs::closed("h1-json", 1);
+        let mut p = crate::measure::cell::PacketPath::rtt(20);
+        p.rate_mbit = Some(10_000);
+        fast.env.path = Some(p);
+        let e = check_rate_caps([("compression", fast)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("compression: a packet path capped at 10000 Mbit/s"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_store_label_never_shows_a_password() {
         assert!(store_label(None).starts_with("in memory"));
         assert_eq!(
@@ -443,6 +495,7 @@ mod tests {
         let mut o = RunOptions {
             path: Default::default(),
             cc: Default::default(),
+            seed: None,
             transports: Some(vec!["carrier-pigeon".into()]),
             ..Default::default()
         };

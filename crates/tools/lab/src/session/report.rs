@@ -144,7 +144,9 @@ fn intro(info: &RunInfo) -> Vec<String> {
              checks two runs against each other's intervals. A round is flagged when the load \
              generator used {LOAD_SATURATED_CORES} core or more (its numbers may then measure it \
              too), when other \
-             programs used {} cores or more during it, or when it saw errors. \
+             programs used {} cores or more during it, when its packet path fell behind (the \
+             emulator's lateness p99 past 1,024 µs, or packets dropped at a TUN queue), or when \
+             it saw errors. \
              On a machine this small the three processes share {} cores: absolute rates are this \
              machine's, the ratios are what travels.",
             t.rounds,

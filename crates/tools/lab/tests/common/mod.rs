@@ -29,6 +29,7 @@ pub fn tiny_run(experiment: &str, out: &Path) -> lab::session::RunOptions {
     lab::session::RunOptions {
         path: Default::default(),
         cc: Default::default(),
+        seed: None,
         experiment: Some(experiment.to_owned()),
         quick: true,
         rounds: Some(2),
@@ -236,6 +237,7 @@ pub fn service_config(log_dir: &Path) -> lab::measure::services::ServiceConfig {
         own_postgres: None,
         target: None,
         pin: false,
+        path_seed: None,
         log_dir: log_dir.to_path_buf(),
         certs: None,
     }

@@ -345,7 +345,14 @@ impl Lab {
             (Some(b), Some(a)) => {
                 let up = a.stats[0].since(&b.stats[0]);
                 let down = a.stats[1].since(&b.stats[1]);
-                let timed = (up.timed + down.timed).max(1) as f64;
+                let both = up.plus(&down);
+                let timed = both.timed.max(1) as f64;
+                let device_drops = match (b.device_drops, a.device_drops) {
+                    (Some(b), Some(a)) => {
+                        Some((a[0].saturating_sub(b[0]) + a[1].saturating_sub(b[1])) as f64)
+                    }
+                    _ => None,
+                };
                 Some(PathRecord {
                     packets_up: up.packets as f64,
                     packets_down: down.packets as f64,
@@ -353,8 +360,14 @@ impl Lab {
                     queue_drops: (up.queue_drops + down.queue_drops) as f64,
                     retrans_user: a.retrans_user.saturating_sub(b.retrans_user) as f64,
                     retrans_order: a.retrans_order.saturating_sub(b.retrans_order) as f64,
-                    late_mean_us: (up.late_ns + down.late_ns) as f64 / 1e3 / timed,
+                    late_mean_us: both.late_ns as f64 / 1e3 / timed,
                     cpu_us: us(after.lab - before.lab),
+                    seed: Some(a.seed),
+                    silenced: both.silenced as f64,
+                    write_errors: both.write_errors as f64,
+                    device_drops,
+                    early: both.early as f64,
+                    late_p99_us: both.late_quantile_us(0.99).map(|l| l as f64),
                 })
             }
             _ => None,
@@ -388,6 +401,9 @@ impl Lab {
 #[derive(Debug, Clone, Copy)]
 struct PathReading {
     stats: [netpath::DirectionStats; 2],
+    /// Each TUN queue's drops so far, `None` when unreadable.
+    device_drops: Option<[u64; 2]>,
+    seed: u64,
     retrans_user: u64,
     retrans_order: u64,
 }
@@ -454,6 +470,8 @@ impl Gauges<'_> {
         };
         Ok(Some(PathReading {
             stats: p.path.stats(),
+            device_drops: p.path.device_drops().ok(),
+            seed: p.path.config().seed,
             retrans_user: crate::measure::services::path::retransmitted(self.running.user_pid())?,
             retrans_order: crate::measure::services::path::retransmitted(self.running.order_pid())?,
         }))

@@ -31,6 +31,9 @@ pub struct ServiceConfig {
     /// `--pin`: order-service on CPU 0, user-service on CPU 1, the load
     /// generator on CPU 2 when there is one, else beside order-service.
     pub pin: bool,
+    /// `--seed`: every packet path's losses and jitter drawn from it;
+    /// `None`, a fresh seed per round ([`super::path::fresh_seed`]).
+    pub path_seed: Option<u64>,
     /// Where the services' output goes (appended, one header per round).
     pub log_dir: PathBuf,
     /// The run's throwaway CA and certificates, made when an experiment

@@ -42,7 +42,10 @@ pub(super) fn start(
     header: &str,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Running> {
-    let mut on_path = env.path.map(|p| OnPath::up(&p, 1)).transpose()?;
+    let mut on_path = env
+        .path
+        .map(|p| OnPath::up(&p, cfg.path_seed.unwrap_or_else(super::path::fresh_seed)))
+        .transpose()?;
     let databases = match (cfg.databases_for(env)?, on_path.as_mut()) {
         (None, _) => None,
         (Some(db), None) => Some((db.orders.clone(), db.users.clone())),

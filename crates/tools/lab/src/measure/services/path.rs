@@ -31,6 +31,20 @@ impl std::fmt::Debug for OnPath {
     }
 }
 
+/// A seed no round before drew: from the hasher keys the standard library
+/// takes from the operating system's randomness once per thread and steps
+/// for every hasher after, mixed with the time.
+pub fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::hash::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
 /// Why this machine cannot run cells on a packet path, or `None`.
 pub fn unavailable() -> Option<String> {
     netpath::ns::unavailable()

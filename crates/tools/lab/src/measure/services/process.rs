@@ -340,6 +340,7 @@ mod tests {
             own_postgres: None,
             target: None,
             pin: false,
+            path_seed: None,
             log_dir: dir.clone(),
             certs: None,
         };
