@@ -17,7 +17,12 @@
 //! outside A's intervals (or no ratio in common) exits with
 //! [`OUTSIDE_THE_BOUND`], listing every ratio outside. With `--max-move X`,
 //! so does any ratio whose median moved by more than ×X either way: a
-//! gross regression, whatever the intervals say.
+//! gross regression, whatever the intervals say. Either gate also fails
+//! when a ratio of A is missing from B (its cell n/a, its row gone: a
+//! transport that stopped answering well), naming each, in every section B
+//! has and planned as A did; a section B lacks, or whose plans differ in
+//! which cells they hold or (with `--across-plans`) in their settings, is
+//! compared on what both measured.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -126,12 +131,32 @@ pub struct Tally {
     /// Every paired ratio's move from A's median to B's, as a factor of at
     /// least 1 either way, with its name.
     pub moves: Vec<(f64, String)>,
+    /// A's ratios that B does not state (n/a, or the row gone), named;
+    /// only in sections B has and planned as A did.
+    pub missing: Vec<String>,
 }
 
 impl Tally {
     /// The share outside, in percent (`None` with nothing paired).
     pub fn outside_pct(&self) -> Option<f64> {
         (self.paired > 0).then(|| self.outside.len() as f64 * 100.0 / self.paired as f64)
+    }
+
+    /// The failure of a gate for A's ratios that B does not state, if any.
+    fn missing_fails(&self) -> Result<(), String> {
+        if self.missing.is_empty() {
+            return Ok(());
+        }
+        let mut out = format!(
+            "fail: {} of A's ratios are missing from B (n/a there, or the row gone: a cell that \
+             stopped answering well?):",
+            self.missing.len()
+        );
+        for m in &self.missing {
+            out.push_str("\n  ");
+            out.push_str(m);
+        }
+        Err(out)
     }
 
     /// Against a bound of `limit` percent outside: the line that says it
@@ -144,6 +169,7 @@ impl Tally {
                     .into(),
             );
         };
+        self.missing_fails()?;
         let head = format!(
             "{} of {} of B's medians ({pct:.1}%) lie outside A's stated intervals; the bound is {limit}%",
             self.outside.len(),
@@ -173,6 +199,7 @@ impl Tally {
                     .into(),
             );
         }
+        self.missing_fails()?;
         let mut past: Vec<&(f64, String)> = self.moves.iter().filter(|(f, _)| *f > limit).collect();
         past.sort_by(|x, y| y.0.total_cmp(&x.0));
         let most = self.moves.iter().map(|(f, _)| *f).fold(1.0, f64::max);
@@ -227,8 +254,27 @@ fn compare_alike(
     let mut widths: Vec<f64> = Vec::new();
     // Per section: (paired, B inside A).
     let mut by_section: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    // A's ratios B should state too: in a section B has, planned the same
+    // way with the same cells (a section whose plans hold other cells, or
+    // other settings compared anyway, is compared on what both measured).
+    let b_sections: std::collections::BTreeSet<&str> =
+        b.sections.iter().map(|s| s.id.as_str()).collect();
+    let owed = |section: &str| {
+        b_sections.contains(section)
+            && !same_way.narrowed.contains_key(section)
+            && !same_way.apart.contains_key(section)
+    };
+    let mut missing: Vec<String> = Vec::new();
     for (k, x) in &ra {
-        let Some(y) = rb.get(k) else { continue };
+        let Some(y) = rb.get(k) else {
+            if owed(&k.0) {
+                missing.push(format!(
+                    "{} / {} / {} / {}: A ×{:.2}, B n/a",
+                    k.0, k.1, k.2, k.3, x.median
+                ));
+            }
+            continue;
+        };
         paired += 1;
         let bia = x.contains(y.median);
         let e = by_section.entry(k.0.as_str()).or_default();
@@ -376,7 +422,18 @@ fn compare_alike(
         paired,
         outside: misses.iter().map(|(_, m)| m.clone()).collect(),
         moves,
+        missing,
     };
+    if !tally.missing.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nA's ratios missing from B (n/a there, or the row gone), {}:",
+            tally.missing.len()
+        );
+        for m in tally.missing.iter().take(worst) {
+            let _ = writeln!(out, "  {m}");
+        }
+    }
     if !misses.is_empty() {
         let _ = writeln!(
             out,

@@ -110,6 +110,60 @@ fn the_bound_passes_identical_runs_and_fails_a_regression_naming_it() {
 }
 
 #[test]
+fn a_ratio_gone_from_the_second_run_fails_both_gates_naming_it() {
+    let a = report(&[
+        Value::Baseline,
+        ratio(1.5, 1.4, 1.6),
+        ratio(0.5, 0.45, 0.55),
+    ]);
+    // t2's rounds were all dropped in B (too many bad answers): n/a, and
+    // every other ratio agrees exactly.
+    let b = report(&[
+        Value::Baseline,
+        ratio(1.5, 1.4, 1.6),
+        Value::missing("every round had more than 1% bad answers"),
+    ]);
+    let (text, t) = compare_tally(&a, &b, 5, false);
+    assert_eq!(t.paired, 1, "{text}");
+    assert_eq!(
+        t.missing,
+        ["payload / Throughput / t2 / 1 order: A ×0.50, B n/a"]
+    );
+    assert!(
+        text.contains("A's ratios missing from B (n/a there, or the row gone), 1:"),
+        "{text}"
+    );
+    let moved = t.verdict_moves(1.5).unwrap_err();
+    assert!(
+        moved.starts_with("fail: 1 of A's ratios are missing from B"),
+        "{moved}"
+    );
+    assert!(
+        moved.contains("payload / Throughput / t2 / 1 order"),
+        "{moved}"
+    );
+    assert!(t.verdict(100.0).unwrap_err().contains("t2 / 1 order"));
+    // The row gone altogether fails the same way.
+    let gone = report(&[Value::Baseline, ratio(1.5, 1.4, 1.6)]);
+    let (_, t) = compare_tally(&a, &gone, 5, false);
+    assert!(t.verdict_moves(1.5).is_err());
+    // A ratio only B states is not A's to miss.
+    let (_, t) = compare_tally(&gone, &a, 5, false);
+    assert!(t.missing.is_empty());
+    assert!(t.verdict_moves(1.5).is_ok());
+    // Nor is a section B did not run: A ran naive too, B only payload.
+    let mut both = a.clone();
+    let mut naive = report(&[Value::Baseline, ratio(2.0, 1.9, 2.1)])
+        .sections
+        .remove(0);
+    naive.id = "naive".into();
+    both.sections.push(naive);
+    let (text, t) = compare_tally(&both, &a, 5, false);
+    assert!(t.missing.is_empty(), "{text}");
+    assert!(t.verdict_moves(1.5).is_ok());
+}
+
+#[test]
 fn runs_from_other_machines_commits_or_plans_are_named() {
     let (a, _) = crate::synthetic::run(&["payload", "naive"], true, 2);
     let mut b = a.clone();
@@ -213,6 +267,12 @@ fn an_experiment_planned_another_way_is_left_out_unless_asked() {
         text.contains("payload: its plans differ only in which cells they hold (transports)"),
         "{text}"
     );
+    // B asked for fewer cells: what it did not measure is not missing.
+    let mut fewer_cells = report(&cells[..2]);
+    fewer_cells.run = to(&fewer);
+    let (text, t) = compare_tally(&a, &fewer_cells, 5, false);
+    assert_eq!((t.paired, t.missing.len()), (1, 0), "{text}");
+    assert!(t.verdict_moves(1.5).is_ok());
 }
 
 #[test]
