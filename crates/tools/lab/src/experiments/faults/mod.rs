@@ -82,6 +82,7 @@ impl Experiment for Faults {
             cases,
             vus: 16,
             pool: 16,
+            think_ms: 1,
             path_rtt_ms: 2,
             cc: knobs.cc,
             path: knobs.path,
@@ -95,9 +96,10 @@ impl Experiment for Faults {
 
     fn describe(p: &FaultsPlan) -> String {
         format!(
-            "{} faults; {} callers; orders {:?}; defaults, and the recommended settings in {} of them",
+            "{} faults; {} callers {} ms apart; orders {:?}; defaults, and the recommended settings in {} of them",
             p.cases.len(),
             p.vus,
+            p.think_ms,
             p.orders,
             p.recommended.len()
         )

@@ -71,6 +71,14 @@ pub struct FaultsPlan {
     /// caller, so that no call waits for a slot.
     pub vus: u32,
     pub pool: u16,
+    /// Each caller's pause after an answer, ms: a failure answered in
+    /// microseconds (order-service down) cannot then speed the load up
+    /// past what the machine can send and serve, and every transport is
+    /// offered the same ceiling (16 callers, 1 ms apart: under 16,000
+    /// calls/s). Without it, the fast failures of a restart drove the
+    /// load engine past half a core.
+    #[serde(default)]
+    pub think_ms: u32,
     /// The silent path's own round trip, ms, and its congestion control.
     pub path_rtt_ms: u32,
     pub cc: netpath::CongestionControl,
@@ -131,7 +139,9 @@ impl FaultsPlan {
             store: (case.fault == Fault::PostgresRestart).then_some(Store::OwnPostgres),
             ..Env::default()
         };
-        Cell::closed(via, orders, self.vus, self.pool).with_env(env)
+        Cell::closed(via, orders, self.vus, self.pool)
+            .thinking(self.think_ms)
+            .with_env(env)
     }
 
     /// The settings a case is measured with: the defaults, and the

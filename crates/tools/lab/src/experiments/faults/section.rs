@@ -329,7 +329,9 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
     s.para(method(
         cx.timing,
         &format!(
-            "Closed loop, {} callers, user-service's pool {} connections per transport; each \
+            "Closed loop, {} callers each pausing at least {} ms after an answer (so that failures \
+             answered at once cannot speed the load up), user-service's pool {} connections \
+             per transport; each \
              cell's run holds {:.0} s before the fault, the fault, and at least {:.0} s after it, \
              however short the run's timing. A failed call is an answer the load generator did not count as good, \
              by the status user-service gave (no answer: the connection failed). Recovery is read \
@@ -354,6 +356,7 @@ pub(super) fn section(p: &FaultsPlan, cx: &Context) -> Section {
              TCP and Connect once, gRPC unary calls twice at most; raw TCP, the bidi stream and \
              REST over HTTP/3 send nothing again)",
             p.vus,
+            p.think_ms,
             p.pool,
             crate::measure::cell::Fault::ONSET_S,
             crate::measure::cell::Fault::AFTER_S,
