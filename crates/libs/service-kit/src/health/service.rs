@@ -89,7 +89,12 @@ impl Health for HealthService {
         let name = &request.get_ref().service;
         match self.0.of(name) {
             Some(status) => Ok(Response::new(answer(status))),
-            None => Err(Status::not_found(format!("unknown service {name:?}"))),
+            // A name is quoted as every bad value is: its start and its
+            // length, never a huge grpc-message.
+            None => Err(Status::not_found(format!(
+                "unknown service {}",
+                model::quoted(name)
+            ))),
         }
     }
 
@@ -239,5 +244,15 @@ mod tests {
         assert_eq!(known.status, ServingStatus::Serving as i32);
         let err = h.check(ask("b")).await.expect_err("NOT_FOUND");
         assert_eq!(err.code(), tonic::Code::NotFound);
+        assert_eq!(err.message(), "unknown service \"b\"");
+        // A 100 KB name is quoted by its start and its length.
+        let huge = "x".repeat(100_000);
+        let err = h.check(ask(&huge)).await.expect_err("NOT_FOUND");
+        assert!(err.message().len() < 200, "{} bytes", err.message().len());
+        assert!(
+            err.message().ends_with("… (100000 bytes)"),
+            "{}",
+            err.message()
+        );
     }
 }
