@@ -44,7 +44,7 @@ pub(super) fn start(
 ) -> anyhow::Result<Running> {
     let mut on_path = env
         .path
-        .map(|p| OnPath::up(&p, cfg.path_seed.unwrap_or_else(super::path::fresh_seed)))
+        .map(|p| OnPath::up(&p, cfg.path_seed))
         .transpose()?;
     let databases = match (cfg.databases_for(env)?, on_path.as_mut()) {
         (None, _) => None,

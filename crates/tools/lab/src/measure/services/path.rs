@@ -52,8 +52,10 @@ pub fn unavailable() -> Option<String> {
 
 impl OnPath {
     /// Brings the path of `p` up, checked (the congestion control asked
-    /// for is what a socket across it runs).
-    pub fn up(p: &PacketPath, seed: u64) -> anyhow::Result<OnPath> {
+    /// for is what a socket across it runs), drawing from `seed` (`--seed`)
+    /// or, without one, from a [`fresh_seed`].
+    pub fn up(p: &PacketPath, seed: Option<u64>) -> anyhow::Result<OnPath> {
+        let seed = seed.unwrap_or_else(fresh_seed);
         let link = p.link();
         let config = PathConfig {
             a_to_b: link,

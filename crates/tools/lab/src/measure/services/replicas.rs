@@ -60,7 +60,7 @@ impl Layout {
                 databases: db.map(|d| (d.orders.clone(), d.users.clone())),
             });
         };
-        let mut on = OnPath::up(p, cfg.path_seed.unwrap_or_else(super::path::fresh_seed))?;
+        let mut on = OnPath::up(p, cfg.path_seed)?;
         let publics = (0..r.n)
             .map(|_| on.path.add_addr(Side::B).map(IpAddr::from))
             .collect::<anyhow::Result<Vec<_>>>()?;
