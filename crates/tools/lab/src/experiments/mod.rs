@@ -5,7 +5,7 @@
 //!
 //! Cells are shared: a cell two experiments need is measured once (the
 //! payload grid also feeds the factorial, the floor, the schema and the tls
-//! tables), which keeps `all --quick` to about an hour and ten minutes (the plan
+//! tables), which keeps `all --quick` to about an hour and a quarter (the plan
 //! prints its own estimate before it starts).
 //! [`tables`] holds what several sections build their tables with, and
 //! [`spectrum`] the percentile spectrum of user-service's HDR histograms.
