@@ -84,6 +84,18 @@ pub struct Settings {
     #[arg(long, env = "ORDER_H3_ADDR", default_value = "0.0.0.0:8443", value_parser = parse_h3_addr)]
     pub h3_addr: H3Addr,
 
+    /// Validate a new QUIC client's address with a Retry before its
+    /// handshake: the first answer to an address is a packet of about a
+    /// hundred bytes, so the listener cannot be used to reflect traffic at
+    /// a forged address (RFC 9000's bound is three times what came from
+    /// it, which a handshake with its resends can pass by a datagram). It
+    /// costs a client's first connection one round trip; a later one that
+    /// presents a token from an earlier connection (NEW_TOKEN) skips it.
+    /// `false`: the handshake at once, for a network where addresses
+    /// cannot be forged.
+    #[arg(long, env = "ORDER_QUIC_RETRY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub quic_retry: bool,
+
     /// Admin listener: /healthz, /readyz and /metrics only, plain HTTP,
     /// never shed, with a cap of its own (64 connections). A flood of the
     /// REST listener fills that listener's cap, not this one, so liveness
@@ -186,9 +198,12 @@ pub struct Settings {
     #[arg(long, env = "ORDER_SERVER_TIMING", default_value_t = false, action = clap::ArgAction::Set)]
     pub server_timing: bool,
 
-    /// Connections open at once on each HTTP listener (REST; gRPC). Past it
-    /// a new connection is accepted and closed at once, counted on /metrics
-    /// (`*_connections_refused_total`) and logged at most once a second.
+    /// Connections open at once on each HTTP listener (REST; gRPC; HTTP/3).
+    /// Past it a new TCP connection is accepted and closed at once, and a
+    /// new QUIC one (its address validated first) is refused before its
+    /// handshake with QUIC's CONNECTION_REFUSED; each counted on /metrics
+    /// (`order_connections_refused_total{listener}`) and logged at most
+    /// once a second.
     #[arg(long, env = "ORDER_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 

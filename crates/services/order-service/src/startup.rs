@@ -86,6 +86,11 @@ impl Application {
                     addr,
                     &quic_tls,
                     &settings.conn_limits(),
+                    if settings.quic_retry {
+                        service_kit::serve::h3::Validation::Retry
+                    } else {
+                        service_kit::serve::h3::Validation::Off
+                    },
                 )?)
             }
         };

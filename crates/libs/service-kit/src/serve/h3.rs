@@ -6,6 +6,22 @@
 //! only the streams whose bytes it held, and the handshake (TLS 1.3, always
 //! on) takes one round trip. What each bound becomes here:
 //!
+//! - address validation ([`Validation::Retry`], the default): a client's
+//!   first Initial is answered with a Retry, a packet of about a hundred
+//!   bytes holding a token, and the handshake begins only when the client
+//!   sends its Initial again with that token, which proves it receives
+//!   what is sent to its address. Before that, nothing larger than the
+//!   Retry leaves for an address that may be spoofed (RFC 9000 §8.1 allows
+//!   three times what came from it; quinn checks only that room is left
+//!   before each datagram, so its handshake flight with PTO probes can pass
+//!   the limit by up to a datagram). It costs a client's first connection
+//!   a round trip, as TCP's handshake does before TLS's. After each
+//!   handshake the listener gives its client NEW_TOKEN frames (quinn's:
+//!   two, valid two weeks, each taken once, a reused one refused by its
+//!   Bloom-filter log), and a later connection that presents one is valid
+//!   at once: no Retry. The tokens are keyed per process, so a restart
+//!   makes every client pay the round trip once more. [`Validation::Off`]
+//!   skips the Retry on a network where addresses cannot be forged;
 //! - the cap: a connection past it is refused before its handshake (QUIC's
 //!   `CONNECTION_REFUSED`), as a TCP listener closes one as it comes;
 //! - the handshake must end within [`tls::HANDSHAKE_TIMEOUT`];
@@ -86,10 +102,24 @@ impl<S> H3Service for S where
 {
 }
 
+/// What a listener does with a client whose address it has not validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Validation {
+    /// A Retry first (one round trip), so nothing larger than it goes to
+    /// an address that may be spoofed; a client holding a NEW_TOKEN from
+    /// an earlier connection skips it.
+    #[default]
+    Retry,
+    /// The handshake at once; quinn's own limit of three times what came
+    /// from the address (passed by up to a datagram).
+    Off,
+}
+
 /// A bound UDP socket and the QUIC configuration it will serve with.
 #[derive(Debug)]
 pub struct H3Listener {
     endpoint: quinn::Endpoint,
+    validation: Validation,
 }
 
 /// Why a QUIC listener could not be set up.
@@ -105,12 +135,13 @@ pub enum H3Error {
 }
 
 impl H3Listener {
-    /// Binds UDP `addr` and readies QUIC with `tls` (ALPN `h3`) and the
-    /// bounds of `limits`.
+    /// Binds UDP `addr` and readies QUIC with `tls` (ALPN `h3`), the
+    /// bounds of `limits` and the client address `validation`.
     pub fn bind(
         addr: SocketAddr,
         tls: &tls::ServerTls,
         limits: &ConnLimits,
+        validation: Validation,
     ) -> Result<Self, H3Error> {
         let crypto =
             quinn::crypto::rustls::QuicServerConfig::try_from(tls.rustls_config(tls::ALPN_H3))
@@ -119,7 +150,10 @@ impl H3Listener {
         config.transport_config(Arc::new(transport(limits)));
         let endpoint = quinn::Endpoint::server(config, addr)
             .map_err(|source| H3Error::Bind { addr, source })?;
-        Ok(H3Listener { endpoint })
+        Ok(H3Listener {
+            endpoint,
+            validation,
+        })
     }
 
     /// The UDP address it listens on (port 0 resolved).
@@ -149,7 +183,10 @@ pub async fn serve_h3<S: H3Service>(
     limits: ConnLimits,
     cap: ConnCap,
 ) -> std::io::Result<()> {
-    let endpoint = listener.endpoint;
+    let H3Listener {
+        endpoint,
+        validation,
+    } = listener;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -167,6 +204,16 @@ pub async fn serve_h3<S: H3Service>(
                 None => break,
             },
         };
+        // An address not yet validated gets a Retry and nothing else; the
+        // client's next Initial carries the token that validates it.
+        if validation == Validation::Retry && !incoming.remote_address_validated() {
+            if let Err(e) = incoming.retry() {
+                // Only when a Retry is not allowed (never for an address
+                // not validated, says quinn): nothing is sent.
+                e.into_incoming().ignore();
+            }
+            continue;
+        }
         // Past the cap: refused, and counted by the cap (on /metrics).
         let Some(admitted) = cap.admit() else {
             incoming.refuse();

@@ -205,11 +205,28 @@ async fn the_cap_refuses_a_quic_connection_past_it_and_an_idle_one_is_closed() {
     };
     let third = one_get(&endpoint(h3), h3, &user).await;
     assert!(third.is_err(), "a third connection was served: {third:?}");
+    // What the refused client sees: QUIC's CONNECTION_REFUSED, at once,
+    // before any handshake (after its Retry: the cap is checked on an
+    // address shown to be real).
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        endpoint(h3).connect(h3, "localhost").unwrap(),
+    )
+    .await
+    .expect("the refusal comes at once, not at a timeout");
+    match refused {
+        Err(quinn::ConnectionError::ConnectionClosed(close)) => assert_eq!(
+            close.error_code,
+            quinn::TransportErrorCode::CONNECTION_REFUSED,
+            "{close:?}"
+        ),
+        other => panic!("a refusal, not {other:?}"),
+    }
     // Counted where the TCP listeners' refusals are.
     assert!(
         app.metrics_text()
             .await
-            .contains("order_connections_refused_total{listener=\"h3\"} 1"),
+            .contains("order_connections_refused_total{listener=\"h3\"} 2"),
         "the refusal on /metrics"
     );
     // With no request in service, the two close at the idle timeout (the

@@ -25,6 +25,7 @@ mod fuzz;
 mod grpc_raw;
 mod h2_bounds;
 mod h3;
+mod h3_validation;
 mod health_reflection;
 mod helpers;
 mod interop;
