@@ -270,7 +270,11 @@ fn a_flow_that_fills_the_queue_adds_the_queue_to_the_round_trip() {
     let _ = sender.join();
     let full = median(loaded);
     eprintln!("round trip idle {idle:.2} ms, behind a full queue {full:.2} ms (10 + up to 50)");
-    assert!((idle - 10.0).abs() < 0.5, "idle round trip {idle:.2} ms");
+    // Never under the path's 10 ms; over it by what the emulator's
+    // forwarding and the probe's wake-ups add, tenths of a millisecond
+    // (10.53 ms once in CI's suite on a shared machine). The physics tests
+    // hold the delay itself to ±0.3 ms with TCP connects.
+    assert!((9.9..11.0).contains(&idle), "idle round trip {idle:.2} ms");
     // The queue is full when the flow's window passes it; a drop then
     // halves cubic's window, so the queue holds between about half and
     // all of its 50 ms.
