@@ -4,7 +4,7 @@
 //! unit tests build its section from them. Probes and benchmarks are the
 //! experiments' own records: a test that wants them adds them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::measure::Timing;
 use crate::measure::cell::{Balance, Cell, Load};
@@ -164,44 +164,10 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
             held: 0.0,
             cpu_us: requests * 20.0,
         }),
-        path: cell.env.path.map(|p| PathRecord {
-            packets_up: calls * 3.0,
-            packets_down: calls * (3.0 + f64::from(cell.orders) / 8.0),
-            lost: calls * 6.0 * p.loss_pct() / 100.0,
-            queue_drops: 0.0,
-            retrans_user: calls * 3.0 * p.loss_pct() / 100.0,
-            retrans_order: calls * 4.0 * p.loss_pct() / 100.0,
-            late_mean_us: 20.0 + f64::from(round),
-            cpu_us: requests * 25.0,
-            seed: Some(0x5eed + u64::from(round)),
-            device_drops: Some(0.0),
-            late_p99_us: Some(64.0),
-            ..PathRecord::default()
-        }),
+        path: path_record(cell, calls, requests, round),
         window_s: Some(secs + 1.0),
         postgres_us: on_postgres.then(|| requests * (200.0 + 2.0 * f64::from(cell.orders))),
-        service_env: cell
-            .env
-            .path
-            .map(|p| {
-                ["user-service side", "order-service side"]
-                    .into_iter()
-                    .flat_map(|side| {
-                        [
-                            (
-                                format!("path {side} tcp_congestion_control"),
-                                p.cc.name().to_owned(),
-                            ),
-                            (
-                                format!("path {side} tcp_slow_start_after_idle"),
-                                "1".to_owned(),
-                            ),
-                            (format!("path {side} initcwnd"), "10".to_owned()),
-                        ]
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        service_env: path_settings(cell),
         load_raw: fault_counters(k6_buckets(up_us * 3.0), cell),
         e2e_hdr: None,
         replicas: replicas(cell, requests, up_us),
@@ -223,6 +189,51 @@ pub fn record(experiment: &str, cell: &Cell, round: u32) -> RoundRecord {
         rec.load.good -= bad;
     }
     rec
+}
+
+/// The packet path's account, for a cell on it: packets by the calls and
+/// the answer's size, losses and retransmits by the path's loss.
+fn path_record(cell: &Cell, calls: f64, requests: f64, round: u32) -> Option<PathRecord> {
+    cell.env.path.map(|p| PathRecord {
+        packets_up: calls * 3.0,
+        packets_down: calls * (3.0 + f64::from(cell.orders) / 8.0),
+        lost: calls * 6.0 * p.loss_pct() / 100.0,
+        queue_drops: 0.0,
+        retrans_user: calls * 3.0 * p.loss_pct() / 100.0,
+        retrans_order: calls * 4.0 * p.loss_pct() / 100.0,
+        late_mean_us: 20.0 + f64::from(round),
+        cpu_us: requests * 25.0,
+        seed: Some(0x5eed + u64::from(round)),
+        device_drops: Some(0.0),
+        late_p99_us: Some(64.0),
+        ..PathRecord::default()
+    })
+}
+
+/// The kernels' TCP settings on either side of a cell's packet path, as
+/// the lab records them (none without a path).
+fn path_settings(cell: &Cell) -> BTreeMap<String, String> {
+    cell.env
+        .path
+        .map(|p| {
+            ["user-service side", "order-service side"]
+                .into_iter()
+                .flat_map(|side| {
+                    [
+                        (
+                            format!("path {side} tcp_congestion_control"),
+                            p.cc.name().to_owned(),
+                        ),
+                        (
+                            format!("path {side} tcp_slow_start_after_idle"),
+                            "1".to_owned(),
+                        ),
+                        (format!("path {side} initcwnd"), "10".to_owned()),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A fault's cell: some calls fail (504 and no answer), a few are slow.

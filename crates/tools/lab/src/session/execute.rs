@@ -5,7 +5,7 @@
 //! whether it completed or was interrupted.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -13,12 +13,13 @@ use std::time::Instant;
 use anyhow::Context as _;
 
 use super::generators;
-use super::info::{Outcome, RunInfo, RunOptions, RunPart};
+use super::info::{Outcome, RunInfo, RunOptions, RunPart, Skipped};
 use super::plan::{self, Planned, Work};
 use super::preflight;
 use super::report::build_report;
 use super::resume;
 use crate::experiments;
+use crate::measure::cell::Cell;
 use crate::measure::machine;
 use crate::measure::results::Results;
 use crate::measure::runner::Lab;
@@ -57,24 +58,13 @@ pub fn run(mut opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::
     }
     preflight::check_root(root)?;
     let started_at = chrono::Utc::now();
-    let dir = match &earlier {
-        Some(e) => e.dir.clone(),
-        None => opts
-            .out
-            .clone()
-            .unwrap_or_else(|| root.join("results"))
-            .join(format!(
-                "{}-{experiment}",
-                started_at.format("%Y%m%dT%H%M%SZ"),
-            )),
-    };
-    std::fs::create_dir_all(dir.join("logs"))
-        .with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::create_dir_all(dir.join("rounds"))?;
-    match &earlier {
-        Some(_) => println!("results: {} (resumed)", dir.display()),
-        None => println!("results: {}", dir.display()),
-    }
+    let dir = results_dir(
+        &opts,
+        earlier.as_ref().map(|e| e.dir.as_path()),
+        root,
+        &experiment,
+        started_at,
+    )?;
 
     let bins = preflight::binaries(&opts, root)?;
     let bins_for_generators = bins.clone();
@@ -128,49 +118,13 @@ pub fn run(mut opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::
     let (keep, skipped) = generators::without_missing(work.cells, &found.generators);
     work.cells = keep;
     info.skipped.extend(skipped);
+    let missing = Missing {
+        haproxy: haproxy_missing,
+        postgres: postgres_missing,
+        own_postgres: own_postgres_missing,
+    };
+    work.cells = runnable(work.cells, &missing, &mut info);
     write_json(&dir.join("run.json"), &info)?;
-    let (keep, skipped) = preflight::without_quic_through_tcp(work.cells);
-    work.cells = keep;
-    if !skipped.is_empty() {
-        info.skipped.extend(skipped);
-        write_json(&dir.join("run.json"), &info)?;
-    }
-    let (keep, skipped) = preflight::without_reset(work.cells);
-    work.cells = keep;
-    if !skipped.is_empty() {
-        info.skipped.extend(skipped);
-        write_json(&dir.join("run.json"), &info)?;
-    }
-    if haproxy_missing {
-        let (keep, skipped) = preflight::without_haproxy(work.cells);
-        work.cells = keep;
-        info.skipped.extend(skipped);
-        write_json(&dir.join("run.json"), &info)?;
-    }
-    if let Some(why) = &postgres_missing {
-        let (keep, skipped) = preflight::without_postgres(work.cells, why);
-        work.cells = keep;
-        info.skipped.extend(skipped);
-        write_json(&dir.join("run.json"), &info)?;
-    }
-    if let Some(why) = &own_postgres_missing {
-        let (keep, skipped) = preflight::without_own_postgres(work.cells, why);
-        work.cells = keep;
-        info.skipped.extend(skipped);
-        write_json(&dir.join("run.json"), &info)?;
-    }
-    if let Some(why) = preflight::packet_path_missing(&work.cells) {
-        let (keep, skipped) = preflight::without_packet_path(work.cells, &why);
-        work.cells = keep;
-        info.skipped.extend(skipped);
-        write_json(&dir.join("run.json"), &info)?;
-    }
-    for (cc, why) in preflight::unusable_algorithms(&work.cells) {
-        let (keep, skipped) = preflight::without_algorithm(work.cells, cc, &why);
-        work.cells = keep;
-        info.skipped.extend(skipped);
-        write_json(&dir.join("run.json"), &info)?;
-    }
     let planned = work.announce(&timing);
     let t0 = Instant::now();
     let mut lab = Lab::new(
@@ -214,6 +168,79 @@ pub fn run(mut opts: RunOptions, root: &Path, stop: Arc<AtomicBool>) -> anyhow::
         interrupted,
         failures: lab.results.failures.len(),
     })
+}
+
+/// The run's results directory, made with its `logs` and `rounds`: the
+/// resumed run's `earlier` one, or a new one named by the start and the
+/// experiment under `--out` (`results/` by default).
+fn results_dir(
+    opts: &RunOptions,
+    earlier: Option<&Path>,
+    root: &Path,
+    experiment: &str,
+    started_at: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<PathBuf> {
+    let dir = match earlier {
+        Some(d) => d.to_path_buf(),
+        None => opts
+            .out
+            .clone()
+            .unwrap_or_else(|| root.join("results"))
+            .join(format!(
+                "{}-{experiment}",
+                started_at.format("%Y%m%dT%H%M%SZ"),
+            )),
+    };
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir.join("rounds"))?;
+    match earlier {
+        Some(_) => println!("results: {} (resumed)", dir.display()),
+        None => println!("results: {}", dir.display()),
+    }
+    Ok(dir)
+}
+
+/// What this machine lacks that some cells need.
+struct Missing {
+    haproxy: bool,
+    /// Why the run's Postgres server cannot be used, if it cannot.
+    postgres: Option<String>,
+    /// Why the lab's own Postgres server could not be made, if it could not.
+    own_postgres: Option<String>,
+}
+
+/// `cells` without those this machine cannot run, each left out with why
+/// in `info.skipped`: QUIC through the lab's TCP middles, a reset without
+/// its tool, HAProxy, Postgres or the lab's own Postgres missing, no
+/// packet path, a congestion control the kernel lacks.
+fn runnable(
+    mut cells: Vec<(String, Cell)>,
+    missing: &Missing,
+    info: &mut RunInfo,
+) -> Vec<(String, Cell)> {
+    let mut out = |(keep, skipped): (Vec<(String, Cell)>, Vec<Skipped>)| {
+        info.skipped.extend(skipped);
+        keep
+    };
+    cells = out(preflight::without_quic_through_tcp(cells));
+    cells = out(preflight::without_reset(cells));
+    if missing.haproxy {
+        cells = out(preflight::without_haproxy(cells));
+    }
+    if let Some(why) = &missing.postgres {
+        cells = out(preflight::without_postgres(cells, why));
+    }
+    if let Some(why) = &missing.own_postgres {
+        cells = out(preflight::without_own_postgres(cells, why));
+    }
+    if let Some(why) = preflight::packet_path_missing(&cells) {
+        cells = out(preflight::without_packet_path(cells, &why));
+    }
+    for (cc, why) in preflight::unusable_algorithms(&cells) {
+        cells = out(preflight::without_algorithm(cells, cc, &why));
+    }
+    cells
 }
 
 /// Measurements held: rounds and probe rounds with their numbers.
