@@ -29,13 +29,18 @@ fn report(cells: &[Value]) -> Report {
     }
 }
 
-#[test]
-fn agreement_is_counted_and_the_worst_miss_named() {
-    let a = report(&[
+/// A baseline and two ratios: the A of several tests.
+fn two_ratios() -> Report {
+    report(&[
         Value::Baseline,
         ratio(1.5, 1.4, 1.6),
         ratio(0.5, 0.45, 0.55),
-    ]);
+    ])
+}
+
+#[test]
+fn agreement_is_counted_and_the_worst_miss_named() {
+    let a = two_ratios();
     let b = report(&[
         Value::Baseline,
         ratio(1.55, 1.5, 1.7),
@@ -111,11 +116,7 @@ fn the_bound_passes_identical_runs_and_fails_a_regression_naming_it() {
 
 #[test]
 fn a_ratio_gone_from_the_second_run_fails_both_gates_naming_it() {
-    let a = report(&[
-        Value::Baseline,
-        ratio(1.5, 1.4, 1.6),
-        ratio(0.5, 0.45, 0.55),
-    ]);
+    let a = two_ratios();
     // t2's rounds were all dropped in B (too many bad answers): n/a, and
     // every other ratio agrees exactly.
     let b = report(&[
