@@ -46,8 +46,10 @@ pub fn baseline(transports: &[String]) -> &str {
 pub const QUIC_STACK: &str = "quinn 0.11 (rustls, ring), h3 0.0.8 with h3-quinn 0.0.10, and h3-util 0.0.6 (tonic-h3's channel) for gRPC";
 
 /// What a section with QUIC transports among `vias` must say of them: the
-/// stack, and the two variables they do not share with the other rows
-/// (encryption, and what their byte counts hold). `None` without them.
+/// stack, and the variables they do not share with the other rows
+/// (encryption, what their byte counts hold, the address validation that
+/// costs a new client's first connection a round trip). `None` without
+/// them.
 pub fn quic_note<S: AsRef<str>>(vias: &[S]) -> Option<String> {
     let quic: Vec<&str> = vias
         .iter()
@@ -59,7 +61,11 @@ pub fn quic_note<S: AsRef<str>>(vias: &[S]) -> Option<String> {
             "{} run over QUIC ({QUIC_STACK}: young crates, 0.0.x), which always encrypts (TLS \
              1.3): their rows pay for encryption that the cleartext rows do not. Their bytes are \
              UDP payload, QUIC's headers, encryption and acknowledgements included, where a TCP \
-             transport's count leaves TCP's headers and acknowledgements to the kernel.",
+             transport's count leaves TCP's headers and acknowledgements to the kernel. \
+             order-service answers a new client's first connection with a Retry (address \
+             validation) before its handshake: one round trip more on the connections \
+             user-service opens before it holds a token (at its start, and after an \
+             order-service restart); pooled calls do not see it.",
             quic.join(", ")
         )
     })
