@@ -28,6 +28,7 @@ WORKDIR /src
 # migrations/ (embedded in the binaries by sqlx::migrate!). .dockerignore keeps
 # target/, .git and the rest out of the context.
 COPY Cargo.toml Cargo.lock ./
+COPY .cargo ./.cargo
 COPY crates ./crates
 COPY proto ./proto
 COPY migrations ./migrations

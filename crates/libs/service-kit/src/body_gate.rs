@@ -1,15 +1,31 @@
 //! A request's slot of the limit while its body is on its way (the shed
-//! layer's): a call whose client has sent nothing more for
-//! [`BODY_WAIT`] gives its slot back, and takes one again when its next
-//! bytes come. If none is free then, the call is shed like any other
-//! (503 / RESOURCE_EXHAUSTED). So clients that declare bodies and send them
-//! slowly, or never, hold no slot past [`BODY_WAIT`]: 600 unfinished gRPC
-//! calls used to hold all 512 slots until the body-read timeout, and every
-//! other request was refused meanwhile.
+//! layer's). A call waiting for its client's bytes is not work in service:
+//!
+//! - when no slot is free for new work, the call that has waited for its
+//!   body longest lends it its slot (a flood of streams that announce
+//!   bodies and send part of them used to leave every good request 503
+//!   until they went silent);
+//! - a call whose client has sent nothing more for [`BODY_WAIT`] gives its
+//!   slot back (600 unfinished gRPC calls used to hold all 512 slots until
+//!   the body-read timeout);
+//! - either way it takes a slot again when its next bytes come, and if none
+//!   is free then it is shed like any other (503 / RESOURCE_EXHAUSTED).
+//!
+//! A call without its slot keeps what its body had brought (the handler is
+//! still collecting it), and slots lent or given back go to new calls that
+//! may wait in turn: without a bound, waiting bodies could hold the request
+//! cap each, many times over. So what the calls without a slot hold, over
+//! the process, is held to [`STALLED_BODY_BYTES`]: a call that would pass
+//! it loses its slot all the same and is shed, its bytes freed, while the
+//! calls already waiting keep their place. A call whose bytes come again
+//! leaves the budget. Each waiting call counts [`CALL_COST`] beside its
+//! bytes, so streams that announce bodies and send nothing are bounded too
+//! (about 500 of them at once).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,14 +37,63 @@ use tokio::time::Sleep;
 /// bytes before it gives the slot back.
 pub const BODY_WAIT: Duration = Duration::from_secs(1);
 
+/// The most bytes of request bodies held at once, over the process, by
+/// calls that lent or gave back their slot while waiting for the rest.
+pub const STALLED_BODY_BYTES: usize = 8 << 20;
+
+/// What a call waiting without a slot counts in the budget beside its
+/// body's bytes: its stream's and task's state, whatever it received.
+pub const CALL_COST: usize = 16 << 10;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Takes a slot of the limit, or `None` (counted as shed) when none is free.
-type Take = Box<dyn Fn() -> Option<OwnedSemaphorePermit> + Send + Sync>;
+/// The bytes held by bodies waiting without a slot, and the most they may
+/// hold.
+#[derive(Debug)]
+pub struct StalledBudget {
+    limit: usize,
+    held: AtomicUsize,
+}
+
+impl StalledBudget {
+    /// A budget of `limit` bytes.
+    pub const fn new(limit: usize) -> Self {
+        StalledBudget {
+            limit,
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    /// The process's: [`STALLED_BODY_BYTES`], every listener's bodies.
+    pub fn process() -> &'static StalledBudget {
+        static PROCESS: StalledBudget = StalledBudget::new(STALLED_BODY_BYTES);
+        &PROCESS
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Room for `n` more bytes, taken; `false` (nothing taken) if there is
+    /// none.
+    fn try_hold(&self, n: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                h.checked_add(n).filter(|t| *t <= self.limit)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, n: usize) {
+        self.held.fetch_sub(n, Ordering::AcqRel);
+    }
+}
 
 /// One request's slot, shared by its body and its place in the limit.
 pub struct Gate {
-    take: Take,
+    limiter: crate::shed::Limiter,
+    budget: &'static StalledBudget,
     state: Mutex<State>,
 }
 
@@ -43,26 +108,70 @@ impl std::fmt::Debug for Gate {
 #[derive(Debug)]
 struct State {
     permit: Option<OwnedSemaphorePermit>,
-    /// A slot was wanted back and none was free: the call is shed.
+    /// A slot was wanted back and none was free, or there was no room in
+    /// the budget for what the body held: the call is shed.
     shed: bool,
     /// The answer's head is out: the body passes untouched from here on
     /// (a request stream is bounded by its own limits, not by this one).
     done: bool,
+    /// The handler is waiting for body bytes: the slot may be lent.
+    waiting: bool,
+    /// An entry for this gate is in the limiter's queue of lenders.
+    queued: bool,
+    /// Body bytes received so far.
+    received: usize,
+    /// What the body holds of the budget (its bytes, while it has no slot).
+    held: usize,
+    /// The body's task, to wake when the call is shed from outside it.
+    waker: Option<Waker>,
+}
+
+impl State {
+    /// The slot is gone (given back or lent): what the body holds takes its
+    /// room in `budget`, or the call is shed (`false`).
+    fn hold(&mut self, budget: &StalledBudget) -> bool {
+        let cost = self.received + CALL_COST;
+        if self.held > 0 || budget.try_hold(cost) {
+            self.held = self.held.max(cost);
+            true
+        } else {
+            self.shed = true;
+            false
+        }
+    }
+
+    fn release(&mut self, budget: &StalledBudget) {
+        if self.held > 0 {
+            budget.release(self.held);
+            self.held = 0;
+        }
+    }
 }
 
 impl Gate {
-    /// A request holding `permit`; `take` gets it another when it gave its
-    /// own back.
-    pub(crate) fn new(
-        take: impl Fn() -> Option<OwnedSemaphorePermit> + Send + Sync + 'static,
+    /// A request holding `permit` of `limiter`, which gives it another
+    /// when it gave its own back.
+    pub(crate) fn new(limiter: crate::shed::Limiter, permit: OwnedSemaphorePermit) -> Arc<Self> {
+        Self::with_budget(limiter, permit, StalledBudget::process())
+    }
+
+    fn with_budget(
+        limiter: crate::shed::Limiter,
         permit: OwnedSemaphorePermit,
+        budget: &'static StalledBudget,
     ) -> Arc<Self> {
         Arc::new(Gate {
-            take: Box::new(take),
+            limiter,
+            budget,
             state: Mutex::new(State {
                 permit: Some(permit),
                 shed: false,
                 done: false,
+                waiting: false,
+                queued: false,
+                received: 0,
+                held: 0,
+                waker: None,
             }),
         })
     }
@@ -71,29 +180,91 @@ impl Gate {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether a slot is held and may be given back.
-    fn holds(&self) -> bool {
-        let st = self.state();
-        !st.done && st.permit.is_some()
-    }
-
-    fn give_back(&self) {
-        let mut st = self.state();
-        if !st.done {
-            st.permit = None;
+    /// The handler waits for body bytes: the slot, if held, may be lent to
+    /// new work while it does (queued with the limiter once). `false` if
+    /// the call was shed meanwhile.
+    fn wait_for_body(self: &Arc<Self>, cx: &Context<'_>) -> bool {
+        let queue = {
+            let mut st = self.state();
+            if st.shed {
+                return false;
+            }
+            st.waiting = true;
+            if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                st.waker = Some(cx.waker().clone());
+            }
+            let queue = !st.queued && !st.done && st.permit.is_some();
+            st.queued |= queue;
+            queue
+        };
+        // Outside the state's lock: the limiter locks its queue, then a
+        // gate's state.
+        if queue {
+            self.limiter.queue_lender(Arc::downgrade(self));
         }
+        true
     }
 
-    /// A slot again, if one was given back; `false` (and the call is shed)
-    /// when none is free.
-    fn take_again(&self) -> bool {
+    /// The slot, taken for new work if this request is waiting for its
+    /// body; its entry leaves the limiter's queue either way. What the body
+    /// holds takes its room in the budget; with none left the call is shed
+    /// (its body fails, and what it held is freed), so new work gets the
+    /// slot either way.
+    pub(crate) fn lend(&self) -> Option<OwnedSemaphorePermit> {
         let mut st = self.state();
-        if st.done || st.permit.is_some() {
+        st.queued = false;
+        if !st.waiting || st.done {
+            return None;
+        }
+        let permit = st.permit.take()?;
+        if !st.hold(self.budget) {
+            self.limiter.count_shed();
+            if let Some(w) = st.waker.take() {
+                w.wake();
+            }
+        }
+        Some(permit)
+    }
+
+    /// Silent for [`BODY_WAIT`]: the slot goes back, and what the body
+    /// holds takes its room in the budget; `false` (shed) if there was none.
+    fn give_back(&self) -> bool {
+        let mut st = self.state();
+        if st.done {
             return true;
         }
-        match (self.take)() {
+        st.permit = None;
+        let kept = st.hold(self.budget);
+        if !kept {
+            self.limiter.count_shed();
+        }
+        kept
+    }
+
+    /// `n` bytes came: they leave the budget, and the call takes a slot
+    /// again if it had none; `false` (and the call is shed) when none is
+    /// free.
+    fn came(&self, n: usize) -> bool {
+        {
+            let mut st = self.state();
+            st.waiting = false;
+            st.release(self.budget);
+            st.received += n;
+            if st.shed {
+                return false;
+            }
+            if st.done || st.permit.is_some() {
+                return true;
+            }
+        }
+        // Outside the state's lock (the limiter may lock other gates').
+        let permit = self.limiter.try_acquire();
+        let mut st = self.state();
+        match permit {
             Some(p) => {
-                st.permit = Some(p);
+                if !st.done {
+                    st.permit = Some(p);
+                }
                 true
             }
             None => {
@@ -103,12 +274,23 @@ impl Gate {
         }
     }
 
+    /// Whether the call was shed while its body came.
+    fn is_shed(&self) -> bool {
+        self.state().shed
+    }
+
+    /// The body is gone: what it held leaves the budget.
+    fn dropped(&self) {
+        self.state().release(self.budget);
+    }
+
     /// The answer's head is out: the slot is freed, and whether the call
     /// was shed while its body came.
     pub(crate) fn finish(&self) -> bool {
         let mut st = self.state();
         st.done = true;
         st.permit = None;
+        st.release(self.budget);
         st.shed
     }
 }
@@ -118,6 +300,25 @@ pub struct Gated<B> {
     inner: Pin<Box<B>>,
     gate: Arc<Gate>,
     wait: Option<Pin<Box<Sleep>>>,
+    /// Silent past [`BODY_WAIT`] since its last bytes: the slot is back.
+    silent: bool,
+}
+
+impl<B> Gated<B> {
+    fn new(inner: B, gate: &Arc<Gate>) -> Self {
+        Gated {
+            inner: Box::pin(inner),
+            gate: gate.clone(),
+            wait: None,
+            silent: false,
+        }
+    }
+}
+
+impl<B> Drop for Gated<B> {
+    fn drop(&mut self) {
+        self.gate.dropped();
+    }
 }
 
 /// The error a shed body ends with; the answer is the shed one anyway.
@@ -138,22 +339,36 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if this.gate.is_shed() {
+            return Poll::Ready(Some(Err(ShedWhileWaiting.into())));
+        }
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Pending => {
-                if this.gate.holds() {
+                if !this.gate.wait_for_body(cx) {
+                    return Poll::Ready(Some(Err(ShedWhileWaiting.into())));
+                }
+                if !this.silent {
                     let wait = this
                         .wait
                         .get_or_insert_with(|| Box::pin(tokio::time::sleep(BODY_WAIT)));
                     if wait.as_mut().poll(cx).is_ready() {
-                        this.gate.give_back();
                         this.wait = None;
+                        this.silent = true;
+                        if !this.gate.give_back() {
+                            return Poll::Ready(Some(Err(ShedWhileWaiting.into())));
+                        }
                     }
                 }
                 Poll::Pending
             }
             Poll::Ready(frame) => {
                 this.wait = None;
-                if !this.gate.take_again() {
+                this.silent = false;
+                let n = match &frame {
+                    Some(Ok(f)) => f.data_ref().map_or(0, Bytes::len),
+                    _ => 0,
+                };
+                if !this.gate.came(n) {
                     return Poll::Ready(Some(Err(ShedWhileWaiting.into())));
                 }
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
@@ -182,11 +397,7 @@ impl GateBody for axum::body::Body {
         if self.is_end_stream() {
             return self;
         }
-        axum::body::Body::new(Gated {
-            inner: Box::pin(self),
-            gate: gate.clone(),
-            wait: None,
-        })
+        axum::body::Body::new(Gated::new(self, gate))
     }
 }
 
@@ -195,15 +406,100 @@ impl GateBody for tonic::body::Body {
         if self.is_end_stream() {
             return self;
         }
-        tonic::body::Body::new(Gated {
-            inner: Box::pin(self),
-            gate: gate.clone(),
-            wait: None,
-        })
+        tonic::body::Body::new(Gated::new(self, gate))
     }
 }
 
 /// No body at all: nothing to wait for.
 impl GateBody for () {
     fn gated(self, _: &Arc<Gate>) -> Self {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body whose bytes come when the test sends them.
+    struct Fed(tokio::sync::mpsc::UnboundedReceiver<Bytes>);
+
+    impl Body for Fed {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    fn call(
+        limiter: &crate::shed::Limiter,
+        budget: &'static StalledBudget,
+    ) -> (
+        Arc<Gate>,
+        Gated<Fed>,
+        tokio::sync::mpsc::UnboundedSender<Bytes>,
+    ) {
+        let permit = limiter.try_acquire().expect("a free slot");
+        let gate = Gate::with_budget(limiter.clone(), permit, budget);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let body = Gated::new(Fed(rx), &gate);
+        (gate, body, tx)
+    }
+
+    fn poll(body: &mut Gated<Fed>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut cx = Context::from_waker(Waker::noop());
+        Pin::new(body).poll_frame(&mut cx)
+    }
+
+    #[tokio::test]
+    async fn a_call_waiting_for_its_body_lends_its_slot_and_is_shed_if_none_is_free_when_it_comes()
+    {
+        static BUDGET: StalledBudget = StalledBudget::new(1 << 20);
+        let limiter = crate::shed::Limiter::new(1);
+        let (gate, mut body, tx) = call(&limiter, &BUDGET);
+        tx.send(Bytes::from_static(b"abc")).unwrap();
+        assert!(matches!(poll(&mut body), Poll::Ready(Some(Ok(_)))));
+        // Waiting for the rest: new work takes its slot.
+        assert!(poll(&mut body).is_pending());
+        let work = limiter
+            .try_acquire()
+            .expect("the waiting call's slot, lent");
+        assert_eq!(BUDGET.held(), 3 + CALL_COST, "what it holds, counted");
+        // Its bytes come with the slot still taken: shed.
+        tx.send(Bytes::from_static(b"d")).unwrap();
+        assert!(matches!(poll(&mut body), Poll::Ready(Some(Err(_)))));
+        assert!(gate.finish(), "the answer is the shed one");
+        assert_eq!(BUDGET.held(), 0);
+        assert_eq!(limiter.shed(), 1);
+        drop(work);
+    }
+
+    #[tokio::test]
+    async fn past_the_budget_the_lender_is_shed_and_new_work_still_gets_the_slot() {
+        static BUDGET: StalledBudget = StalledBudget::new(CALL_COST + 10);
+        let limiter = crate::shed::Limiter::new(2);
+        let (first, mut a, tx_a) = call(&limiter, &BUDGET);
+        let (second, mut b, tx_b) = call(&limiter, &BUDGET);
+        for (body, tx) in [(&mut a, &tx_a), (&mut b, &tx_b)] {
+            tx.send(Bytes::from_static(b"12345")).unwrap();
+            assert!(matches!(poll(body), Poll::Ready(Some(Ok(_)))));
+            assert!(poll(body).is_pending());
+        }
+        // The first lends within the budget and keeps waiting; the second
+        // finds no room: it lends all the same and is shed, its bytes freed.
+        let one = limiter.try_acquire().expect("a slot lent");
+        let two = limiter.try_acquire().expect("a slot lent");
+        assert_eq!(BUDGET.held(), 5 + CALL_COST);
+        assert!(poll(&mut a).is_pending(), "the first still waits");
+        assert!(matches!(poll(&mut b), Poll::Ready(Some(Err(_)))));
+        assert!(second.finish());
+        // Its bytes come and the slots are back: the first is served.
+        drop((one, two));
+        tx_a.send(Bytes::from_static(b"6")).unwrap();
+        assert!(matches!(poll(&mut a), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(BUDGET.held(), 0);
+        assert!(!first.finish(), "not shed");
+    }
 }

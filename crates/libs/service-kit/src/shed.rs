@@ -17,10 +17,11 @@
 //! from the client and taken again when its bytes come (see
 //! [`crate::body_gate`]).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
@@ -45,8 +46,13 @@ pub fn overloaded() -> axum::response::Response {
 #[derive(Debug, Clone)]
 pub struct Limiter {
     permits: Arc<Semaphore>,
+    max: usize,
     /// Requests and lookups refused so far.
     shed: Arc<AtomicU64>,
+    /// Requests holding a slot while they wait for their bodies' bytes, in
+    /// the order they began to: when no slot is free, new work takes one of
+    /// theirs (see [`crate::body_gate`]).
+    lenders: Arc<Mutex<VecDeque<Weak<crate::body_gate::Gate>>>>,
 }
 
 impl Limiter {
@@ -54,18 +60,55 @@ impl Limiter {
     pub fn new(max: usize) -> Self {
         Limiter {
             permits: Arc::new(Semaphore::new(max.max(1))),
+            max: max.max(1),
             shed: Arc::default(),
+            lenders: Arc::default(),
         }
     }
 
     /// A slot, held until dropped, or `None` when every slot is taken: the
-    /// caller refuses the work at once, and it is counted as shed.
+    /// caller refuses the work at once, and it is counted as shed. When
+    /// none is free, a request waiting for its body's bytes lends its own
+    /// (it takes one again when they come, or is shed then).
     pub fn try_acquire(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let permit = self.permits.clone().try_acquire_owned().ok();
+        let permit = self
+            .permits
+            .clone()
+            .try_acquire_owned()
+            .ok()
+            .or_else(|| self.borrow());
         if permit.is_none() {
             self.shed.fetch_add(1, Ordering::Relaxed);
         }
         permit
+    }
+
+    /// The slot of the request that has waited for its body longest.
+    fn borrow(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let mut lenders = self.lenders.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(gate) = lenders.pop_front() {
+            if let Some(permit) = gate.upgrade().and_then(|g| g.lend()) {
+                return Some(permit);
+            }
+        }
+        None
+    }
+
+    /// `gate` waits for its body holding a slot it may lend.
+    pub(crate) fn queue_lender(&self, gate: Weak<crate::body_gate::Gate>) {
+        let mut lenders = self.lenders.lock().unwrap_or_else(PoisonError::into_inner);
+        // Entries of requests long over, when the limit was never full
+        // enough to pop them: dropped before they pile up.
+        if lenders.len() >= 2 * self.max + 1024 {
+            lenders.retain(|g| g.strong_count() > 0);
+        }
+        lenders.push_back(gate);
+    }
+
+    /// One more refusal, of work that held a slot earlier (a request
+    /// body shed as it stalled).
+    pub(crate) fn count_shed(&self) {
+        self.shed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Requests and lookups refused so far.
@@ -205,8 +248,7 @@ where
             Some(permit) => {
                 // While the body comes, the slot is given back past
                 // BODY_WAIT of silence and taken again when bytes come.
-                let limiter = self.layer.limiter.clone();
-                let gate = crate::body_gate::Gate::new(move || limiter.try_acquire(), permit);
+                let gate = crate::body_gate::Gate::new(self.layer.limiter.clone(), permit);
                 let served = self.inner.call(req.map(|b| b.gated(&gate)));
                 let reject = self.layer.reject.clone();
                 Box::pin(async move {

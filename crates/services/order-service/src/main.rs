@@ -4,6 +4,12 @@ use order_service::settings::{Cli, Command, RENAMED};
 use order_service::startup::{Application, open_store, shutdown_signal};
 use order_service::store::Store;
 
+/// jemalloc, whose background threads return freed pages to the system
+/// within seconds: a flood's bodies, once shed or timed out, leave no
+/// resident memory behind (glibc's malloc kept it).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (cli, renamed) = service_kit::settings::parse::<Cli>(RENAMED);

@@ -4,6 +4,12 @@ use user_service::settings::{Cli, Command, RENAMED};
 use user_service::startup::{Application, shutdown_signal};
 use user_service::store::postgres::PgStore;
 
+/// jemalloc, whose background threads return freed pages to the system
+/// within seconds: a flood's bodies, once shed or timed out, leave no
+/// resident memory behind (glibc's malloc kept it).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (cli, renamed) = service_kit::settings::parse::<Cli>(RENAMED);

@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
+pub mod quic;
+
 /// What each connection of a flood sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -300,7 +302,60 @@ pub fn streams_still_open(held: &mut HeldStreams) -> usize {
 /// to `path` that declare a 1 MB body and send none of it.
 pub async fn h2_streams_without_bodies(
     addr: SocketAddr,
-    path: &str,
+    path: &'static str,
+    conns: usize,
+    streams: usize,
+) -> HeldStreams {
+    h2_partial_bodies(addr, Partial::rest(path, 0), conns, streams).await
+}
+
+/// What each stream of an h2c flood sends: a head announcing a large body,
+/// then `body` and no more, the stream left open.
+#[derive(Debug, Clone)]
+pub struct Partial {
+    pub path: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: bytes::Bytes,
+}
+
+impl Partial {
+    /// A REST POST to `path` announcing a 1 MB JSON body, `send` bytes of it
+    /// sent.
+    pub fn rest(path: &'static str, send: usize) -> Partial {
+        Partial {
+            path,
+            headers: vec![
+                ("content-type", "application/json".into()),
+                ("content-length", "1000000".into()),
+            ],
+            body: bytes::Bytes::from(vec![b' '; send]),
+        }
+    }
+
+    /// A gRPC call to `method` (its path) whose one message announces
+    /// 1,000,000 bytes (under the services' 1 MiB request cap), `send` bytes
+    /// of it sent after the 5-byte prefix.
+    pub fn grpc(method: &'static str, send: usize) -> Partial {
+        let mut body = vec![0u8];
+        body.extend_from_slice(&1_000_000u32.to_be_bytes());
+        body.resize(5 + send, 0);
+        Partial {
+            path: method,
+            headers: vec![
+                ("content-type", "application/grpc".into()),
+                ("te", "trailers".into()),
+            ],
+            body: body.into(),
+        }
+    }
+}
+
+/// `conns` h2c connections to `addr`, each opening `streams` streams that
+/// send `partial`'s head and part of a body (buffered by the client and
+/// sent as the server's flow control lets it), then stop, left open.
+pub async fn h2_partial_bodies(
+    addr: SocketAddr,
+    partial: Partial,
     conns: usize,
     streams: usize,
 ) -> HeldStreams {
@@ -318,13 +373,18 @@ pub async fn h2_streams_without_bodies(
         };
         let mut open = Vec::with_capacity(streams);
         for _ in 0..streams {
-            let req = http::Request::post(format!("http://{addr}{path}"))
-                .header("content-type", "application/json")
-                .header("content-length", "1000000")
-                .body(())
-                .expect("a request");
+            let mut req = http::Request::post(format!("http://{addr}{}", partial.path));
+            for (name, value) in &partial.headers {
+                req = req.header(*name, value);
+            }
+            let req = req.body(()).expect("a request");
             match send.send_request(req, false) {
-                Ok(stream) => open.push(stream),
+                Ok((answer, mut body)) => {
+                    if !partial.body.is_empty() {
+                        let _ = body.send_data(partial.body.clone(), false);
+                    }
+                    open.push((answer, body));
+                }
                 Err(_) => break,
             }
         }

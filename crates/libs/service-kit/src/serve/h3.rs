@@ -72,6 +72,9 @@ use super::{ConnCap, ConnLimits, DRAIN_SLACK, LINGER};
 pub const STREAM_WINDOW: u32 = 1 << 20;
 /// What one connection may hold unread, all its streams together.
 pub const CONNECTION_WINDOW: u32 = 4 << 20;
+/// The most of a request body's bytes, already received, handed on as one
+/// frame.
+const COALESCE_BYTES: usize = 64 << 10;
 /// The largest request head (HTTP/3's SETTINGS_MAX_FIELD_SECTION_SIZE).
 pub const MAX_HEAD_BYTES: u64 = 16 << 10;
 
@@ -470,6 +473,20 @@ impl Drop for Incoming {
         if self.finished || self.draining {
             return;
         }
+        // A request whose end is already here (a GET's end of stream) is
+        // read to it now, with no task and none of the drain's room, so
+        // that even with that room taken by a flood its client is not told
+        // to stop.
+        if let Some(stream) = self.stream.as_mut() {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            for _ in 0..16 {
+                match stream.poll_recv_data(&mut cx) {
+                    std::task::Poll::Ready(Ok(Some(_))) => {}
+                    std::task::Poll::Ready(Ok(None)) => return,
+                    _ => break,
+                }
+            }
+        }
         let (Some(stream), Ok(rt)) = (self.stream.take(), tokio::runtime::Handle::try_current())
         else {
             return;
@@ -500,16 +517,35 @@ impl http_body::Body for Incoming {
             return Poll::Ready(None);
         };
         if !this.data_done {
-            match std::task::ready!(stream.poll_recv_data(cx)) {
-                Ok(Some(mut data)) => {
-                    let bytes = data.copy_to_bytes(data.remaining());
-                    return Poll::Ready(Some(Ok(http_body::Frame::data(bytes))));
+            // Every chunk already here, copied into one frame: quinn's
+            // chunks are slices of the datagrams they came in (a body held
+            // while it waits would keep each such datagram alive), and a
+            // client sending many streams at once sends each in pieces of
+            // a few hundred bytes, which a handler collecting the body
+            // would hold one allocation each.
+            let mut frame = bytes::BytesMut::new();
+            while frame.len() < COALESCE_BYTES {
+                match stream.poll_recv_data(cx) {
+                    Poll::Ready(Ok(Some(mut data))) => {
+                        frame.extend_from_slice(&data.copy_to_bytes(data.remaining()));
+                    }
+                    Poll::Ready(Ok(None)) => {
+                        this.data_done = true;
+                        break;
+                    }
+                    Poll::Ready(Err(e)) if frame.is_empty() => {
+                        this.finished = true;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    // The error comes again at the next read.
+                    Poll::Ready(Err(_)) | Poll::Pending => break,
                 }
-                Ok(None) => this.data_done = true,
-                Err(e) => {
-                    this.finished = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
+            }
+            if !frame.is_empty() {
+                return Poll::Ready(Some(Ok(http_body::Frame::data(frame.freeze()))));
+            }
+            if !this.data_done {
+                return Poll::Pending;
             }
         }
         let trailers = std::task::ready!(stream.poll_recv_trailers(cx));

@@ -233,24 +233,65 @@ pub async fn alone(test: &str) -> bool {
     false
 }
 
-/// Holds one slot of the service's limit for as long as the task runs: a
-/// REST create whose JSON body comes one byte (a space) every 100 ms, so it
-/// never waits the second after which a slot is given back.
-pub async fn hold_a_slot(rest: SocketAddr) -> tokio::task::JoinHandle<()> {
-    use tokio::io::AsyncWriteExt as _;
-    let mut c = tokio::net::TcpStream::connect(rest).await.unwrap();
-    c.write_all(
-        b"POST /v2/orders HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nidempotency-key: k\r\ncontent-length: 100000\r\n\r\n{",
-    )
-    .await
-    .unwrap();
-    let task = tokio::spawn(async move {
-        while c.write_all(b" ").await.is_ok() {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+/// One slot of the service's limit held by work in service, until
+/// [`SlotHeld::abort`]: a REST list waiting on the orders table, which a
+/// transaction of the test's holds locked. (A request whose body is still
+/// coming holds no slot against new work: it lends it.)
+pub struct SlotHeld {
+    release: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl SlotHeld {
+    /// The lock released: the list is answered and its slot freed.
+    pub fn abort(mut self) {
+        if let Some(r) = self.release.take() {
+            let _ = r.send(());
         }
+    }
+}
+
+/// Takes one slot of `app`'s limit (on Postgres) for as long as the
+/// [`SlotHeld`] lives.
+pub async fn hold_a_slot(app: &TestApp) -> SlotHeld {
+    hold_slots(app, 1).await
+}
+
+/// Takes `n` slots of `app`'s limit (on Postgres), `n` lists waiting on
+/// one lock, for as long as the [`SlotHeld`] lives.
+pub async fn hold_slots(app: &TestApp, n: usize) -> SlotHeld {
+    use sqlx::Connection as _;
+    let url = app
+        .db
+        .as_ref()
+        .expect("a slot is held on Postgres")
+        .url
+        .clone();
+    let (locked, is_locked) = tokio::sync::oneshot::channel();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let _ = locked.send(());
+        let _ = released.await;
+        let _ = tx.rollback().await;
     });
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    task
+    is_locked.await.expect("the orders table locked");
+    let url = app.url("/v2/orders?user_id=00000000-0000-0000-0000-000000000010&limit=1");
+    for _ in 0..n {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let _ = reqwest::get(url).await;
+        });
+    }
+    // In service, waiting on the lock.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    SlotHeld {
+        release: Some(release),
+    }
 }
 
 /// A bidi `LookupOrders` stream on `g`, opened with `first` already sent:

@@ -71,9 +71,9 @@ async fn metrics_count_requests_per_protocol_and_route() {
 /// once added one each, 7,400 lines).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shed_calls_to_made_up_paths_share_one_series() {
-    let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 1).await;
+    let app = spawn_with(Backend::Postgres, |s| s.max_concurrent_requests = 1).await;
     // The only slot taken.
-    let hold = crate::helpers::hold_a_slot(app.rest).await;
+    let hold = crate::helpers::hold_a_slot(&app).await;
     let call = |path: String| {
         let client = app.h2c();
         async move {

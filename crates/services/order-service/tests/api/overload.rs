@@ -150,14 +150,14 @@ async fn read_frame(s: &mut tokio::net::TcpStream) -> pb2::LookupOrdersResponse 
 }
 
 /// One limit for every surface: with the only slot held by a REST request
-/// whose body is still coming, a gRPC call, a lookup on a bidi stream opened
+/// in service (waiting on a locked table), a gRPC call, a lookup on a bidi stream opened
 /// before, and a raw-TCP lookup are all refused at once with
 /// RESOURCE_EXHAUSTED (the lookups in their answers, the streams going on);
 /// once the slot is free, the same stream and connection are served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_on_streams_and_connections_share_the_one_limit() {
     use tokio::io::AsyncWriteExt as _;
-    let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 1).await;
+    let app = spawn_with(Backend::Postgres, |s| s.max_concurrent_requests = 1).await;
     let user = "00000000-0000-0000-0000-000000000010";
     let lookup = |id| pb2::LookupOrdersRequest {
         request_id: id,
@@ -176,8 +176,8 @@ async fn lookups_on_streams_and_connections_share_the_one_limit() {
         .unwrap();
     assert!(read_frame(&mut tcp).await.error.is_none());
 
-    // The slot taken: a create whose body keeps coming, slowly.
-    let hold = crate::helpers::hold_a_slot(app.rest).await;
+    // The slot taken: a list waiting on the locked orders table.
+    let hold = crate::helpers::hold_a_slot(&app).await;
 
     let s = g
         .list_orders(pb2::ListOrdersRequest {
