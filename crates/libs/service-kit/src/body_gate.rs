@@ -22,16 +22,132 @@
 //! bytes, so streams that announce bodies and send nothing are bounded too
 //! (about 500 of them at once).
 
+use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
+
+/// One service's limit of work in service, shared by all its surfaces:
+/// REST requests and gRPC calls (through [`ShedLayer::shared`]), and each
+/// lookup on a bidi stream or a raw-TCP connection ([`Limiter::try_acquire`]).
+#[derive(Debug, Clone)]
+pub struct Limiter {
+    permits: Arc<Semaphore>,
+    max: usize,
+    /// Requests and lookups refused so far.
+    shed: Arc<AtomicU64>,
+    /// Requests holding a slot while they wait for their bodies' bytes, in
+    /// the order they began to: when no slot is free, new work takes one of
+    /// theirs (see [`crate::body_gate`]).
+    lenders: Arc<Mutex<VecDeque<Weak<Gate>>>>,
+}
+
+impl Limiter {
+    /// At most `max` (at least one) in service at once.
+    pub fn new(max: usize) -> Self {
+        Limiter {
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            max: max.max(1),
+            shed: Arc::default(),
+            lenders: Arc::default(),
+        }
+    }
+
+    /// A slot, held until dropped, or `None` when every slot is taken: the
+    /// caller refuses the work at once, and it is counted as shed. When
+    /// none is free, a request waiting for its body's bytes lends its own
+    /// (it takes one again when they come, or is shed then).
+    pub fn try_acquire(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let permit = self
+            .permits
+            .clone()
+            .try_acquire_owned()
+            .ok()
+            .or_else(|| self.borrow());
+        if permit.is_none() {
+            self.shed.fetch_add(1, Ordering::Relaxed);
+        }
+        permit
+    }
+
+    /// The slot of the request that has waited for its body longest.
+    fn borrow(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let mut lenders = self.lenders.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(gate) = lenders.pop_front() {
+            if let Some(permit) = gate.upgrade().and_then(|g| g.lend()) {
+                return Some(permit);
+            }
+        }
+        None
+    }
+
+    /// `gate` waits for its body holding a slot it may lend.
+    pub(crate) fn queue_lender(&self, gate: Weak<Gate>) {
+        let mut lenders = self.lenders.lock().unwrap_or_else(PoisonError::into_inner);
+        // Entries of requests long over, when the limit was never full
+        // enough to pop them: dropped before they pile up.
+        if lenders.len() >= 2 * self.max + 1024 {
+            lenders.retain(|g| g.strong_count() > 0);
+        }
+        lenders.push_back(gate);
+    }
+
+    /// One more refusal, of work that held a slot earlier (a request
+    /// body shed as it stalled).
+    pub(crate) fn count_shed(&self) {
+        self.shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Slots free now.
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+
+    /// Requests and lookups refused so far.
+    pub fn shed(&self) -> u64 {
+        self.shed.load(Ordering::Relaxed)
+    }
+
+    /// The count of refusals as `{prefix}_shed_requests_total` on
+    /// `/metrics`, read at each scrape.
+    pub fn collector(&self, prefix: &'static str) -> ShedCollector {
+        ShedCollector {
+            prefix,
+            limiter: self.clone(),
+        }
+    }
+}
+
+/// See [`Limiter::collector`].
+#[derive(Debug)]
+pub struct ShedCollector {
+    prefix: &'static str,
+    limiter: Limiter,
+}
+
+impl prometheus_client::collector::Collector for ShedCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use telemetry::metrics::{Kind, NoLabels, encode_family};
+        encode_family(
+            &mut encoder,
+            &format!("{}_shed_requests", self.prefix),
+            "Requests, calls and lookups refused at once because the service was at its limit of concurrent requests",
+            None,
+            Kind::Counter,
+            [(NoLabels::default(), self.limiter.shed())],
+        )
+    }
+}
 
 /// How long a request holding a slot may wait for its client's next body
 /// bytes before it gives the slot back.
@@ -92,7 +208,7 @@ impl StalledBudget {
 
 /// One request's slot, shared by its body and its place in the limit.
 pub struct Gate {
-    limiter: crate::shed::Limiter,
+    limiter: Limiter,
     budget: &'static StalledBudget,
     state: Mutex<State>,
 }
@@ -151,12 +267,12 @@ impl State {
 impl Gate {
     /// A request holding `permit` of `limiter`, which gives it another
     /// when it gave its own back.
-    pub(crate) fn new(limiter: crate::shed::Limiter, permit: OwnedSemaphorePermit) -> Arc<Self> {
+    pub(crate) fn new(limiter: Limiter, permit: OwnedSemaphorePermit) -> Arc<Self> {
         Self::with_budget(limiter, permit, StalledBudget::process())
     }
 
     fn with_budget(
-        limiter: crate::shed::Limiter,
+        limiter: Limiter,
         permit: OwnedSemaphorePermit,
         budget: &'static StalledBudget,
     ) -> Arc<Self> {
@@ -434,7 +550,7 @@ mod tests {
     }
 
     fn call(
-        limiter: &crate::shed::Limiter,
+        limiter: &Limiter,
         budget: &'static StalledBudget,
     ) -> (
         Arc<Gate>,
@@ -457,7 +573,7 @@ mod tests {
     async fn a_call_waiting_for_its_body_lends_its_slot_and_is_shed_if_none_is_free_when_it_comes()
     {
         static BUDGET: StalledBudget = StalledBudget::new(1 << 20);
-        let limiter = crate::shed::Limiter::new(1);
+        let limiter = Limiter::new(1);
         let (gate, mut body, tx) = call(&limiter, &BUDGET);
         tx.send(Bytes::from_static(b"abc")).unwrap();
         assert!(matches!(poll(&mut body), Poll::Ready(Some(Ok(_)))));
@@ -479,7 +595,7 @@ mod tests {
     #[tokio::test]
     async fn past_the_budget_the_lender_is_shed_and_new_work_still_gets_the_slot() {
         static BUDGET: StalledBudget = StalledBudget::new(CALL_COST + 10);
-        let limiter = crate::shed::Limiter::new(2);
+        let limiter = Limiter::new(2);
         let (first, mut a, tx_a) = call(&limiter, &BUDGET);
         let (second, mut b, tx_b) = call(&limiter, &BUDGET);
         for (body, tx) in [(&mut a, &tx_a), (&mut b, &tx_b)] {

@@ -17,15 +17,11 @@
 //! from the client and taken again when its bytes come (see
 //! [`crate::body_gate`]).
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
-use tokio::sync::Semaphore;
 
 /// The REST answer to a shed request: 503, `Retry-After: 1`, and the
 /// problem body of every error, of type `overloaded`.
@@ -40,115 +36,7 @@ pub fn overloaded() -> axum::response::Response {
     res
 }
 
-/// One service's limit of work in service, shared by all its surfaces:
-/// REST requests and gRPC calls (through [`ShedLayer::shared`]), and each
-/// lookup on a bidi stream or a raw-TCP connection ([`Limiter::try_acquire`]).
-#[derive(Debug, Clone)]
-pub struct Limiter {
-    permits: Arc<Semaphore>,
-    max: usize,
-    /// Requests and lookups refused so far.
-    shed: Arc<AtomicU64>,
-    /// Requests holding a slot while they wait for their bodies' bytes, in
-    /// the order they began to: when no slot is free, new work takes one of
-    /// theirs (see [`crate::body_gate`]).
-    lenders: Arc<Mutex<VecDeque<Weak<crate::body_gate::Gate>>>>,
-}
-
-impl Limiter {
-    /// At most `max` (at least one) in service at once.
-    pub fn new(max: usize) -> Self {
-        Limiter {
-            permits: Arc::new(Semaphore::new(max.max(1))),
-            max: max.max(1),
-            shed: Arc::default(),
-            lenders: Arc::default(),
-        }
-    }
-
-    /// A slot, held until dropped, or `None` when every slot is taken: the
-    /// caller refuses the work at once, and it is counted as shed. When
-    /// none is free, a request waiting for its body's bytes lends its own
-    /// (it takes one again when they come, or is shed then).
-    pub fn try_acquire(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let permit = self
-            .permits
-            .clone()
-            .try_acquire_owned()
-            .ok()
-            .or_else(|| self.borrow());
-        if permit.is_none() {
-            self.shed.fetch_add(1, Ordering::Relaxed);
-        }
-        permit
-    }
-
-    /// The slot of the request that has waited for its body longest.
-    fn borrow(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let mut lenders = self.lenders.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(gate) = lenders.pop_front() {
-            if let Some(permit) = gate.upgrade().and_then(|g| g.lend()) {
-                return Some(permit);
-            }
-        }
-        None
-    }
-
-    /// `gate` waits for its body holding a slot it may lend.
-    pub(crate) fn queue_lender(&self, gate: Weak<crate::body_gate::Gate>) {
-        let mut lenders = self.lenders.lock().unwrap_or_else(PoisonError::into_inner);
-        // Entries of requests long over, when the limit was never full
-        // enough to pop them: dropped before they pile up.
-        if lenders.len() >= 2 * self.max + 1024 {
-            lenders.retain(|g| g.strong_count() > 0);
-        }
-        lenders.push_back(gate);
-    }
-
-    /// One more refusal, of work that held a slot earlier (a request
-    /// body shed as it stalled).
-    pub(crate) fn count_shed(&self) {
-        self.shed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Requests and lookups refused so far.
-    pub fn shed(&self) -> u64 {
-        self.shed.load(Ordering::Relaxed)
-    }
-
-    /// The count of refusals as `{prefix}_shed_requests_total` on
-    /// `/metrics`, read at each scrape.
-    pub fn collector(&self, prefix: &'static str) -> ShedCollector {
-        ShedCollector {
-            prefix,
-            limiter: self.clone(),
-        }
-    }
-}
-
-/// See [`Limiter::collector`].
-#[derive(Debug)]
-pub struct ShedCollector {
-    prefix: &'static str,
-    limiter: Limiter,
-}
-
-impl prometheus_client::collector::Collector for ShedCollector {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use telemetry::metrics::{Kind, NoLabels, encode_family};
-        encode_family(
-            &mut encoder,
-            &format!("{}_shed_requests", self.prefix),
-            "Requests, calls and lookups refused at once because the service was at its limit of concurrent requests",
-            None,
-            Kind::Counter,
-            [(NoLabels::default(), self.limiter.shed())],
-        )
-    }
-}
+pub use crate::body_gate::{Limiter, ShedCollector};
 
 /// The message every refusal by the limit carries, on every surface.
 pub const OVERLOADED: &str = "the service is at its limit of concurrent requests: retry later";
@@ -166,7 +54,7 @@ pub struct ShedLayer<R> {
 impl<R> std::fmt::Debug for ShedLayer<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShedLayer")
-            .field("free", &self.limiter.permits.available_permits())
+            .field("free", &self.limiter.available())
             .finish_non_exhaustive()
     }
 }
@@ -274,6 +162,10 @@ mod tests {
     use std::convert::Infallible;
 
     use tower::{Layer as _, Service as _, ServiceExt as _};
+
+    use std::sync::Arc;
+
+    use tokio::sync::Semaphore;
 
     use super::*;
 

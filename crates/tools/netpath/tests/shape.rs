@@ -272,9 +272,10 @@ fn a_flow_that_fills_the_queue_adds_the_queue_to_the_round_trip() {
     eprintln!("round trip idle {idle:.2} ms, behind a full queue {full:.2} ms (10 + up to 50)");
     // Never under the path's 10 ms; over it by what the emulator's
     // forwarding and the probe's wake-ups add, tenths of a millisecond
-    // (10.53 ms once in CI's suite on a shared machine). The physics tests
-    // hold the delay itself to ±0.3 ms with TCP connects.
-    assert!((9.9..11.0).contains(&idle), "idle round trip {idle:.2} ms");
+    // (10.53 ms once in CI's suite on a shared machine, 11.01 once with
+    // the machine building too). The physics tests hold the delay itself
+    // to ±0.3 ms with TCP connects.
+    assert!((9.9..11.5).contains(&idle), "idle round trip {idle:.2} ms");
     // The queue is full when the flow's window passes it; a drop then
     // halves cubic's window, so the queue holds between about half and
     // all of its 50 ms.

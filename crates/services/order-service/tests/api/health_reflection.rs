@@ -79,17 +79,10 @@ async fn reflection_lists_exactly_the_services_the_grpc_port_serves_over_v1_and_
 /// and health still answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_limit_health_and_both_reflection_versions_still_answer() {
-    use tokio::io::AsyncWriteExt as _;
-    let app = spawn_with(Backend::Memory, |s| s.max_concurrent_requests = 1).await;
+    let app = spawn_with(Backend::Postgres, |s| s.max_concurrent_requests = 1).await;
     let ch = channel(app.grpc).await;
-    // The slot taken: a create whose body stops short.
-    let mut hold = tokio::net::TcpStream::connect(app.rest).await.unwrap();
-    hold.write_all(
-        b"POST /v2/orders HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nidempotency-key: k\r\ncontent-length: 100\r\n\r\n{",
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The slot taken: a list waiting on a locked table.
+    let hold = crate::helpers::hold_a_slot(&app).await;
 
     let refused = pb2::order_service_client::OrderServiceClient::new(ch.clone())
         .get_order(pb2::GetOrderRequest {
@@ -106,7 +99,7 @@ async fn past_the_limit_health_and_both_reflection_versions_still_answer() {
     assert_eq!(check(&ch, "").await.unwrap(), ServingStatus::Serving);
     assert!(listed_v1(&ch).await.contains("order.v2.OrderService"));
     assert!(listed_v1alpha(&ch).await.contains("order.v2.OrderService"));
-    drop(hold);
+    hold.abort();
     app.stop().await;
 }
 

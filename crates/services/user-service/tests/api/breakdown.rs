@@ -187,9 +187,15 @@ async fn with_the_setting_off_no_account_is_given_and_no_byte_added() {
             asks_plain.snapshot(via).connections_opened,
             "{via}: as many connections each side"
         );
-        assert!(
-            with > without,
-            "{via}: {with} B with the account against {without} B without"
-        );
+        // Over QUIC the bytes read include its ACK and flow-control frames,
+        // which vary between two connections by more than the account adds
+        // (h3-proto once read 34,258 B with it and 34,428 B without): the
+        // account's absence is checked above, its bytes on TCP only.
+        if !via.is_quic() {
+            assert!(
+                with > without,
+                "{via}: {with} B with the account against {without} B without"
+            );
+        }
     }
 }
