@@ -138,8 +138,29 @@ impl OwnPostgres {
         text.push_str(&conf);
         std::fs::write(&conf_path, text)
             .with_context(|| format!("writing {}", conf_path.display()))?;
-        pg.pg_ctl(&["start"])?;
-        Ok(pg)
+        // The free port found above can be taken by another process before
+        // the server binds it: then a new one, twice at most (a later
+        // `port` line overrides the earlier).
+        let mut pg = pg;
+        let mut attempt = 0;
+        loop {
+            match pg.pg_ctl(&["start"]) {
+                Ok(_) => return Ok(pg),
+                Err(e) if attempt == 2 => return Err(e),
+                Err(_) => {
+                    attempt += 1;
+                    pg.port = std::net::TcpListener::bind("127.0.0.1:0")
+                        .and_then(|l| l.local_addr())
+                        .context("finding a free port for the lab's Postgres")?
+                        .port();
+                    let mut text = std::fs::read_to_string(&conf_path)
+                        .with_context(|| format!("reading {}", conf_path.display()))?;
+                    text.push_str(&format!("port = {}\n", pg.port));
+                    std::fs::write(&conf_path, text)
+                        .with_context(|| format!("writing {}", conf_path.display()))?;
+                }
+            }
+        }
     }
 
     fn data(&self) -> String {
