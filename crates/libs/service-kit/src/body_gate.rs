@@ -246,9 +246,14 @@ impl State {
     /// The slot is gone (given back or lent): what the body holds takes its
     /// room in `budget`, or the call is shed (`false`).
     fn hold(&mut self, budget: &StalledBudget) -> bool {
+        // Held already (lent, then silent): nothing came since, so the
+        // same bytes.
+        if self.held > 0 {
+            return true;
+        }
         let cost = self.received + CALL_COST;
-        if self.held > 0 || budget.try_hold(cost) {
-            self.held = self.held.max(cost);
+        if budget.try_hold(cost) {
+            self.held = cost;
             true
         } else {
             self.shed = true;
@@ -390,14 +395,12 @@ impl Gate {
         }
     }
 
-    /// Whether the call was shed while its body came.
-    fn is_shed(&self) -> bool {
-        self.state().shed
-    }
-
-    /// The body is gone: what it held leaves the budget.
+    /// The body is gone: what it held leaves the budget, and the handler
+    /// waits for no bytes now, so its slot is not lent.
     fn dropped(&self) {
-        self.state().release(self.budget);
+        let mut st = self.state();
+        st.waiting = false;
+        st.release(self.budget);
     }
 
     /// The answer's head is out: the slot is freed, and whether the call
@@ -455,9 +458,8 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        if this.gate.is_shed() {
-            return Poll::Ready(Some(Err(ShedWhileWaiting.into())));
-        }
+        // A call shed from outside (its slot lent with no room in the
+        // budget) fails here: `wait_for_body` and `came` see it.
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Pending => {
                 if !this.gate.wait_for_body(cx) {

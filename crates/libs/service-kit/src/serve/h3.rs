@@ -455,6 +455,8 @@ struct Incoming {
     finished: bool,
     /// This one is the drain's: dropped, it reads no more.
     draining: bool,
+    /// An error read after bytes handed on with it, for the next poll.
+    error: Option<h3::error::StreamError>,
 }
 
 impl Incoming {
@@ -464,6 +466,7 @@ impl Incoming {
             data_done: false,
             finished: false,
             draining: false,
+            error: None,
         }
     }
 }
@@ -496,6 +499,7 @@ impl Drop for Incoming {
             data_done: self.data_done,
             finished: false,
             draining: true,
+            error: self.error.take(),
         };
         rt.spawn(async move {
             super::leftover::drain_if_room(rest).await;
@@ -516,6 +520,10 @@ impl http_body::Body for Incoming {
         let Some(stream) = this.stream.as_mut() else {
             return Poll::Ready(None);
         };
+        if let Some(e) = this.error.take() {
+            this.finished = true;
+            return Poll::Ready(Some(Err(e)));
+        }
         if !this.data_done {
             // Every chunk already here, copied into one frame: quinn's
             // chunks are slices of the datagrams they came in (a body held
@@ -526,9 +534,7 @@ impl http_body::Body for Incoming {
             let mut frame = bytes::BytesMut::new();
             while frame.len() < COALESCE_BYTES {
                 match stream.poll_recv_data(cx) {
-                    Poll::Ready(Ok(Some(mut data))) => {
-                        frame.extend_from_slice(&data.copy_to_bytes(data.remaining()));
-                    }
+                    Poll::Ready(Ok(Some(data))) => bytes::BufMut::put(&mut frame, data),
                     Poll::Ready(Ok(None)) => {
                         this.data_done = true;
                         break;
@@ -537,8 +543,12 @@ impl http_body::Body for Incoming {
                         this.finished = true;
                         return Poll::Ready(Some(Err(e)));
                     }
-                    // The error comes again at the next read.
-                    Poll::Ready(Err(_)) | Poll::Pending => break,
+                    // The bytes before it first; the error at the next poll.
+                    Poll::Ready(Err(e)) => {
+                        this.error = Some(e);
+                        break;
+                    }
+                    Poll::Pending => break,
                 }
             }
             if !frame.is_empty() {

@@ -166,22 +166,7 @@ async fn http3_answers_rest_connect_and_grpc_as_the_tcp_listeners_do_on_postgres
 
 /// Opens a QUIC connection and asks for a page; the error if it fails.
 async fn one_get(ep: &quinn::Endpoint, h3: SocketAddr, user: &str) -> Result<u16, String> {
-    let mut conn = service_kit::h3_client::connection::<Full<Bytes>>(ep, h3, "localhost");
-    let answer = tokio::time::timeout(
-        Duration::from_secs(5),
-        tower::ServiceExt::oneshot(
-            &mut conn,
-            h3_get(
-                h3,
-                &format!("/v2/orders?user_id={user}&limit=1"),
-                "application/json",
-            ),
-        ),
-    )
-    .await
-    .map_err(|_| "no answer within 5 s".to_owned())?
-    .map_err(|e| e.to_string())?;
-    Ok(answer.status().as_u16())
+    gets_on_one_connection(ep, h3, user, 1).await.remove(0).0
 }
 
 #[tokio::test]

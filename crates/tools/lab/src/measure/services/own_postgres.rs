@@ -103,10 +103,7 @@ impl OwnPostgres {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
                 .with_context(|| format!("giving {} to the postgres user", dir.display()))?;
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .context("finding a free port for the lab's Postgres")?
-            .port();
+        let port = free_port()?;
         let pg = OwnPostgres {
             bindir,
             dir,
@@ -133,11 +130,7 @@ impl OwnPostgres {
             pg.dir.display()
         );
         let conf_path = pg.dir.join("data").join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&conf_path)
-            .with_context(|| format!("reading {}", conf_path.display()))?;
-        text.push_str(&conf);
-        std::fs::write(&conf_path, text)
-            .with_context(|| format!("writing {}", conf_path.display()))?;
+        append(&conf_path, &conf)?;
         // The free port found above can be taken by another process before
         // the server binds it: then a new one, twice at most (a later
         // `port` line overrides the earlier).
@@ -149,15 +142,8 @@ impl OwnPostgres {
                 Err(e) if attempt == 2 => return Err(e),
                 Err(_) => {
                     attempt += 1;
-                    pg.port = std::net::TcpListener::bind("127.0.0.1:0")
-                        .and_then(|l| l.local_addr())
-                        .context("finding a free port for the lab's Postgres")?
-                        .port();
-                    let mut text = std::fs::read_to_string(&conf_path)
-                        .with_context(|| format!("reading {}", conf_path.display()))?;
-                    text.push_str(&format!("port = {}\n", pg.port));
-                    std::fs::write(&conf_path, text)
-                        .with_context(|| format!("writing {}", conf_path.display()))?;
+                    pg.port = free_port()?;
+                    append(&conf_path, &format!("port = {}\n", pg.port))?;
                 }
             }
         }
@@ -237,4 +223,20 @@ impl Drop for OwnPostgres {
         let _ = self.pg_ctl(&["-m", "immediate", "stop"]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A port nothing listens on now.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("finding a free port for the lab's Postgres")?
+        .port())
+}
+
+/// `text` added at the end of the file at `path`.
+fn append(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let mut all =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    all.push_str(text);
+    std::fs::write(path, all).with_context(|| format!("writing {}", path.display()))
 }
