@@ -331,6 +331,23 @@ impl Partial {
             body: bytes::Bytes::from(vec![b' '; send]),
         }
     }
+
+    /// A gRPC call to `method` (its path) whose one message announces
+    /// 1,000,000 bytes (under the services' 1 MiB request cap), `send` bytes
+    /// of it sent after the 5-byte prefix.
+    pub fn grpc(method: &'static str, send: usize) -> Partial {
+        let mut body = vec![0u8];
+        body.extend_from_slice(&1_000_000u32.to_be_bytes());
+        body.resize(5 + send, 0);
+        Partial {
+            path: method,
+            headers: vec![
+                ("content-type", "application/grpc".into()),
+                ("te", "trailers".into()),
+            ],
+            body: body.into(),
+        }
+    }
 }
 
 /// `conns` h2c connections to `addr`, each opening `streams` streams that

@@ -168,3 +168,53 @@ async fn h2c_streams_that_declare_bodies_and_send_none_hold_no_slot_for_long() {
     drop(held);
     assert!(proc.sigterm().await.success());
 }
+
+/// 40 h2c connections × 100 streams, each announcing a 1 MB body and
+/// sending 64 KiB of it, the streams left open, on the REST port and then
+/// the gRPC port (a call announcing a 1,000,000-byte message), against the
+/// real binary: 30 good requests right after each flood are all answered
+/// (the waiting calls lend their slots), and once the flood has settled the
+/// process holds under 64 MiB more (the calls waiting without a slot are
+/// held to their budget, the rest shed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_and_grpc_streams_that_send_part_of_their_bodies_block_no_one() {
+    let proc = helpers::start_binary(&[]).await;
+    let h1 = reqwest::Client::builder().http1_only().build().unwrap();
+    let good = format!(
+        "http://{}/v2/orders?user_id={USER}&limit=10",
+        proc.addr("rest")
+    );
+    assert_eq!(h1.get(&good).send().await.unwrap().status(), 200);
+    let floods = [
+        ("rest", flood::Partial::rest("/v2/orders", 64 << 10)),
+        (
+            "grpc",
+            flood::Partial::grpc("/order.v2.OrderService/ListOrders", 64 << 10),
+        ),
+    ];
+    for (listener, partial) in floods {
+        let before = proc.rss_kib();
+        let addr: std::net::SocketAddr = proc.addr(listener).parse().unwrap();
+        let held = flood::h2_partial_bodies(addr, partial, 40, 100).await;
+        let opened: usize = held.iter().map(|(_, s)| s.len()).sum();
+        assert_eq!(opened, 4_000, "{listener}: streams opened");
+        // The flood's bytes on their way in while the good client asks.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let mut statuses = Vec::new();
+        for _ in 0..30 {
+            statuses.push(h1.get(&good).send().await.unwrap().status().as_u16());
+        }
+        let refused = statuses.iter().filter(|s| **s != 200).count();
+        assert_eq!(refused, 0, "{listener}: {statuses:?}");
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let held_mib = proc.rss_kib().saturating_sub(before) / 1024;
+        eprintln!("{listener}: {opened} streams, the binary holds {held_mib} MiB more");
+        assert!(
+            held_mib < flood::MAX_GROWTH_MIB,
+            "{listener}: the flood holds {held_mib} MiB"
+        );
+        drop(held);
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(proc.sigterm().await.success());
+}
