@@ -21,6 +21,12 @@
 //! leaves the budget. Each waiting call counts [`CALL_COST`] beside its
 //! bytes, so streams that announce bodies and send nothing are bounded too
 //! (about 500 of them at once).
+//!
+//! The calls that wait while they keep their slot (each slot's call may
+//! have read most of a body before it stalls, and a flood keeps new ones
+//! coming) are held to [`WAITING_BODY_BYTES`] of bytes over the process: a
+//! call that would pass it gives its slot back at once, as after
+//! [`BODY_WAIT`], and counts in the budget above.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -157,6 +163,13 @@ pub const BODY_WAIT: Duration = Duration::from_secs(1);
 /// calls that lent or gave back their slot while waiting for the rest.
 pub const STALLED_BODY_BYTES: usize = 8 << 20;
 
+/// The most bytes of request bodies held at once, over the process, by
+/// calls that keep their slot while they wait for the rest. A call that
+/// would pass it gives its slot back at once (its bytes then count in
+/// [`STALLED_BODY_BYTES`], or it is shed): 512 calls holding 64 KiB each
+/// took order-service 32 MiB up before any of them had waited a second.
+pub const WAITING_BODY_BYTES: usize = 16 << 20;
+
 /// What a call waiting without a slot counts in the budget beside its
 /// body's bytes: its stream's and task's state, whatever it received.
 pub const CALL_COST: usize = 16 << 10;
@@ -186,6 +199,13 @@ impl StalledBudget {
         &PROCESS
     }
 
+    /// The process's for calls waiting with their slot:
+    /// [`WAITING_BODY_BYTES`].
+    pub fn with_slot() -> &'static StalledBudget {
+        static PROCESS: StalledBudget = StalledBudget::new(WAITING_BODY_BYTES);
+        &PROCESS
+    }
+
     /// Bytes held now.
     pub fn held(&self) -> usize {
         self.held.load(Ordering::Relaxed)
@@ -210,6 +230,8 @@ impl StalledBudget {
 pub struct Gate {
     limiter: Limiter,
     budget: &'static StalledBudget,
+    /// What calls waiting with their slot hold.
+    with_slot: &'static StalledBudget,
     state: Mutex<State>,
 }
 
@@ -238,6 +260,8 @@ struct State {
     received: usize,
     /// What the body holds of the budget (its bytes, while it has no slot).
     held: usize,
+    /// What it holds of the budget of calls waiting with their slot.
+    held_with_slot: usize,
     /// The body's task, to wake when the call is shed from outside it.
     waker: Option<Waker>,
 }
@@ -245,7 +269,8 @@ struct State {
 impl State {
     /// The slot is gone (given back or lent): what the body holds takes its
     /// room in `budget`, or the call is shed (`false`).
-    fn hold(&mut self, budget: &StalledBudget) -> bool {
+    fn hold(&mut self, budget: &StalledBudget, with_slot: &StalledBudget) -> bool {
+        self.release_with_slot(with_slot);
         // Held already (lent, then silent): nothing came since, so the
         // same bytes.
         if self.held > 0 {
@@ -261,7 +286,29 @@ impl State {
         }
     }
 
-    fn release(&mut self, budget: &StalledBudget) {
+    /// The call waits holding its slot: its bytes take their room in
+    /// `with_slot`; `false` if there is none.
+    fn hold_with_slot(&mut self, with_slot: &StalledBudget) -> bool {
+        if self.held_with_slot > 0 || self.received == 0 {
+            return true;
+        }
+        if with_slot.try_hold(self.received) {
+            self.held_with_slot = self.received;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn release_with_slot(&mut self, with_slot: &StalledBudget) {
+        if self.held_with_slot > 0 {
+            with_slot.release(self.held_with_slot);
+            self.held_with_slot = 0;
+        }
+    }
+
+    fn release(&mut self, budget: &StalledBudget, with_slot: &StalledBudget) {
+        self.release_with_slot(with_slot);
         if self.held > 0 {
             budget.release(self.held);
             self.held = 0;
@@ -273,17 +320,24 @@ impl Gate {
     /// A request holding `permit` of `limiter`, which gives it another
     /// when it gave its own back.
     pub(crate) fn new(limiter: Limiter, permit: OwnedSemaphorePermit) -> Arc<Self> {
-        Self::with_budget(limiter, permit, StalledBudget::process())
+        Self::with_budgets(
+            limiter,
+            permit,
+            StalledBudget::process(),
+            StalledBudget::with_slot(),
+        )
     }
 
-    fn with_budget(
+    fn with_budgets(
         limiter: Limiter,
         permit: OwnedSemaphorePermit,
         budget: &'static StalledBudget,
+        with_slot: &'static StalledBudget,
     ) -> Arc<Self> {
         Arc::new(Gate {
             limiter,
             budget,
+            with_slot,
             state: Mutex::new(State {
                 permit: Some(permit),
                 shed: false,
@@ -292,6 +346,7 @@ impl Gate {
                 queued: false,
                 received: 0,
                 held: 0,
+                held_with_slot: 0,
                 waker: None,
             }),
         })
@@ -302,13 +357,22 @@ impl Gate {
     }
 
     /// The handler waits for body bytes: the slot, if held, may be lent to
-    /// new work while it does (queued with the limiter once). `false` if
-    /// the call was shed meanwhile.
+    /// new work while it does (queued with the limiter once). What the body
+    /// holds takes its room among the calls waiting with a slot; with none
+    /// left the slot goes back at once, as after [`BODY_WAIT`]. `false` if
+    /// the call was shed meanwhile, or is now.
     fn wait_for_body(self: &Arc<Self>, cx: &Context<'_>) -> bool {
         let queue = {
             let mut st = self.state();
             if st.shed {
                 return false;
+            }
+            if st.permit.is_some() && !st.done && !st.hold_with_slot(self.with_slot) {
+                st.permit = None;
+                if !st.hold(self.budget, self.with_slot) {
+                    self.limiter.count_shed();
+                    return false;
+                }
             }
             st.waiting = true;
             if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -338,7 +402,7 @@ impl Gate {
             return None;
         }
         let permit = st.permit.take()?;
-        if !st.hold(self.budget) {
+        if !st.hold(self.budget, self.with_slot) {
             self.limiter.count_shed();
             if let Some(w) = st.waker.take() {
                 w.wake();
@@ -355,7 +419,7 @@ impl Gate {
             return true;
         }
         st.permit = None;
-        let kept = st.hold(self.budget);
+        let kept = st.hold(self.budget, self.with_slot);
         if !kept {
             self.limiter.count_shed();
         }
@@ -369,7 +433,7 @@ impl Gate {
         {
             let mut st = self.state();
             st.waiting = false;
-            st.release(self.budget);
+            st.release(self.budget, self.with_slot);
             st.received += n;
             if st.shed {
                 return false;
@@ -400,7 +464,7 @@ impl Gate {
     fn dropped(&self) {
         let mut st = self.state();
         st.waiting = false;
-        st.release(self.budget);
+        st.release(self.budget, self.with_slot);
     }
 
     /// The answer's head is out: the slot is freed, and whether the call
@@ -409,7 +473,7 @@ impl Gate {
         let mut st = self.state();
         st.done = true;
         st.permit = None;
-        st.release(self.budget);
+        st.release(self.budget, self.with_slot);
         st.shed
     }
 }
@@ -551,16 +615,26 @@ mod tests {
         }
     }
 
-    fn call(
-        limiter: &Limiter,
-        budget: &'static StalledBudget,
-    ) -> (
+    type Call = (
         Arc<Gate>,
         Gated<Fed>,
         tokio::sync::mpsc::UnboundedSender<Bytes>,
-    ) {
+    );
+
+    /// A call holding a slot of `limiter`, its stalled body counted in
+    /// `budget` (and room enough for calls waiting with their slots).
+    fn call(limiter: &Limiter, budget: &'static StalledBudget) -> Call {
+        static ROOMY: StalledBudget = StalledBudget::new(1 << 30);
+        call_with(limiter, budget, &ROOMY)
+    }
+
+    fn call_with(
+        limiter: &Limiter,
+        budget: &'static StalledBudget,
+        with_slot: &'static StalledBudget,
+    ) -> Call {
         let permit = limiter.try_acquire().expect("a free slot");
-        let gate = Gate::with_budget(limiter.clone(), permit, budget);
+        let gate = Gate::with_budgets(limiter.clone(), permit, budget, with_slot);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let body = Gated::new(Fed(rx), &gate);
         (gate, body, tx)
@@ -619,5 +693,40 @@ mod tests {
         assert!(matches!(poll(&mut a), Poll::Ready(Some(Ok(_)))));
         assert_eq!(BUDGET.held(), 0);
         assert!(!first.finish(), "not shed");
+    }
+
+    #[tokio::test]
+    async fn calls_waiting_with_their_slots_past_their_budget_give_them_back_at_once() {
+        static STALLED: StalledBudget = StalledBudget::new(CALL_COST + 4);
+        static WITH_SLOT: StalledBudget = StalledBudget::new(5);
+        let limiter = Limiter::new(3);
+        let (first, mut a, tx_a) = call_with(&limiter, &STALLED, &WITH_SLOT);
+        let (second, mut b, tx_b) = call_with(&limiter, &STALLED, &WITH_SLOT);
+        let (third, mut c, tx_c) = call_with(&limiter, &STALLED, &WITH_SLOT);
+        for (tx, body) in [(&tx_a, &mut a), (&tx_b, &mut b), (&tx_c, &mut c)] {
+            tx.send(Bytes::from_static(b"abcd")).unwrap();
+            assert!(matches!(poll(body), Poll::Ready(Some(Ok(_)))));
+        }
+        // The first waits within the budget, keeping its slot.
+        assert!(poll(&mut a).is_pending());
+        assert_eq!(WITH_SLOT.held(), 4);
+        assert_eq!(limiter.available(), 0);
+        // The second would pass it: its slot goes back at once, and its
+        // bytes take the stalled budget's room.
+        assert!(poll(&mut b).is_pending());
+        assert_eq!(limiter.available(), 1, "the second's slot is back");
+        assert_eq!((WITH_SLOT.held(), STALLED.held()), (4, 4 + CALL_COST));
+        // The third finds no room in either: shed, its bytes freed.
+        assert!(matches!(poll(&mut c), Poll::Ready(Some(Err(_)))));
+        assert!(third.finish());
+        assert_eq!(limiter.available(), 2);
+        assert_eq!(limiter.shed(), 1);
+        // Bytes coming to the first take it out of the budget.
+        tx_a.send(Bytes::from_static(b"e")).unwrap();
+        assert!(matches!(poll(&mut a), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(WITH_SLOT.held(), 0);
+        assert!(!first.finish());
+        drop((b, second, tx_c));
+        assert_eq!((WITH_SLOT.held(), STALLED.held()), (0, 0));
     }
 }

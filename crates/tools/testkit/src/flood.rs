@@ -152,13 +152,31 @@ pub fn rss_kib() -> u64 {
 /// process whose memory cannot be read fails the test: a growth measured
 /// from nothing would pass whatever happened.
 pub fn rss_kib_of(pid: &str) -> u64 {
+    status_kib(pid, "VmRSS")
+}
+
+/// The most resident memory process `pid` has had, in KiB: since it began,
+/// or since [`reset_peak_rss`].
+pub fn peak_rss_kib_of(pid: &str) -> u64 {
+    status_kib(pid, "VmHWM")
+}
+
+/// Makes the peak of process `pid`'s resident memory its present one
+/// (Linux's `clear_refs` 5), so [`peak_rss_kib_of`] sees the peak from now.
+pub fn reset_peak_rss(pid: &str) {
+    let path = format!("/proc/{pid}/clear_refs");
+    std::fs::write(&path, "5").unwrap_or_else(|e| panic!("{path}: {e}"));
+}
+
+/// A `kB` line of `/proc/{pid}/status`.
+fn status_kib(pid: &str, field: &str) -> u64 {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{path} has no VmRSS line"))
+        .unwrap_or_else(|| panic!("{path} has no {field} line"))
 }
 
 /// Bad clients held open against a service while it is told to stop: a

