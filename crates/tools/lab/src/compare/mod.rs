@@ -244,16 +244,6 @@ fn compare_alike(
     let (mut ra, mut rb) = (ratios(a), ratios(b));
     ra.retain(|k, _| !left_out(&k.0));
     rb.retain(|k, _| !left_out(&k.0));
-    let mut paired = 0;
-    let (mut b_in_a, mut a_in_b, mut overlap) = (0, 0, 0);
-    let mut misses: Vec<(f64, String)> = Vec::new();
-    let mut moves: Vec<(f64, String)> = Vec::new();
-    // How far B's medians sit from A's, in A's half-intervals.
-    let mut reach: Vec<f64> = Vec::new();
-    // A's intervals' half-widths, in percent (geometric).
-    let mut widths: Vec<f64> = Vec::new();
-    // Per section: (paired, B inside A).
-    let mut by_section: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     // A's ratios B should state too: in a section B has, planned the same
     // way with the same cells (a section whose plans hold other cells, or
     // other settings compared anyway, is compared on what both measured).
@@ -264,28 +254,90 @@ fn compare_alike(
             && !same_way.narrowed.contains_key(section)
             && !same_way.apart.contains_key(section)
     };
-    let mut missing: Vec<String> = Vec::new();
-    for (k, x) in &ra {
+    let mut p = pair(&ra, &rb, owed);
+    let mut out = String::new();
+    write_alike(&mut out, same_way, across);
+    write_agreement(&mut out, &p, ra.len(), rb.len());
+    p.misses.sort_by(|x, y| y.0.total_cmp(&x.0));
+    let tally = Tally {
+        paired: p.paired,
+        outside: p.misses.iter().map(|(_, m)| m.clone()).collect(),
+        moves: p.moves,
+        missing: p.missing,
+    };
+    write_worst(&mut out, &tally.missing, &p.misses, worst);
+    (out, tally)
+}
+
+/// What pairing A's ratios with B's found: the counts the comparison's
+/// summary prints, and the named lists its [`Tally`] and its worst-first
+/// lists are made of.
+#[derive(Default)]
+struct Pairing<'a> {
+    /// Ratios both reports state.
+    paired: usize,
+    /// Pairs with B's median inside A's stated interval.
+    b_in_a: usize,
+    /// Pairs with A's median inside B's stated interval.
+    a_in_b: usize,
+    /// Pairs whose two intervals overlap.
+    overlap: usize,
+    /// B's medians outside A's interval: how far outside (relative to A's
+    /// median) and the line naming the pair; in A's order, unsorted.
+    misses: Vec<(f64, String)>,
+    /// Every pair's move from A's median to B's, as in [`Tally::moves`].
+    moves: Vec<(f64, String)>,
+    /// How far B's medians sit from A's, in A's half-intervals.
+    reach: Vec<f64>,
+    /// A's intervals' half-widths, in percent (geometric).
+    widths: Vec<f64>,
+    /// Per section: (paired, B inside A).
+    by_section: BTreeMap<&'a str, (usize, usize)>,
+    /// A's ratios that B does not state though it owes them, named.
+    missing: Vec<String>,
+}
+
+/// Pairs every ratio of A with B's at the same place. A ratio B lacks is
+/// named as missing when `owed` says its section should have it, and is
+/// otherwise passed over.
+fn pair<'a>(
+    ra: &'a BTreeMap<Key, Stated>,
+    rb: &BTreeMap<Key, Stated>,
+    owed: impl Fn(&str) -> bool,
+) -> Pairing<'a> {
+    let mut p = Pairing::default();
+    for (k, x) in ra {
         let Some(y) = rb.get(k) else {
             if owed(&k.0) {
-                missing.push(format!(
+                p.missing.push(format!(
                     "{} / {} / {} / {}: A ×{:.2}, B n/a",
                     k.0, k.1, k.2, k.3, x.median
                 ));
             }
             continue;
         };
-        paired += 1;
+        p.add(k, x, y);
+    }
+    p
+}
+
+impl<'a> Pairing<'a> {
+    /// Counts one pair, A's ratio `x` and B's `y` at `k`: whether each
+    /// median lies in the other's interval and the intervals overlap, how
+    /// far B's median moved and reached, and, when it lies outside A's
+    /// interval, by how much.
+    fn add(&mut self, k: &'a Key, x: &Stated, y: &Stated) {
+        self.paired += 1;
         let bia = x.contains(y.median);
-        let e = by_section.entry(k.0.as_str()).or_default();
+        let e = self.by_section.entry(k.0.as_str()).or_default();
         e.0 += 1;
         e.1 += usize::from(bia);
-        b_in_a += usize::from(bia);
-        a_in_b += usize::from(y.contains(x.median));
-        overlap += usize::from(x.overlaps(y));
+        self.b_in_a += usize::from(bia);
+        self.a_in_b += usize::from(y.contains(x.median));
+        self.overlap += usize::from(x.overlaps(y));
         if x.median > 0.0 && y.median > 0.0 {
             let f = (y.median / x.median).max(x.median / y.median);
-            moves.push((
+            self.moves.push((
                 f,
                 format!(
                     "{} / {} / {} / {}: A ×{:.2}, B ×{:.2}",
@@ -294,43 +346,47 @@ fn compare_alike(
             ));
         }
         if let Some(d) = x.reach(y.median) {
-            reach.push(d);
-            widths.push(((x.max / x.min).sqrt() - 1.0) * 100.0);
+            self.reach.push(d);
+            self.widths.push(((x.max / x.min).sqrt() - 1.0) * 100.0);
         }
         if !bia {
-            // How far outside A's range, relative to A's median.
-            let gap = if y.median > x.max {
-                y.median - x.max
-            } else {
-                x.min - y.median
-            } / x.median.abs().max(1e-9);
-            misses.push((
-                gap,
-                format!(
-                    "{} / {} / {} / {}: A ×{:.2} ({:.2}–{:.2}), B ×{:.2} ({:.2}–{:.2}), {:.0}% outside",
-                    k.0,
-                    k.1,
-                    k.2,
-                    k.3,
-                    x.median,
-                    x.min,
-                    x.max,
-                    y.median,
-                    y.min,
-                    y.max,
-                    gap * 100.0
-                ),
-            ));
+            self.misses.push(miss(k, x, y));
         }
     }
-    let pct = |n: usize| {
-        if paired == 0 {
-            0.0
-        } else {
-            n as f64 * 100.0 / paired as f64
-        }
-    };
-    let mut out = String::new();
+}
+
+/// B's median `y` outside A's interval `x`: how far outside, relative to
+/// A's median, and the line that names the pair with both intervals.
+fn miss(k: &Key, x: &Stated, y: &Stated) -> (f64, String) {
+    // How far outside A's range, relative to A's median.
+    let gap = if y.median > x.max {
+        y.median - x.max
+    } else {
+        x.min - y.median
+    } / x.median.abs().max(1e-9);
+    (
+        gap,
+        format!(
+            "{} / {} / {} / {}: A ×{:.2} ({:.2}–{:.2}), B ×{:.2} ({:.2}–{:.2}), {:.0}% outside",
+            k.0,
+            k.1,
+            k.2,
+            k.3,
+            x.median,
+            x.min,
+            x.max,
+            y.median,
+            y.min,
+            y.max,
+            gap * 100.0
+        ),
+    )
+}
+
+/// The comparison's opening lines: whether the two runs were measured
+/// alike, and if not, where not (every cell, a section's settings, or only
+/// which cells a section's plans hold) and what was done about it.
+fn write_alike(out: &mut String, same_way: &Alike, across: bool) {
     for w in &same_way.run_wide {
         let _ = writeln!(
             out,
@@ -366,11 +422,26 @@ fn compare_alike(
              the cells both runs measured"
         );
     }
+}
+
+/// The summary of the pairing: how many ratios were paired (of `a_len` in
+/// A and `b_len` in B), how often each median lies in the other's interval,
+/// how far B's medians reach and how wide A's intervals are, and B's
+/// medians inside A's intervals per section.
+fn write_agreement(out: &mut String, p: &Pairing<'_>, a_len: usize, b_len: usize) {
+    let paired = p.paired;
+    let pct = |n: usize| {
+        if paired == 0 {
+            0.0
+        } else {
+            n as f64 * 100.0 / paired as f64
+        }
+    };
     let _ = writeln!(
         out,
         "{paired} ratios in both reports ({} only in A, {} only in B)",
-        ra.len() - paired,
-        rb.len().saturating_sub(paired)
+        a_len - paired,
+        b_len.saturating_sub(paired)
     );
     let _ = writeln!(
         out,
@@ -378,20 +449,23 @@ fn compare_alike(
     );
     let _ = writeln!(
         out,
-        "B's median inside A's stated spread: {b_in_a} ({:.0}%)",
-        pct(b_in_a)
+        "B's median inside A's stated spread: {} ({:.0}%)",
+        p.b_in_a,
+        pct(p.b_in_a)
     );
     let _ = writeln!(
         out,
-        "A's median inside B's stated spread: {a_in_b} ({:.0}%)",
-        pct(a_in_b)
+        "A's median inside B's stated spread: {} ({:.0}%)",
+        p.a_in_b,
+        pct(p.a_in_b)
     );
     let _ = writeln!(
         out,
-        "the two spreads overlap:            {overlap} ({:.0}%)",
-        pct(overlap)
+        "the two spreads overlap:            {} ({:.0}%)",
+        p.overlap,
+        pct(p.overlap)
     );
-    if let Some(r) = crate::stats::Spread::of(&reach) {
+    if let Some(r) = crate::stats::Spread::of(&p.reach) {
         // For a normal error and a calibrated 95% interval, the median
         // distance is 0.674σ against an edge at 1.96σ.
         let _ = writeln!(
@@ -401,7 +475,7 @@ fn compare_alike(
             r.median, r.n
         );
     }
-    if let Some(w) = crate::stats::Spread::of(&widths) {
+    if let Some(w) = crate::stats::Spread::of(&p.widths) {
         let _ = writeln!(
             out,
             "A's intervals are ±{:.0}% wide in the median ratio (a quarter of them ±{:.0}% or less, \
@@ -410,27 +484,26 @@ fn compare_alike(
         );
     }
     let _ = writeln!(out, "\nper section, B's median inside A's spread:");
-    for (section, (n, inside)) in &by_section {
+    for (section, (n, inside)) in &p.by_section {
         let _ = writeln!(
             out,
             "  {section:<12} {inside:>4} of {n:<4} ({:.0}%)",
             *inside as f64 * 100.0 / (*n).max(1) as f64
         );
     }
-    misses.sort_by(|x, y| y.0.total_cmp(&x.0));
-    let tally = Tally {
-        paired,
-        outside: misses.iter().map(|(_, m)| m.clone()).collect(),
-        moves,
-        missing,
-    };
-    if !tally.missing.is_empty() {
+}
+
+/// The comparison's closing lists, `worst` lines each at most: A's ratios
+/// missing from B, then B's medians furthest outside A's intervals
+/// (`misses`, already sorted furthest first), each with its count.
+fn write_worst(out: &mut String, missing: &[String], misses: &[(f64, String)], worst: usize) {
+    if !missing.is_empty() {
         let _ = writeln!(
             out,
             "\nA's ratios missing from B (n/a there, or the row gone), {}:",
-            tally.missing.len()
+            missing.len()
         );
-        for m in tally.missing.iter().take(worst) {
+        for m in missing.iter().take(worst) {
             let _ = writeln!(out, "  {m}");
         }
     }
@@ -444,7 +517,6 @@ fn compare_alike(
             let _ = writeln!(out, "  {m}");
         }
     }
-    (out, tally)
 }
 
 /// A run's `report.json`: the file itself, or the one in a results

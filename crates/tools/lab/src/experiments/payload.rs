@@ -35,7 +35,6 @@ pub fn plan(knobs: &Knobs) -> PayloadPlan {
     }
 }
 
-
 impl PayloadPlan {
     pub fn cells(&self) -> Vec<Cell> {
         let mut v = Vec::new();
@@ -93,9 +92,11 @@ fn quic_cpu_reading(p: &PayloadPlan, cx: &Context) -> Option<String> {
             .sizes
             .iter()
             .map(|&o| {
-                let r = cx
-                    .data
-                    .ratio(&Knobs::closed(q, o), &Knobs::closed(t, o), Metric::CpuServices);
+                let r = cx.data.ratio(
+                    &Knobs::closed(q, o),
+                    &Knobs::closed(t, o),
+                    Metric::CpuServices,
+                );
                 format!("{} at {}", f::ratio(r), f::orders(o))
             })
             .collect();
@@ -108,12 +109,57 @@ fn quic_cpu_reading(p: &PayloadPlan, cx: &Context) -> Option<String> {
     ))
 }
 
+/// The payload section: the method, one table per headline metric, the
+/// full figures at every size, the latency spectra and charts at the
+/// smallest and largest size, and throughput against payload.
 fn section(p: &PayloadPlan, cx: &Context) -> Section {
     let mut s = Section::new(
         "payload",
         "Payload: every transport × orders per call (the Spring Boot post's payload table, the Go post's large data)",
     );
     let base = baseline(&p.transports);
+    add_method(&mut s, p, cx, base);
+    for (m, caption) in [
+        (Metric::Rate, "Throughput, req/s (higher is better)"),
+        (
+            Metric::UpP95,
+            "Upstream p95, µs: user-service's round trip to order-service",
+        ),
+        (
+            Metric::E2eMax,
+            "End-to-end max, ms (the Spring Boot post's tail)",
+        ),
+        (
+            Metric::CpuServices,
+            "CPU per request, µs: user-service + order-service",
+        ),
+    ] {
+        s.table(metric_table(p, cx, base, m, caption));
+    }
+    for &o in &p.sizes {
+        let cells = column(p, o);
+        s.table(everything(
+            cx,
+            &format!(
+                "Everything at {} (median ±half the min–max range)",
+                f::orders(o)
+            ),
+            &cells,
+        ));
+    }
+    add_spectra(&mut s, p, cx);
+    // Throughput against payload.
+    if p.sizes.len() > 1 {
+        s.chart(throughput_chart(p, cx));
+    }
+    add_latency_charts(&mut s, p, cx);
+    s
+}
+
+/// The section's opening paragraphs: how the cells were measured (load,
+/// pool, store and the baseline every ratio is against), and the note on
+/// QUIC when the plan has an HTTP/3 transport.
+fn add_method(s: &mut Section, p: &PayloadPlan, cx: &Context, base: &str) {
     s.para(method(
         cx.timing,
         &format!(
@@ -133,135 +179,139 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
     if let Some(note) = super::tables::quic_note(&p.transports) {
         s.para(note);
     }
+}
+
+/// Every transport's closed-loop cell at `o` orders per call, named by its
+/// transport: one column of the grid, as the shared tables and charts take
+/// it.
+fn column(p: &PayloadPlan, o: u32) -> Vec<(String, Cell)> {
+    p.transports
+        .iter()
+        .map(|v| (v.clone(), Knobs::closed(v, o)))
+        .collect()
+}
+
+/// One metric's table: a row per transport, a column per size, each figure
+/// against the baseline at the same size, with the reading below it.
+fn metric_table(p: &PayloadPlan, cx: &Context, base: &str, m: Metric, caption: &str) -> Table {
     let cell = Knobs::closed;
-    // Every transport's cell at one size, named by its transport.
-    let column = |o: u32| -> Vec<(String, Cell)> {
-        p.transports
-            .iter()
-            .map(|v| (v.clone(), cell(v, o)))
-            .collect()
-    };
-    for (m, caption) in [
-        (Metric::Rate, "Throughput, req/s (higher is better)"),
-        (
-            Metric::UpP95,
-            "Upstream p95, µs: user-service's round trip to order-service",
-        ),
-        (Metric::E2eMax, "End-to-end max, ms (the Spring Boot post's tail)"),
-        (
-            Metric::CpuServices,
-            "CPU per request, µs: user-service + order-service",
-        ),
-    ] {
-        let mut headers = vec!["transport".to_owned()];
-        headers.extend(p.sizes.iter().map(|&o| f::orders(o)));
-        let rows = p
-            .transports
-            .iter()
-            .map(|via| {
-                let mut r = vec![Value::text(via.clone())];
-                for &o in &p.sizes {
-                    r.push(cx.fig_vs(&cell(via, o), &cell(base, o), m));
-                }
-                r
-            })
-            .collect();
-        let mut reading = Vec::new();
-        for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
-            let cells = column(o);
-            reading.push(format!(
-                "at {}: {}",
-                f::orders(o),
-                rank_reading(cx, &cells, m, &cell(base, o))
-            ));
-            if p.sizes.len() == 1 {
-                break;
+    let mut headers = vec!["transport".to_owned()];
+    headers.extend(p.sizes.iter().map(|&o| f::orders(o)));
+    let rows = p
+        .transports
+        .iter()
+        .map(|via| {
+            let mut r = vec![Value::text(via.clone())];
+            for &o in &p.sizes {
+                r.push(cx.fig_vs(&cell(via, o), &cell(base, o), m));
             }
-        }
-        let mut reading = capitalise(&reading.join("; ")) + ".";
-        if m == Metric::CpuServices
-            && let Some(q) = quic_cpu_reading(p, cx)
-        {
-            reading.push(' ');
-            reading.push_str(&q);
-        }
-        s.table(Table {
-            caption: caption.to_owned(),
-            headers,
-            rows,
-            reading,
-        });
+            r
+        })
+        .collect();
+    Table {
+        caption: caption.to_owned(),
+        headers,
+        rows,
+        reading: metric_reading(p, cx, base, m),
     }
-    for &o in &p.sizes {
-        let cells = column(o);
-        s.table(everything(
-            cx,
-            &format!(
-                "Everything at {} (median ±half the min–max range)",
-                f::orders(o)
-            ),
-            &cells,
-        ));
-    }
+}
+
+/// The reading under one metric's table: how the transports rank at the
+/// smallest and the largest size (once when the plan has one size), and,
+/// for CPU per request, what QUIC costs against HTTP/2.
+fn metric_reading(p: &PayloadPlan, cx: &Context, base: &str, m: Metric) -> String {
+    let mut reading = Vec::new();
     for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
-        use crate::experiments::spectrum::{self, Latency};
+        let cells = column(p, o);
+        reading.push(format!(
+            "at {}: {}",
+            f::orders(o),
+            rank_reading(cx, &cells, m, &Knobs::closed(base, o))
+        ));
+        if p.sizes.len() == 1 {
+            break;
+        }
+    }
+    let mut reading = capitalise(&reading.join("; ")) + ".";
+    if m == Metric::CpuServices
+        && let Some(q) = quic_cpu_reading(p, cx)
+    {
+        reading.push(' ');
+        reading.push_str(&q);
+    }
+    reading
+}
+
+/// The upstream and end-to-end percentile spectra at the smallest and the
+/// largest size (once when the plan has one size).
+fn add_spectra(s: &mut Section, p: &PayloadPlan, cx: &Context) {
+    use crate::experiments::spectrum::{self, Latency};
+    for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
         spectrum::add(
-            &mut s,
+            s,
             cx,
             Latency::Upstream,
             (
                 &format!("payload-spectrum-{o}.svg"),
                 &format!("Upstream percentile spectrum at {}", f::orders(o)),
             ),
-            &column(o),
+            &column(p, o),
         );
         spectrum::add(
-            &mut s,
+            s,
             cx,
             Latency::EndToEnd,
             (
                 &format!("payload-e2e-spectrum-{o}.svg"),
                 &format!("End-to-end percentile spectrum at {}", f::orders(o)),
             ),
-            &column(o),
+            &column(p, o),
         );
         if p.sizes.len() == 1 {
             break;
         }
     }
-    // Throughput against payload.
-    if p.sizes.len() > 1 {
-        let series = p
-            .transports
-            .iter()
-            .map(|via| Series {
-                name: via.clone(),
-                points: p
-                    .sizes
-                    .iter()
-                    .filter_map(|&o| {
-                        cx.data
-                            .median(&cell(via, o), Metric::Rate)
-                            .map(|v| (f64::from(o), v))
-                    })
-                    .collect(),
-            })
-            .collect();
-        s.chart(Chart {
-            file: "payload-throughput.svg".into(),
-            title: "Throughput against payload (closed loop)".into(),
-            svg: svg::line_chart(&LineChart {
-                title: "Throughput against payload".into(),
-                x_label: "orders per call (log)".into(),
-                y_label: "req/s (log)".into(),
-                x_log: true,
-                y_log: true,
-                series,
-            }),
-        });
+}
+
+/// Throughput against orders per call, a line per transport, both axes on
+/// a log scale; a size with no median leaves its point out. Only worth
+/// drawing with more than one size.
+fn throughput_chart(p: &PayloadPlan, cx: &Context) -> Chart {
+    let series = p
+        .transports
+        .iter()
+        .map(|via| Series {
+            name: via.clone(),
+            points: p
+                .sizes
+                .iter()
+                .filter_map(|&o| {
+                    cx.data
+                        .median(&Knobs::closed(via, o), Metric::Rate)
+                        .map(|v| (f64::from(o), v))
+                })
+                .collect(),
+        })
+        .collect();
+    Chart {
+        file: "payload-throughput.svg".into(),
+        title: "Throughput against payload (closed loop)".into(),
+        svg: svg::line_chart(&LineChart {
+            title: "Throughput against payload".into(),
+            x_label: "orders per call (log)".into(),
+            y_label: "req/s (log)".into(),
+            x_log: true,
+            y_log: true,
+            series,
+        }),
     }
+}
+
+/// The end-to-end latency percentiles per transport, charted at the
+/// smallest and the largest size (once when the plan has one size).
+fn add_latency_charts(s: &mut Section, p: &PayloadPlan, cx: &Context) {
     for &o in [p.sizes.first(), p.sizes.last()].into_iter().flatten() {
-        let cells = column(o);
+        let cells = column(p, o);
         s.chart(latency_chart(
             cx,
             &format!("payload-latency-{o}.svg"),
@@ -275,5 +325,4 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
             break;
         }
     }
-    s
 }
