@@ -93,7 +93,9 @@ impl Experiment for Breakdown {
     const ABOUT: &'static str = "Where one call's time goes: order-service's store, encoding and total, the wire, user-service's decoding";
 
     fn target() -> Result<(), &'static str> {
-        Err("it turns on order-service's timing and user-service's breakdown, which only the lab's own services allow")
+        Err(
+            "it turns on order-service's timing and user-service's breakdown, which only the lab's own services allow",
+        )
     }
 
     fn plan(knobs: &Knobs) -> BreakdownPlan {
@@ -199,7 +201,11 @@ fn checks_reading(p: &BreakdownPlan, cx: &Context) -> String {
             };
             seen += 1;
             if worst.as_ref().is_none_or(|(w, _, _)| v < *w) {
-                worst = Some((v, format!("{}, {}", cell.via, f::orders(cell.orders)), check));
+                worst = Some((
+                    v,
+                    format!("{}, {}", cell.via, f::orders(cell.orders)),
+                    check,
+                ));
             }
         }
     }
@@ -282,8 +288,15 @@ fn shares_reading(p: &BreakdownPlan, cx: &Context) -> String {
             // Compared to 0.01 points, the first transport winning a tie,
             // so that a reading does not hang on float noise.
             let key = |s: &[f64]| (s[wire] * 100.0).round() as i64;
-            let lo = got.iter().min_by_key(|(_, s)| key(s)).map(|(v, s)| (*v, s[wire]));
-            let hi = got.iter().rev().max_by_key(|(_, s)| key(s)).map(|(v, s)| (*v, s[wire]));
+            let lo = got
+                .iter()
+                .min_by_key(|(_, s)| key(s))
+                .map(|(v, s)| (*v, s[wire]));
+            let hi = got
+                .iter()
+                .rev()
+                .max_by_key(|(_, s)| key(s))
+                .map(|(v, s)| (*v, s[wire]));
             let wire_part = match (lo, hi) {
                 (Some((lv, l)), Some((hv, h))) if f::num(l) != f::num(h) => format!(
                     "the wire and its framing take {}% ({lv}) to {}% ({hv}) of the round trip",
@@ -305,7 +318,10 @@ fn shares_reading(p: &BreakdownPlan, cx: &Context) -> String {
             )
         })
         .collect();
-    format!("{}.", crate::experiments::tables::capitalise(&parts.join("; ")))
+    format!(
+        "{}.",
+        crate::experiments::tables::capitalise(&parts.join("; "))
+    )
 }
 
 fn chart(p: &BreakdownPlan, cx: &Context, n: u32) -> Chart {

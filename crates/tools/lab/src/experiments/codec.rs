@@ -16,14 +16,14 @@ use std::sync::atomic::AtomicBool;
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 use crate::experiment::{Context, Experiment, Knobs};
+use crate::measure::human_duration;
 use crate::measure::is_interrupted;
 use crate::measure::schedule::{Bench, Schedule};
-use crate::measure::human_duration;
 use crate::report::format::{self as f, MISSING};
 use crate::report::value::{Form, Value};
 use crate::report::{Section, Table};
+use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 
 pub struct Codec;
 
@@ -38,8 +38,7 @@ pub struct CodecPlan {
 impl Experiment for Codec {
     type Plan = CodecPlan;
     const NAME: &'static str = "codec";
-    const ABOUT: &'static str =
-        "Serialization alone, no network: the criterion benchmark (the type-fix and RestTemplate posts)";
+    const ABOUT: &'static str = "Serialization alone, no network: the criterion benchmark (the type-fix and RestTemplate posts)";
 
     fn target() -> Result<(), &'static str> {
         Err("it is a benchmark of this machine's code, not of services")

@@ -112,7 +112,9 @@ impl Experiment for Compression {
     const ABOUT: &'static str = "REST JSON, REST protobuf and gRPC uncompressed, with gzip and with zstd, on loopback and on a 20 ms, 100 Mbit/s link";
 
     fn target() -> Result<(), &'static str> {
-        Err("it sets compression on both services and puts a slow link between them, which only the lab's own services allow")
+        Err(
+            "it sets compression on both services and puts a slow link between them, which only the lab's own services allow",
+        )
     }
 
     fn plan(knobs: &Knobs) -> CompressionPlan {
@@ -177,10 +179,16 @@ fn section(p: &CompressionPlan, cx: &Context) -> Section {
         ),
     ));
     if p.path == PathChoice::Packets {
-        s.para(crate::experiments::tables::path_facts(cx, Compression::NAME));
+        s.para(crate::experiments::tables::path_facts(
+            cx,
+            Compression::NAME,
+        ));
     }
     for (m, caption) in [
-        (Metric::BytesIn, "Answer bytes per call (user-service's socket counter)"),
+        (
+            Metric::BytesIn,
+            "Answer bytes per call (user-service's socket counter)",
+        ),
         (Metric::Rate, "Throughput, req/s (higher is better)"),
         (
             Metric::UpP50,
@@ -234,13 +242,7 @@ fn both_ratio_readings(p: &CompressionPlan, cx: &Context, m: Metric, slow: bool)
 
 /// Compressed over off for one metric, one link: "via ×r" per transport and
 /// size.
-fn zip_ratio_reading(
-    p: &CompressionPlan,
-    cx: &Context,
-    m: Metric,
-    zip: Zip,
-    slow: bool,
-) -> String {
+fn zip_ratio_reading(p: &CompressionPlan, cx: &Context, m: Metric, zip: Zip, slow: bool) -> String {
     let parts: Vec<String> = p
         .sizes
         .iter()
@@ -298,10 +300,11 @@ fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
         .sizes
         .iter()
         .map(|&n| {
-            let verdict = |jz: &Cell, against: &Cell, what: &str| match cx
-                .data
-                .ratio(jz, against, Metric::Rate)
-            {
+            let verdict = |jz: &Cell, against: &Cell, what: &str| match cx.data.ratio(
+                jz,
+                against,
+                Metric::Rate,
+            ) {
                 None => format!("{MISSING} against {what}"),
                 Some(r) => format!(
                     "×{} ({}–{}) of {what}{}",
@@ -320,11 +323,7 @@ fn gap_reading(p: &CompressionPlan, cx: &Context) -> String {
             let proto_off = p.cell(proto, n, Zip::Off, true);
             let gap = cx
                 .data
-                .ratio(
-                    &proto_off,
-                    &p.cell(json, n, Zip::Off, true),
-                    Metric::Rate,
-                )
+                .ratio(&proto_off, &p.cell(json, n, Zip::Off, true), Metric::Rate)
                 .map_or(MISSING.to_owned(), |r| format!("×{}", f::num(r.median)));
             let each: Vec<String> = Zip::ON
                 .iter()
@@ -379,20 +378,27 @@ mod tests {
         assert!(!cells.iter().any(|c| c.env.gzip && c.env.zstd));
         let slow = cells
             .iter()
-            .filter(|c| c.env.path.is_some_and(|p| p.rate_mbit == Some(SLOW_MBIT) && p.rtt_ms == SLOW_RTT_MS))
+            .filter(|c| {
+                c.env
+                    .path
+                    .is_some_and(|p| p.rate_mbit == Some(SLOW_MBIT) && p.rtt_ms == SLOW_RTT_MS)
+            })
             .count();
         assert_eq!(slow, cells.len() / 2);
-        assert!(cells.iter().all(|c| c.env.rate_mbit.is_none() && c.env.rtt_ms.is_none()));
+        assert!(
+            cells
+                .iter()
+                .all(|c| c.env.rate_mbit.is_none() && c.env.rtt_ms.is_none())
+        );
         let on_proxy = Compression::plan(&Knobs {
             quick: true,
             path: PathChoice::Proxy,
             ..Knobs::default()
         });
         assert!(
-            on_proxy
-                .cells()
-                .iter()
-                .all(|c| c.env.path.is_none() && c.env.rate_mbit.is_some() == c.env.rtt_ms.is_some())
+            on_proxy.cells().iter().all(
+                |c| c.env.path.is_none() && c.env.rate_mbit.is_some() == c.env.rtt_ms.is_some()
+            )
         );
         // Loopback without gzip is the payload grid's cell.
         assert!(cells.contains(&Knobs::closed(transports::GRPC, 1000)));
@@ -420,17 +426,42 @@ mod tests {
             .find(|t| t.caption.starts_with("Throughput"))
             .unwrap();
         assert_eq!(rate.rows.len(), VIAS.len() * 2);
-        assert!(rate.reading.starts_with("On the slow link (20 ms, 100 Mbit/s): at 1,000"), "{}", rate.reading);
+        assert!(
+            rate.reading
+                .starts_with("On the slow link (20 ms, 100 Mbit/s): at 1,000"),
+            "{}",
+            rate.reading
+        );
         let bytes = tables
             .iter()
             .find(|t| t.caption.starts_with("Answer bytes"))
             .unwrap();
-        assert!(bytes.reading.starts_with("Gzip over off on loopback: at 1,000 orders: h1-json ×"), "{}", bytes.reading);
+        assert!(
+            bytes
+                .reading
+                .starts_with("Gzip over off on loopback: at 1,000 orders: h1-json ×"),
+            "{}",
+            bytes.reading
+        );
         // The synthetic rounds shrink gzip's answers to a fifth and zstd's
         // to a sixth: the reading's ratios are theirs.
-        assert!(bytes.reading.contains("h1-json ×0.200"), "{}", bytes.reading);
-        assert!(bytes.reading.contains("Zstd over off on loopback: at 1,000 orders: h1-json ×0.167"), "{}", bytes.reading);
-        assert!(rate.reading.contains("h1-json with zstd serves"), "{}", rate.reading);
+        assert!(
+            bytes.reading.contains("h1-json ×0.200"),
+            "{}",
+            bytes.reading
+        );
+        assert!(
+            bytes
+                .reading
+                .contains("Zstd over off on loopback: at 1,000 orders: h1-json ×0.167"),
+            "{}",
+            bytes.reading
+        );
+        assert!(
+            rate.reading.contains("h1-json with zstd serves"),
+            "{}",
+            rate.reading
+        );
         // The report's header says which cells compress.
         assert!(report.markdown().contains("gzip in the cells marked"));
     }

@@ -49,7 +49,11 @@ impl Experiment for Factorial {
         Schedule::Grid(
             p.sizes
                 .iter()
-                .flat_map(|&o| FACTORIAL.iter().map(move |(via, _, _)| Knobs::closed(via, o)))
+                .flat_map(|&o| {
+                    FACTORIAL
+                        .iter()
+                        .map(move |(via, _, _)| Knobs::closed(via, o))
+                })
                 .collect(),
         )
     }
@@ -175,4 +179,3 @@ fn section(p: &FactorialPlan, cx: &Context) -> Section {
     }
     s
 }
-

@@ -133,4 +133,3 @@ fn section(p: &PayloadPlan, cx: &Context) -> Section {
     }
     s
 }
-

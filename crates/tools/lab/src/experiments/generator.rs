@@ -180,10 +180,9 @@ fn cost_table(p: &GeneratorPlan, cx: &Context) -> Table {
             },
             cx.fig(&cell, Metric::LoadCores),
             match cost {
-                Some(c) if c > 0.0 => Value::single(
-                    (LOAD_SATURATED_CORES * 1e6 / c).round(),
-                    "req/s",
-                ),
+                Some(c) if c > 0.0 => {
+                    Value::single((LOAD_SATURATED_CORES * 1e6 / c).round(), "req/s")
+                }
                 _ => Value::missing("no CPU per request measured"),
             },
             cx.fig(&cell, Metric::CpuUser),
@@ -244,10 +243,7 @@ fn cost_table(p: &GeneratorPlan, cx: &Context) -> Table {
 
 /// The figures the cross-check sets side by side: a rate (the headline of
 /// the closed-loop tables) and a latency the generator itself times.
-const CROSS: [(Metric, &str); 2] = [
-    (Metric::Rate, "rate"),
-    (Metric::E2eP50, "end-to-end p50"),
-];
+const CROSS: [(Metric, &str); 2] = [(Metric::Rate, "rate"), (Metric::E2eP50, "end-to-end p50")];
 
 /// Each transport's rate and end-to-end p50 against the baseline's under
 /// both generators, and how far the two generators' ratios are apart.
@@ -269,7 +265,10 @@ fn cross_table(p: &GeneratorPlan, cx: &Context) -> Table {
         let k6_cores = p
             .cross_vias
             .iter()
-            .filter_map(|v| cx.data.median(&p.cross_cell(v, o, Generator::K6), Metric::LoadCores))
+            .filter_map(|v| {
+                cx.data
+                    .median(&p.cross_cell(v, o, Generator::K6), Metric::LoadCores)
+            })
             .fold(0.0, f64::max);
         let under = k6_cores < LOAD_SATURATED_CORES;
         if !under {

@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::Spread;
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::method;
 use crate::measure::cell::Cell;
@@ -12,6 +11,7 @@ use crate::measure::schedule::Schedule;
 use crate::report::format::{self as f, MISSING};
 use crate::report::value::{NO_ROUND, Value};
 use crate::report::{Section, Table};
+use crate::stats::Spread;
 
 pub struct Naive;
 
@@ -81,7 +81,10 @@ fn section(p: &NaivePlan, cx: &Context) -> Section {
             ports.map_or("unknown".to_owned(), |n| f::num(f64::from(n)))
         ),
     ));
-    let (close, pooled) = (p.cell(transports::H1_JSON_CLOSE), p.cell(transports::H1_JSON));
+    let (close, pooled) = (
+        p.cell(transports::H1_JSON_CLOSE),
+        p.cell(transports::H1_JSON),
+    );
     let secs = cx.timing.duration_s;
     let rows = [("h1-json-close", &close), ("h1-json", &pooled)]
         .iter()
@@ -153,4 +156,3 @@ fn section(p: &NaivePlan, cx: &Context) -> Section {
     });
     s
 }
-

@@ -129,7 +129,12 @@ impl OpenLoopPlan {
     /// Every transport either part measures, in order.
     fn all_vias(&self) -> Vec<String> {
         let mut all = self.vias.clone();
-        all.extend(self.stall_vias.iter().filter(|v| !self.vias.contains(v)).cloned());
+        all.extend(
+            self.stall_vias
+                .iter()
+                .filter(|v| !self.vias.contains(v))
+                .cloned(),
+        );
         all
     }
 
@@ -160,7 +165,9 @@ impl Experiment for OpenLoop {
         "Latency at 25-90% of each transport's capacity, open loop (no coordinated omission)";
 
     fn target() -> Result<(), &'static str> {
-        Err("its stalled cells stop order-service's process (SIGSTOP), which the lab must have started")
+        Err(
+            "its stalled cells stop order-service's process (SIGSTOP), which the lab must have started",
+        )
     }
 
     fn plan(knobs: &Knobs) -> OpenLoopPlan {
@@ -237,8 +244,14 @@ fn median(v: &mut [f64]) -> Option<f64> {
 /// only what still waits for a connection when its grace period ends), so
 /// that their waits would be missing from the figures.
 fn figure(cx: &Context, cell: &Cell, m: Metric) -> Result<f64, String> {
-    if let Some(d) = cx.data.median(cell, Metric::DroppedShare).filter(|d| *d > 0.0) {
-        let who = cx.generator(cell).map_or("the load generator", |g| g.name());
+    if let Some(d) = cx
+        .data
+        .median(cell, Metric::DroppedShare)
+        .filter(|d| *d > 0.0)
+    {
+        let who = cx
+            .generator(cell)
+            .map_or("the load generator", |g| g.name());
         return Err(format!(
             "{who} dropped {d:.1}% of the requests (no VU free): the requests not sent are not in \
              the figures"
@@ -372,7 +385,10 @@ fn section(p: &OpenLoopPlan, cx: &Context) -> Section {
         Latency::EndToEnd,
         (
             "open-loop-stall-spectrum.svg",
-            &format!("End-to-end percentile spectrum with a {} ms stall", p.stall_ms),
+            &format!(
+                "End-to-end percentile spectrum with a {} ms stall",
+                p.stall_ms
+            ),
         ),
         &pairs,
     );
@@ -450,7 +466,8 @@ fn fractions_table(s: &mut Section, p: &OpenLoopPlan, cx: &Context, orders: u32)
         ),
         headers,
         rows,
-        reading: fractions_reading(&growth, &doubling) + &lag_reading(cx, &open).unwrap_or_default(),
+        reading: fractions_reading(&growth, &doubling)
+            + &lag_reading(cx, &open).unwrap_or_default(),
     });
 }
 
@@ -579,7 +596,10 @@ fn stall_reading(stall_ms: u32, seen: &[(String, bool, Option<f64>)]) -> String 
         let loop_name = if *open { "open" } else { "closed" };
         out.push(match p99 {
             Some(v) if *v >= half => {
-                format!("{via}'s {loop_name} loop shows it in its p99 ({} ms)", f::num(*v))
+                format!(
+                    "{via}'s {loop_name} loop shows it in its p99 ({} ms)",
+                    f::num(*v)
+                )
             }
             Some(v) => format!(
                 "{via}'s {loop_name} loop hides it from its p99 ({} ms)",
@@ -633,7 +653,13 @@ mod tests {
         // half of 200 VUs hold through 200 ms (500 × 0.2 = 100).
         assert_eq!(
             rates,
-            [(250, false), (500, false), (750, false), (900, false), (500, true)]
+            [
+                (250, false),
+                (500, false),
+                (750, false),
+                (900, false),
+                (500, true)
+            ]
         );
         // At a capacity of 4,000/s, 50% would need 400 VUs through the
         // stall: the rate is lowered to what half of them hold.

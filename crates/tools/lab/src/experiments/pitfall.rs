@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::{method, scaled};
 use crate::measure::cell::{Cell, K6_GRPC_DIRECT};
-use crate::measure::load::Generator;
 use crate::measure::figures::Metric;
+use crate::measure::load::Generator;
 use crate::measure::schedule::Schedule;
 use crate::report::format as f;
 use crate::report::value::Value;
@@ -32,11 +32,12 @@ pub struct PitfallPlan {
 impl Experiment for Pitfall {
     type Plan = PitfallPlan;
     const NAME: &'static str = "pitfall";
-    const ABOUT: &'static str =
-        "k6's own gRPC client at order-service vs the call timed in user-service (the Spring Boot post)";
+    const ABOUT: &'static str = "k6's own gRPC client at order-service vs the call timed in user-service (the Spring Boot post)";
 
     fn target() -> Result<(), &'static str> {
-        Err("k6 calls order-service's gRPC port directly and its cells are compared with services it started")
+        Err(
+            "k6 calls order-service's gRPC port directly and its cells are compared with services it started",
+        )
     }
 
     fn plan(knobs: &Knobs) -> PitfallPlan {
@@ -49,12 +50,7 @@ impl Experiment for Pitfall {
         Schedule::Grid(
             p.sizes
                 .iter()
-                .flat_map(|&o| {
-                    [
-                        Knobs::closed(K6_GRPC_DIRECT, o),
-                        via_user_service(o),
-                    ]
-                })
+                .flat_map(|&o| [Knobs::closed(K6_GRPC_DIRECT, o), via_user_service(o)])
                 .collect(),
         )
     }
@@ -142,7 +138,6 @@ fn section(p: &PitfallPlan, cx: &Context) -> Section {
     }
     s
 }
-
 
 /// What compression the direct rows negotiated: k6's gRPC client accepts
 /// gzip, and order-service sends it only when told to (`ORDER_GRPC_GZIP`).

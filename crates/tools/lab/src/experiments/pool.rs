@@ -66,11 +66,12 @@ fn dropped(p: &PoolPlan, data: &Data, cell: &Cell) -> bool {
 impl Experiment for Pool {
     type Plan = PoolPlan;
     const NAME: &'static str = "pool";
-    const ABOUT: &'static str =
-        "Pool 1 and 4, open loop at rising rates until the load falls behind its schedule (the Spring Boot post)";
+    const ABOUT: &'static str = "Pool 1 and 4, open loop at rising rates until the load falls behind its schedule (the Spring Boot post)";
 
     fn target() -> Result<(), &'static str> {
-        Err("it sets user-service's connection budget per cell (USER_POOL_SIZE), which needs a restart")
+        Err(
+            "it sets user-service's connection budget per cell (USER_POOL_SIZE), which needs a restart",
+        )
     }
 
     fn plan(knobs: &Knobs) -> PoolPlan {
@@ -337,7 +338,6 @@ fn charts(s: &mut Section, series_drop: Vec<Series>, series_p95: Vec<Series>) {
     });
 }
 
-
 /// Whether the tail grew before the median, from the measured growths of
 /// each line's p50 and p99 up to its last rate on schedule (by 5% more, to
 /// count).
@@ -412,7 +412,10 @@ mod tests {
             }
         }
         let grown = every_rate_reading(&plan, &info.timing, &tail);
-        assert!(grown.contains("saturation shows in the tail first"), "{grown}");
+        assert!(
+            grown.contains("saturation shows in the tail first"),
+            "{grown}"
+        );
         assert_ne!(flat, grown);
     }
 }

@@ -71,8 +71,9 @@ pub fn not_measured(via: &str, mode: Balance, variant: Variant) -> Option<&'stat
     if mode == Balance::L7 {
         return Some("raw TCP has no L7 form: an HTTP balancer cannot read its frames");
     }
-    (variant == Variant::Rotation)
-        .then_some("order-service does not rotate raw-TCP connections, so there is nothing to measure")
+    (variant == Variant::Rotation).then_some(
+        "order-service does not rotate raw-TCP connections, so there is nothing to measure",
+    )
 }
 
 impl ReplicasPlan {
@@ -147,7 +148,12 @@ impl Experiment for Replicas {
         });
         let (modes, variants, pools) = if knobs.quick {
             (
-                vec![Balance::L4, Balance::L7, Balance::Client, Balance::ClientP2c],
+                vec![
+                    Balance::L4,
+                    Balance::L7,
+                    Balance::Client,
+                    Balance::ClientP2c,
+                ],
                 vec![Variant::Healthy, Variant::Slow],
                 vec![1],
             )
@@ -204,9 +210,7 @@ impl Experiment for Replicas {
 fn mode_text(m: Balance) -> &'static str {
     match m {
         Balance::Direct => "`direct`: every call to the first replica, the others idle",
-        Balance::L4 => {
-            "`l4`: HAProxy `mode tcp`, `balance roundrobin`, balancing connections"
-        }
+        Balance::L4 => "`l4`: HAProxy `mode tcp`, `balance roundrobin`, balancing connections",
         Balance::L7 => {
             "`l7`: HAProxy `mode http`, `balance roundrobin`, balancing requests, HTTP/1.1 kept \
              as HTTP/1.1 and h2c and gRPC as HTTP/2 toward the replicas (`proto h2`)"
@@ -554,10 +558,11 @@ mod tests {
         assert!(not_measured(transports::TCP_PROTO, Balance::L4, Variant::Rotation).is_some());
         assert!(not_measured(transports::GRPC, Balance::L4, Variant::Rotation).is_none());
         // Rotation only behind L4.
-        assert!(c
-            .iter()
-            .filter(|c| c.env.replicas.is_some_and(|r| r.rotation))
-            .all(|c| c.env.replicas.is_some_and(|r| r.balance == Balance::L4)));
+        assert!(
+            c.iter()
+                .filter(|c| c.env.replicas.is_some_and(|r| r.rotation))
+                .all(|c| c.env.replicas.is_some_and(|r| r.balance == Balance::L4))
+        );
         // Cell ids are unique.
         let ids: std::collections::BTreeSet<String> = c.iter().map(Cell::id).collect();
         assert_eq!(ids.len(), c.len());

@@ -23,7 +23,8 @@ pub struct SchemaPlan {
 impl Experiment for Schema {
     type Plan = SchemaPlan;
     const NAME: &'static str = "schema";
-    const ABOUT: &'static str = "Legacy all-strings v1 vs typed v2, all fields vs six (the type-fix post)";
+    const ABOUT: &'static str =
+        "Legacy all-strings v1 vs typed v2, all fields vs six (the type-fix post)";
 
     fn target() -> Result<(), &'static str> {
         Ok(())
@@ -151,4 +152,3 @@ fn section(p: &SchemaPlan, cx: &Context) -> Section {
     }
     s
 }
-

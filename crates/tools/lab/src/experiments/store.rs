@@ -73,7 +73,9 @@ impl Experiment for StoreExperiment {
     const ABOUT: &'static str = "The database as an axis: transports × 1/100/1,000 orders, in memory and on Postgres in the same run";
 
     fn target() -> Result<(), &'static str> {
-        Err("it switches both services between memory and Postgres, which only the lab's own services can do")
+        Err(
+            "it switches both services between memory and Postgres, which only the lab's own services can do",
+        )
     }
 
     fn plan(knobs: &Knobs) -> StorePlan {
@@ -226,7 +228,10 @@ fn range_reading(
             }
         })
         .collect();
-    format!("{}.", crate::experiments::tables::capitalise(&parts.join("; ")))
+    format!(
+        "{}.",
+        crate::experiments::tables::capitalise(&parts.join("; "))
+    )
 }
 
 /// Per size, the range over the transports of Postgres's figure over
@@ -286,7 +291,10 @@ fn postgres_cpu_reading(p: &StorePlan, cx: &Context) -> String {
             "{MISSING}: no cell on Postgres has the server's CPU (it is counted only for a server on this machine, and only in cells that ran)."
         );
     }
-    format!("{}.", crate::experiments::tables::capitalise(&parts.join("; ")))
+    format!(
+        "{}.",
+        crate::experiments::tables::capitalise(&parts.join("; "))
+    )
 }
 
 /// The database's share of the hop: what Postgres adds to the upstream
@@ -348,13 +356,7 @@ fn ranking(p: &StorePlan, cx: &Context, orders: u32, store: Store) -> Vec<String
     let mut v: Vec<(&String, f64)> = p
         .transports
         .iter()
-        .filter_map(|t| {
-            Some((
-                t,
-                cx.data
-                    .median(&p.cell(t, orders, store), Metric::Rate)?,
-            ))
-        })
+        .filter_map(|t| Some((t, cx.data.median(&p.cell(t, orders, store), Metric::Rate)?)))
         .collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
     v.into_iter().map(|(t, _)| t.clone()).collect()
@@ -435,7 +437,10 @@ fn ranking_reading(p: &StorePlan, cx: &Context) -> String {
             )
         })
         .collect();
-    format!("{}.", crate::experiments::tables::capitalise(&parts.join("; ")))
+    format!(
+        "{}.",
+        crate::experiments::tables::capitalise(&parts.join("; "))
+    )
 }
 
 #[cfg(test)]
@@ -474,7 +479,10 @@ mod tests {
         });
         let c = on_pg.cell("grpc", 1, Store::Postgres);
         assert_eq!(c, Knobs::closed("grpc", 1));
-        assert_eq!(on_pg.cell("grpc", 1, Store::Memory).env.store, Some(Store::Memory));
+        assert_eq!(
+            on_pg.cell("grpc", 1, Store::Memory).env.store,
+            Some(Store::Memory)
+        );
         // --transports replaces the quick subset.
         let named = StoreExperiment::plan(&Knobs {
             quick: true,
@@ -494,7 +502,10 @@ mod tests {
             .cells()
             .into_iter()
             .map(|c| (StoreExperiment::NAME.to_owned(), c))
-            .chain(std::iter::once(("payload".to_owned(), Knobs::closed("grpc", 1))))
+            .chain(std::iter::once((
+                "payload".to_owned(),
+                Knobs::closed("grpc", 1),
+            )))
             .collect();
         let n = cells.len();
         let why = "Postgres at 127.0.0.1:5432 cannot be used (nothing answers)";
@@ -550,14 +561,22 @@ mod tests {
             .iter()
             .find(|t| t.caption.starts_with("Upstream p50"))
             .unwrap();
-        assert!(up.reading.starts_with("At 1 order on Postgres ×"), "{}", up.reading);
+        assert!(
+            up.reading.starts_with("At 1 order on Postgres ×"),
+            "{}",
+            up.reading
+        );
         let rate = t
             .iter()
             .find(|t| t.caption.starts_with("Throughput"))
             .unwrap();
         // The synthetic database adds the same time to every transport, so
         // no transport passes another.
-        assert!(rate.reading.contains("the same ranking on both stores"), "{}", rate.reading);
+        assert!(
+            rate.reading.contains("the same ranking on both stores"),
+            "{}",
+            rate.reading
+        );
         let cpu = t
             .iter()
             .find(|t| t.caption.starts_with("CPU per request on Postgres"))

@@ -238,4 +238,3 @@ fn latency_chart_iter(cx: &Context, n: u32, v: &[(String, Cell)]) -> Chart {
         }),
     }
 }
-

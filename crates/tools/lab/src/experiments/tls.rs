@@ -27,8 +27,7 @@ pub struct Tls;
 impl Experiment for Tls {
     type Plan = TlsPlan;
     const NAME: &'static str = "tls";
-    const ABOUT: &'static str =
-        "Every transport with and without TLS: cost, bytes, handshakes (the Go post's open question)";
+    const ABOUT: &'static str = "Every transport with and without TLS: cost, bytes, handshakes (the Go post's open question)";
 
     fn target() -> Result<(), &'static str> {
         Err("it starts order-service with certificates it makes, and user-service trusting them")
@@ -39,7 +38,11 @@ impl Experiment for Tls {
         // self-signed certificate): it has no cleartext row to set TLS
         // against, so it is not in this experiment's pairs.
         let asked = knobs.transports();
-        let vias: Vec<String> = asked.iter().filter(|v| !transports::is_quic(v)).cloned().collect();
+        let vias: Vec<String> = asked
+            .iter()
+            .filter(|v| !transports::is_quic(v))
+            .cloned()
+            .collect();
         // Each QUIC transport against its TCP twin over TLS, when both are
         // asked for.
         let quic_pairs: Vec<(String, String)> = transports::QUIC_TWINS
@@ -51,11 +54,15 @@ impl Experiment for Tls {
         // that opens a connection per call, one that pools, one on HTTP/2.
         let path_vias = match knobs.path {
             PathChoice::Proxy => Vec::new(),
-            PathChoice::Packets => [transports::H1_JSON, transports::H1_JSON_CLOSE, transports::GRPC]
-                .iter()
-                .filter(|v| vias.iter().any(|x| x == *v))
-                .map(|v| (*v).to_owned())
-                .collect(),
+            PathChoice::Packets => [
+                transports::H1_JSON,
+                transports::H1_JSON_CLOSE,
+                transports::GRPC,
+            ]
+            .iter()
+            .filter(|v| vias.iter().any(|x| x == *v))
+            .map(|v| (*v).to_owned())
+            .collect(),
         };
         TlsPlan {
             vias,
@@ -296,7 +303,10 @@ fn path_table(p: &TlsPlan, cx: &Context, orders: u32) -> Table {
     let mut rows = Vec::new();
     let mut extra = Vec::new();
     for via in &p.path_vias {
-        let (plain, tls) = (p.path_cell(via, orders, false), p.path_cell(via, orders, true));
+        let (plain, tls) = (
+            p.path_cell(via, orders, false),
+            p.path_cell(via, orders, true),
+        );
         if let (Some(a), Some(b)) = (rtts(&plain), rtts(&tls)) {
             extra.push(format!("{via} {}", f::num(b - a)));
         }
@@ -416,7 +426,12 @@ mod tests {
         // its TCP twin's TLS cell.
         assert_eq!(c.len(), all * 2 + 3 * 2 + quic);
         assert_eq!(c.iter().filter(|c| c.env.tls).count(), all + 3 + quic);
-        assert_eq!(c.iter().filter(|c| c.env.tls && c.env.path.is_some()).count(), 3);
+        assert_eq!(
+            c.iter()
+                .filter(|c| c.env.tls && c.env.path.is_some())
+                .count(),
+            3
+        );
         assert_eq!(p.quic_pairs.len(), quic);
         for (q, t) in &p.quic_pairs {
             assert!(c.contains(&p.cell(q, 1, true)) && c.contains(&p.cell(t, 1, true)));

@@ -22,7 +22,6 @@ use anyhow::{Context as _, bail};
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{Spread, paired_ratios, rerun_interval};
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::experiments::tables::BASELINE;
 use crate::measure::Interrupted;
@@ -34,6 +33,7 @@ use crate::measure::services::Running;
 use crate::report::format::{self as f, MISSING};
 use crate::report::value::Value;
 use crate::report::{Section, Table};
+use crate::stats::{Spread, paired_ratios, rerun_interval};
 
 pub struct WireSize;
 
@@ -361,9 +361,7 @@ fn section(p: &WirePlan, cx: &Context) -> Section {
          order-service's `ListOrders` with `application/grpc-web+proto`, counted on its socket the \
          same way; the lab client's REST JSON and REST protobuf rows are the cross-check that the \
          two ways of counting agree. `×` is relative to h1-json's total (request + response).",
-        WARM_CALLS,
-        COUNTED_CALLS,
-        cx.timing.rounds
+        WARM_CALLS, COUNTED_CALLS, cx.timing.rounds
     ));
     if let Some(note) = super::tables::quic_note(&p.transports) {
         s.para(note);
@@ -371,7 +369,9 @@ fn section(p: &WirePlan, cx: &Context) -> Section {
     let records: Vec<WireRecord> = match cx.probes::<WireRecord>(WireSize::NAME) {
         Ok(r) => r.into_iter().map(|(_, r)| r).collect(),
         Err(e) => {
-            s.para(format!("The probe's records could not be read ({e:#}): {MISSING}."));
+            s.para(format!(
+                "The probe's records could not be read ({e:#}): {MISSING}."
+            ));
             Vec::new()
         }
     };

@@ -86,7 +86,8 @@ pub fn recovery(f: &FaultRecord) -> (Option<f64>, Option<f64>, Option<f64>) {
             .find(|(t, _)| {
                 // A hair below the line counts: a rate read back from JSON may
                 // have moved in its last digit.
-                rate(&g, *t, t + RATE_WINDOW_MS).is_some_and(|r| r >= RECOVERED * before * (1.0 - 1e-9))
+                rate(&g, *t, t + RATE_WINDOW_MS)
+                    .is_some_and(|r| r >= RECOVERED * before * (1.0 - 1e-9))
                     && g.last().is_some_and(|l| l.0 >= t + RATE_WINDOW_MS)
             })
             .map(|(t, _)| (t - f.end_ms).max(0.0))

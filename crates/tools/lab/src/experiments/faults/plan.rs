@@ -30,7 +30,11 @@ impl Case {
     /// carries a silence.
     pub fn title(&self, path: PathChoice) -> String {
         match (self.fault, self.balance) {
-            (_, Some(b)) => format!("{}, three replicas {}", self.fault.describe(), balance_text(b)),
+            (_, Some(b)) => format!(
+                "{}, three replicas {}",
+                self.fault.describe(),
+                balance_text(b)
+            ),
             (Fault::Silence { ms }, None) => match path {
                 PathChoice::Packets => format!(
                     "the path silent for {} s (every packet dropped, no RST)",

@@ -208,7 +208,11 @@ fn settings_reading(rows: &[Row]) -> Option<String> {
     }
     let mut out = Vec::new();
     if let Some((d, r)) = most(&pairs, |d, r| Some(d.failed? - r.failed?)) {
-        out.push(format!("cut {}'s failed calls most ({})", d.via, failed_change(d, r)));
+        out.push(format!(
+            "cut {}'s failed calls most ({})",
+            d.via,
+            failed_change(d, r)
+        ));
     }
     // A call that fails fast is followed at once by the next in a closed
     // loop: failing sooner can mean failing more often.
@@ -223,9 +227,10 @@ fn settings_reading(rows: &[Row]) -> Option<String> {
     if let Some((d, r)) = most(&pairs, |d, r| {
         Some(d.back_s.unwrap_or(f64::INFINITY) - r.back_s?)
     }) {
-        let was = d
-            .back_s
-            .map_or_else(|| "not within the run".to_owned(), |a| format!("{} s", f::num(a)));
+        let was = d.back_s.map_or_else(
+            || "not within the run".to_owned(),
+            |a| format!("{} s", f::num(a)),
+        );
         let b = r.back_s.unwrap_or_default();
         out.push(format!(
             "brought {} back to its rate soonest ({was} to {} s)",
@@ -282,7 +287,10 @@ fn compare(rows: &[&Row]) -> String {
     let mut out = Vec::new();
     if let (Some((lo, lv)), Some((hi, hv))) = (by_failed(true), by_failed(false)) {
         if lv == hv {
-            out.push(format!("Every transport failed {} calls (median)", f::count(lv)));
+            out.push(format!(
+                "Every transport failed {} calls (median)",
+                f::count(lv)
+            ));
         } else {
             out.push(format!(
                 "Fewest failed calls: {} ({}); most: {} ({})",

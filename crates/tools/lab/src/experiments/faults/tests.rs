@@ -86,7 +86,10 @@ fn every_family_meets_every_fault_but_where_it_cannot() {
         .filter(|c| c.via == transports::H3_PROTO)
         .collect();
     assert_eq!(h3.len(), 4, "{h3:?}");
-    assert!(h3.iter().all(|c| c.env.replicas.is_none() && c.env.fault != Some(Fault::Reset)));
+    assert!(
+        h3.iter()
+            .all(|c| c.env.replicas.is_none() && c.env.fault != Some(Fault::Reset))
+    );
     // A silent path is a packet path; a killed replica has two others; the
     // recommended settings meet only the faults they act on.
     for c in &cells {
@@ -146,8 +149,14 @@ fn with_path_proxy_the_silence_is_the_delay_proxy_holding_bytes() {
         .iter()
         .find(|c| matches!(c.fault, Fault::Silence { .. }))
         .unwrap();
-    assert!(case.title(p.path).starts_with("the delay proxy holding every byte"));
-    assert!(case.title(PathChoice::Packets).starts_with("the path silent"));
+    assert!(
+        case.title(p.path)
+            .starts_with("the delay proxy holding every byte")
+    );
+    assert!(
+        case.title(PathChoice::Packets)
+            .starts_with("the path silent")
+    );
 }
 
 #[test]
@@ -177,7 +186,10 @@ fn the_section_reads_its_tables_from_the_numbers() {
         .min_by(|a, b| a.1.back_ms.unwrap().total_cmp(&b.1.back_ms.unwrap()))
         .unwrap();
     assert!(
-        md.contains(&format!("{} was back within 10% of its rate soonest", soonest.0)),
+        md.contains(&format!(
+            "{} was back within 10% of its rate soonest",
+            soonest.0
+        )),
         "{md}"
     );
     assert!(md.contains("every connection reset (RST)"), "{md}");
@@ -186,5 +198,8 @@ fn the_section_reads_its_tables_from_the_numbers() {
     assert!(md.contains("'s failed calls most (15 to 5)"), "{md}");
     assert!(md.contains("The recommended settings cut "), "{md}");
     assert!(!md.contains("added most to"), "{md}");
-    assert!(md.contains("| `USER_UPSTREAM_RETRY_BUDGET_PCT` | 0 (off) | 20 |"), "{md}");
+    assert!(
+        md.contains("| `USER_UPSTREAM_RETRY_BUDGET_PCT` | 0 (off) | 20 |"),
+        "{md}"
+    );
 }

@@ -16,12 +16,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 use crate::experiment::{Context, Experiment, Knobs};
 use crate::measure::schedule::{Bench, Schedule};
 use crate::measure::{human_duration, is_interrupted};
-use crate::report::format::{self as f};
 use crate::report::Section;
+use crate::report::format::{self as f};
+use crate::stats::{Noise, Spread, paired_ratios, rerun_interval};
 
 mod report;
 #[cfg(test)]
@@ -126,20 +126,31 @@ impl HopRun {
     /// interval, the round-to-round noise pooled over every transport and
     /// size ([`rerun_interval`]), as every other ratio of the report.
     fn paired(&self, via: &str, orders: u32) -> Option<Spread> {
-        let cells: std::collections::BTreeSet<(&str, u32)> =
-            self.pairs.iter().map(|p| (p.via.as_str(), p.orders)).collect();
+        let cells: std::collections::BTreeSet<(&str, u32)> = self
+            .pairs
+            .iter()
+            .map(|p| (p.via.as_str(), p.orders))
+            .collect();
         let rows: Vec<Vec<Option<f64>>> = cells
             .into_iter()
             .map(|(v, n)| self.paired_rounds(v, n))
             .collect();
-        let ratios: Vec<f64> = self.paired_rounds(via, orders).into_iter().flatten().collect();
+        let ratios: Vec<f64> = self
+            .paired_rounds(via, orders)
+            .into_iter()
+            .flatten()
+            .collect();
         rerun_interval(&ratios, Noise::pooled(&rows))
     }
 
     /// [`Self::paired`]'s rounds as they fell: median, lowest and highest
     /// round.
     fn paired_range(&self, via: &str, orders: u32) -> Option<Spread> {
-        let ratios: Vec<f64> = self.paired_rounds(via, orders).into_iter().flatten().collect();
+        let ratios: Vec<f64> = self
+            .paired_rounds(via, orders)
+            .into_iter()
+            .flatten()
+            .collect();
         Spread::of(&ratios)
     }
 
@@ -408,8 +419,7 @@ pub fn run(
 /// The paired mode's file, as records of `round`.
 fn read_pairs(file: &std::path::Path, round: u32) -> anyhow::Result<Vec<PairRecord>> {
     use anyhow::Context as _;
-    let text =
-        std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let text = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let doc: PairsFile =
         serde_json::from_slice(&text).with_context(|| format!("parsing {}", file.display()))?;
     Ok(doc
@@ -426,4 +436,3 @@ fn read_pairs(file: &std::path::Path, round: u32) -> anyhow::Result<Vec<PairReco
         })
         .collect())
 }
-

@@ -3,13 +3,16 @@
 
 use super::{FLOOR, Hop, HopPlan, HopRun, pairs_planned};
 use crate::experiment::Experiment;
-use crate::stats::{Spread, paired_ratios};
 use crate::report::format::{self as f, MISSING};
 use crate::report::value::Value;
 use crate::report::{Section, Table};
+use crate::stats::{Spread, paired_ratios};
 
 pub(super) fn section(p: &HopPlan, run: Option<&HopRun>) -> Section {
-    let mut s = Section::new(Hop::NAME, "The hop alone: each transport without k6 (criterion)");
+    let mut s = Section::new(
+        Hop::NAME,
+        "The hop alone: each transport without k6 (criterion)",
+    );
     s.para(format!(
         "Each transport's user-service adapter called directly, against order-service in the \
          same process (in memory, its own 2-thread runtime) on loopback: no k6, no front-end \
@@ -96,7 +99,11 @@ pub(super) fn paired(p: &HopPlan, run: &HopRun) -> Table {
         ),
         headers: std::iter::once("transport".to_owned())
             .chain(p.sizes.iter().map(|&n| f::orders(n)))
-            .chain(p.sizes.iter().map(|&n| format!("blocks × calls, {}", f::orders(n))))
+            .chain(
+                p.sizes
+                    .iter()
+                    .map(|&n| format!("blocks × calls, {}", f::orders(n))),
+            )
             .collect(),
         ..Table::default()
     };
@@ -131,7 +138,11 @@ fn paired_reading(p: &HopPlan, run: &HopRun) -> String {
                 &run.series(1, FLOOR, n),
             ));
             if let (Some(a), Some(b)) = (run.paired_range(via, n), rounds) {
-                spans.push((format!("{via} at {}", f::orders(n)), a.max - a.min, b.max - b.min));
+                spans.push((
+                    format!("{via} at {}", f::orders(n)),
+                    a.max - a.min,
+                    b.max - b.min,
+                ));
             }
         }
     }
@@ -259,7 +270,11 @@ pub(super) fn targets(p: &HopPlan, run: &HopRun) -> Table {
         let Some((via, r)) = best else {
             unknown += 1;
             let in_run = target.vias.iter().any(|v| p.vias.iter().any(|w| w == *v));
-            let why = if in_run { no_pair(run) } else { "not in this run".to_owned() };
+            let why = if in_run {
+                no_pair(run)
+            } else {
+                "not in this run".to_owned()
+            };
             t.rows.push(vec![
                 name.into(),
                 Value::missing(why.clone()),
@@ -315,7 +330,13 @@ pub(super) fn targets(p: &HopPlan, run: &HopRun) -> Table {
     let floor: Vec<String> = p
         .sizes
         .iter()
-        .filter_map(|&n| Some(format!("{} µs at {}", f::num(run.floor_us(n)?), f::orders(n))))
+        .filter_map(|&n| {
+            Some(format!(
+                "{} µs at {}",
+                f::num(run.floor_us(n)?),
+                f::orders(n)
+            ))
+        })
         .collect();
     t.reading = format!(
         "{met} of {} targets met by the median{}{}.{}{}",
@@ -381,4 +402,3 @@ fn reading(p: &HopPlan, run: &HopRun, callers: u32) -> String {
         .collect();
     format!("{}.", parts.join("; "))
 }
-

@@ -98,34 +98,50 @@ fn targets_are_judged_from_the_ratios() {
     let best = row("best of grpc,");
     assert!(matches!(&best[1], Value::Text { text } if text == "grpc-bidi"));
     assert!(matches!(&best[3], Value::Text { text } if text.starts_with("yes")));
-    assert!(matches!(&row("h1-proto at 1 order")[3], Value::Text { text } if text == "no: ×1.500 over ×1.30"));
+    assert!(
+        matches!(&row("h1-proto at 1 order")[3], Value::Text { text } if text == "no: ×1.500 over ×1.30")
+    );
     assert!(
         matches!(&row("grpc at 1,000")[3], Value::Text { text } if text.starts_with("yes by the median"))
     );
     assert!(matches!(&best[3], Value::Text { text } if text == "yes, every round"));
-    assert!(matches!(&row("grpc-bidi at 1,000")[3], Value::Text { text } if text.starts_with("no: ×1.200")));
+    assert!(
+        matches!(&row("grpc-bidi at 1,000")[3], Value::Text { text } if text.starts_with("no: ×1.200"))
+    );
     // Not in the plan: no figure, and said so.
     assert!(
         matches!(&row("best of h2c-proto,")[1], Value::Missing { reason } if reason == "not in this run")
     );
     // In the run but without blocks: the reason says so.
-    assert!(matches!(&row("h1-proto at 1,000")[1], Value::Missing { reason } if reason == "no blocks for it"));
+    assert!(
+        matches!(&row("h1-proto at 1,000")[1], Value::Missing { reason } if reason == "no blocks for it")
+    );
     assert!(t.reading.starts_with("2 of 12 "), "{}", t.reading);
     assert!(t.reading.contains("8 not measured"), "{}", t.reading);
     // The paired table reads the same blocks: grpc at 1,000 spans 1.1–1.2
     // over the rounds, median 1.1, stated with a rerun interval: symmetric
     // about the median on a log scale, and wider than the rounds' range.
     let pt = paired(&p, &run);
-    let grpc = pt.rows.iter().find(|r| matches!(&r[0], Value::Text { text } if text == "grpc")).unwrap();
-    let [(median, low, high)] = grpc[2].ratios()[..] else { panic!("one ratio") };
+    let grpc = pt
+        .rows
+        .iter()
+        .find(|r| matches!(&r[0], Value::Text { text } if text == "grpc"))
+        .unwrap();
+    let [(median, low, high)] = grpc[2].ratios()[..] else {
+        panic!("one ratio")
+    };
     assert_eq!(median, 1.1);
     assert!(low < 1.1 && high > 1.2, "{low}–{high}");
-    assert!(((high / median).ln() - (median / low).ln()).abs() < 1e-9, "{low}–{high}");
+    assert!(
+        ((high / median).ln() - (median / low).ln()).abs() < 1e-9,
+        "{low}–{high}"
+    );
     assert!(matches!(&grpc[3], Value::Text { text } if text == "15 × 10"));
     assert!(t.reading.contains("2 missed"), "{}", t.reading);
     // The floor's µs, from its blocks: 40 µs in every block above.
     assert!(
-        t.reading.contains("took 40.0 µs at 1 order and 40.0 µs at 1,000 orders"),
+        t.reading
+            .contains("took 40.0 µs at 1 order and 40.0 µs at 1,000 orders"),
         "{}",
         t.reading
     );
@@ -170,10 +186,16 @@ fn a_stock_miss_is_set_beside_its_twin_when_the_twin_met_it() {
     }
     let t = targets(&p, &run);
     // The other typed-protobuf transports' targets were not in this run.
-    assert!(t.reading.starts_with("1 of 9 targets met by the median, 3 missed"), "{}", t.reading);
     assert!(
         t.reading
-            .contains("met by its tuned twin (grpc ×1.20 against grpc-tuned ×1.05 at 1,000 orders)"),
+            .starts_with("1 of 9 targets met by the median, 3 missed"),
+        "{}",
+        t.reading
+    );
+    assert!(
+        t.reading.contains(
+            "met by its tuned twin (grpc ×1.20 against grpc-tuned ×1.05 at 1,000 orders)"
+        ),
         "{}",
         t.reading
     );

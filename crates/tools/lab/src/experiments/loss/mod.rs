@@ -104,7 +104,12 @@ impl Experiment for Loss {
                 ],
             )
         };
-        let wanted = |via: &str| knobs.transports.as_ref().is_none_or(|t| t.iter().any(|x| x == via));
+        let wanted = |via: &str| {
+            knobs
+                .transports
+                .as_ref()
+                .is_none_or(|t| t.iter().any(|x| x == via))
+        };
         let arms = arms.into_iter().filter(|a| wanted(&a.via)).collect();
         // gRPC to four replicas at 1%: balanced by user-service (four
         // connections across the path, as gRPC ×4) or by HAProxy L7 beside
@@ -135,13 +140,21 @@ impl Experiment for Loss {
                 "; {} to {} replicas ({}) at 0 and {}%",
                 s.via,
                 s.n,
-                s.balances.iter().map(|b| b.name()).collect::<Vec<_>>().join(", "),
+                s.balances
+                    .iter()
+                    .map(|b| b.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 f64::from(s.loss_pcm) / 1000.0
             )
         });
         format!(
             "loss {} at RTT {} ms on a packet path; {}{spread}; {} VUs",
-            p.cases.iter().map(Case::name).collect::<Vec<_>>().join(", "),
+            p.cases
+                .iter()
+                .map(Case::name)
+                .collect::<Vec<_>>()
+                .join(", "),
             p.rtt_ms,
             p.arms.iter().map(Arm::name).collect::<Vec<_>>().join(", "),
             p.vus
@@ -174,7 +187,12 @@ fn section(p: &LossPlan, cx: &Context) -> Section {
             p.vus, p.rtt_ms
         ),
     ));
-    let quic_vias: Vec<String> = p.arms.iter().filter(|a| a.quic()).map(|a| a.via.clone()).collect();
+    let quic_vias: Vec<String> = p
+        .arms
+        .iter()
+        .filter(|a| a.quic())
+        .map(|a| a.via.clone())
+        .collect();
     if let Some(note) = crate::experiments::tables::quic_note(&quic_vias) {
         s.para(format!(
             "{note} Over QUIC each call rides a stream of its own, so a lost packet stalls only \
@@ -304,21 +322,35 @@ mod tests {
         let c = cells(&p);
         assert!(c.iter().all(|c| c.env.path.is_some_and(|x| x.rtt_ms == 20)));
         for cc in [CongestionControl::Cubic, CongestionControl::Bbr] {
-            assert!(c.iter().any(|c| c
-                .env
-                .path
-                .is_some_and(|x| x.loss_pcm == 1000 && x.cc == cc && !x.bursty)));
+            assert!(c.iter().any(|c| {
+                c.env
+                    .path
+                    .is_some_and(|x| x.loss_pcm == 1000 && x.cc == cc && !x.bursty)
+            }));
         }
         // gRPC to four replicas across the path, balanced by user-service
         // and by HAProxy L7, at no loss and at 1%.
-        let spread: Vec<_> = c.iter().filter_map(|c| c.env.replicas.map(|r| (r, c.env.path))).collect();
+        let spread: Vec<_> = c
+            .iter()
+            .filter_map(|c| c.env.replicas.map(|r| (r, c.env.path)))
+            .collect();
         assert_eq!(spread.len(), 4);
-        assert!(spread.iter().all(|(r, p)| r.n == 4 && p.is_some_and(|p| [0, 1000].contains(&p.loss_pcm))));
+        assert!(
+            spread
+                .iter()
+                .all(|(r, p)| r.n == 4 && p.is_some_and(|p| [0, 1000].contains(&p.loss_pcm)))
+        );
         // HTTP/3's two arms beside one HTTP/2 connection, under cubic only
         // (quinn's own algorithm).
-        let quic: Vec<_> = c.iter().filter(|c| c.via == "grpc-h3" || c.via == "h3-proto").collect();
+        let quic: Vec<_> = c
+            .iter()
+            .filter(|c| c.via == "grpc-h3" || c.via == "h3-proto")
+            .collect();
         assert_eq!(quic.len(), 2 * 3, "two arms, the three cubic cases");
-        assert!(quic.iter().all(|c| c.env.path.is_some_and(|x| x.cc == CongestionControl::Cubic)));
+        assert!(
+            quic.iter()
+                .all(|c| c.env.path.is_some_and(|x| x.cc == CongestionControl::Cubic))
+        );
         let full = Loss::plan(&Knobs::default());
         assert_eq!(cells(&full).len(), (6 * 8 + 5 * 2 + 2 * 2) * 2);
     }
@@ -341,7 +373,8 @@ mod tests {
             .expect("a p99 table");
         // The synthetic data makes one connection's tail grow 3x as fast.
         assert!(
-            p99.reading.contains("grows faster than a pool's from 1% cubic on"),
+            p99.reading
+                .contains("grows faster than a pool's from 1% cubic on"),
             "{}",
             p99.reading
         );
@@ -350,7 +383,11 @@ mod tests {
             .find(|t| t.caption.starts_with("Good answers/s"))
             .expect("a rate table");
         assert!(rate.reading.contains("under bbr"), "{}", rate.reading);
-        assert!(rate.headers.iter().any(|h| h == "1% bbr"), "{:?}", rate.headers);
+        assert!(
+            rate.headers.iter().any(|h| h == "1% bbr"),
+            "{:?}",
+            rate.headers
+        );
         // HTTP/3 set against one HTTP/2 connection, the same call, in the
         // tail's reading.
         assert!(
@@ -364,12 +401,19 @@ mod tests {
         // three times what it costs a pool's, replicas or not.
         let spread = tables
             .iter()
-            .find(|t| t.caption.contains("across the lossy path to one order-service or to 4 replicas"))
+            .find(|t| {
+                t.caption
+                    .contains("across the lossy path to one order-service or to 4 replicas")
+            })
             .expect("a table of the replicas across the path");
         assert_eq!(spread.rows.len(), 4, "{:?}", spread.rows);
         assert!(
-            spread.reading.contains("the tail follows the connections that cross the lossy path")
-                && spread.reading.contains("(grpc ×1, 4 replicas through HAProxy L7 beside them, rate ×"),
+            spread
+                .reading
+                .contains("the tail follows the connections that cross the lossy path")
+                && spread
+                    .reading
+                    .contains("(grpc ×1, 4 replicas through HAProxy L7 beside them, rate ×"),
             "{}",
             spread.reading
         );

@@ -31,7 +31,8 @@ impl Arm {
     /// lost packet stalls only its own stream).
     pub(super) fn one_connection(&self) -> bool {
         !self.quic()
-            && (self.via == transports::GRPC_BIDI || (self.pool == 1 && !self.via.starts_with("h1-")))
+            && (self.via == transports::GRPC_BIDI
+                || (self.pool == 1 && !self.via.starts_with("h1-")))
     }
 
     /// Over QUIC (HTTP/3): its own congestion control and retransmissions,

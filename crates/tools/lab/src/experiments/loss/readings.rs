@@ -48,7 +48,11 @@ pub(super) fn tail_reading(p: &LossPlan, cx: &Context, orders: u32, m: Metric) -
         .filter(|c| c.loss_pcm > 0 && !c.bursty && c.cc == p.main_cc())
     {
         let g = growth(p, cx, orders, case, m);
-        let one: Vec<f64> = g.iter().filter(|(a, _)| a.one_connection()).map(|x| x.1).collect();
+        let one: Vec<f64> = g
+            .iter()
+            .filter(|(a, _)| a.one_connection())
+            .map(|x| x.1)
+            .collect();
         let pool: Vec<f64> = g.iter().filter(|(a, _)| a.pooled()).map(|x| x.1).collect();
         let (Some(o), Some(q)) = (mean(&one), mean(&pool)) else {
             continue;
@@ -71,7 +75,9 @@ pub(super) fn tail_reading(p: &LossPlan, cx: &Context, orders: u32, m: Metric) -
     }
     let verdict = match from {
         Some(c) => format!("one connection's {which} grows faster than a pool's from {c} on"),
-        None => format!("one connection's {which} did not grow faster than a pool's at any loss measured"),
+        None => format!(
+            "one connection's {which} did not grow faster than a pool's at any loss measured"
+        ),
     };
     format!(
         "Against the same transport without loss (mean over the arms): {}; {verdict}.",
@@ -141,17 +147,12 @@ pub(super) fn cc_reading(p: &LossPlan, cx: &Context, orders: u32) -> String {
         .filter(|c| c.loss_pcm > 0 && !c.bursty)
         .collect();
     let both = |cc: CongestionControl| {
-        pair.iter().copied().find(|c| {
-            c.cc == cc
-                && pair
-                    .iter()
-                    .any(|o| o.cc != cc && o.loss_pcm == c.loss_pcm)
-        })
+        pair.iter()
+            .copied()
+            .find(|c| c.cc == cc && pair.iter().any(|o| o.cc != cc && o.loss_pcm == c.loss_pcm))
     };
-    let (Some(cubic), Some(bbr)) = (
-        both(CongestionControl::Cubic),
-        both(CongestionControl::Bbr),
-    ) else {
+    let (Some(cubic), Some(bbr)) = (both(CongestionControl::Cubic), both(CongestionControl::Bbr))
+    else {
         return "No loss rate was measured under both cubic and bbr.".to_owned();
     };
     let rank = |case: &Case| -> Option<Vec<String>> {
@@ -160,7 +161,12 @@ pub(super) fn cc_reading(p: &LossPlan, cx: &Context, orders: u32) -> String {
             .arms
             .iter()
             .filter(|a| !a.quic())
-            .map(|a| Some((a.name(), cx.data.median(&p.cell(a, orders, case), Metric::Rate)?)))
+            .map(|a| {
+                Some((
+                    a.name(),
+                    cx.data.median(&p.cell(a, orders, case), Metric::Rate)?,
+                ))
+            })
             .collect::<Option<_>>()?;
         v.sort_by(|a, b| b.1.total_cmp(&a.1));
         Some(v.into_iter().map(|x| x.0).collect())
@@ -173,7 +179,13 @@ pub(super) fn cc_reading(p: &LossPlan, cx: &Context, orders: u32) -> String {
         .iter()
         .filter(|a| !a.quic())
         .filter_map(|a| {
-            cx.data.ratio(&p.cell(a, orders, bbr), &p.cell(a, orders, cubic), Metric::Rate).map(|r| r.median)
+            cx.data
+                .ratio(
+                    &p.cell(a, orders, bbr),
+                    &p.cell(a, orders, cubic),
+                    Metric::Rate,
+                )
+                .map(|r| r.median)
         })
         .collect();
     format!(
@@ -181,7 +193,11 @@ pub(super) fn cc_reading(p: &LossPlan, cx: &Context, orders: u32) -> String {
         f64::from(cubic.loss_pcm) / 1000.0,
         rc.join(" > "),
         rb.join(" > "),
-        if rc == rb { "does not change" } else { "changes" },
+        if rc == rb {
+            "does not change"
+        } else {
+            "changes"
+        },
         match mean(&gain) {
             Some(g) => format!(", and bbr's rate is {} cubic's on average", times(g)),
             None => String::new(),
@@ -228,7 +244,13 @@ pub(super) fn quic_reading(p: &LossPlan, cx: &Context, orders: u32, m: Metric) -
                     h.name(),
                     crate::experiments::tables::verdict(&r)
                 ),
-                None => format!("at {} {} against {}: {}", case.name(), q.name(), h.name(), f::MISSING),
+                None => format!(
+                    "at {} {} against {}: {}",
+                    case.name(),
+                    q.name(),
+                    h.name(),
+                    f::MISSING
+                ),
             });
         }
     }
@@ -243,4 +265,3 @@ pub(super) fn quic_reading(p: &LossPlan, cx: &Context, orders: u32, m: Metric) -
         said.join("; ")
     ))
 }
-

@@ -52,9 +52,7 @@ fn rows(p: &LossPlan, s: &Spread, orders: u32) -> Vec<Row> {
             Balance::L7 => ("through HAProxy L7 beside them", Crossing::One),
             Balance::L4 => ("through HAProxy L4 beside them", Crossing::One),
             Balance::Direct => ("to the first only", Crossing::One),
-            Balance::Client | Balance::ClientP2c => {
-                ("balanced by user-service", Crossing::Several)
-            }
+            Balance::Client | Balance::ClientP2c => ("balanced by user-service", Crossing::Several),
         };
         v.push(Row {
             name: format!("{} ×1, {} replicas {how}", s.via, s.n),

@@ -27,15 +27,12 @@
 //! - `packets`: the tables only a packet path has (the path's figures,
 //!   what the delay proxy hides, idle then a burst).
 
-
-
 mod packets;
 mod plan;
 
 use packets::{hidden_table, idle_table, path_table};
-pub use plan::{HIDDEN_RTT_MS, IDLE_MS, IDLE_ORDERS, IDLE_VIAS, IDLE_VUS, RttPlan};
 use plan::over_grid;
-
+pub use plan::{HIDDEN_RTT_MS, IDLE_MS, IDLE_ORDERS, IDLE_VIAS, IDLE_VUS, RttPlan};
 
 use crate::experiment::{Context, Experiment, Knobs, PathChoice};
 use crate::experiments::tables::{method, scaled};
@@ -56,8 +53,7 @@ pub struct Rtt;
 impl Experiment for Rtt {
     type Plan = RttPlan;
     const NAME: &'static str = "rtt";
-    const ABOUT: &'static str =
-        "Round-trip time 0, 1, 5, 20 ms between the services, on a packet path (or the delay proxy)";
+    const ABOUT: &'static str = "Round-trip time 0, 1, 5, 20 ms between the services, on a packet path (or the delay proxy)";
 
     /// `--transports` replaces the transports when given (every transport
     /// works through the proxy); `--sizes` the orders per call.
@@ -92,7 +88,11 @@ impl Experiment for Rtt {
         let hidden_vias = if knobs.taster || knobs.path == PathChoice::Proxy {
             Vec::new()
         } else {
-            let mut h: Vec<String> = vias.iter().filter(|v| !transports::is_quic(v)).cloned().collect();
+            let mut h: Vec<String> = vias
+                .iter()
+                .filter(|v| !transports::is_quic(v))
+                .cloned()
+                .collect();
             if !h.iter().any(|v| v == transports::H1_JSON_CLOSE) {
                 h.push(transports::H1_JSON_CLOSE.to_owned());
             }
@@ -152,7 +152,6 @@ impl Experiment for Rtt {
         section(p, cx)
     }
 }
-
 
 /// Every cell of the experiment.
 pub fn cells(r: &RttPlan) -> Vec<Cell> {
@@ -398,7 +397,6 @@ fn latency_reading(r: &RttPlan, cx: &Context, pool: u16, orders: u32, m: Metric)
     )
 }
 
-
 /// What the proxy did at each RTT: how late it released bytes (the
 /// emulation's own error) and the CPU it took.
 fn proxy_table(r: &RttPlan, cx: &Context) -> Table {
@@ -551,10 +549,17 @@ mod tests {
         // Every transport of the grid warm but QUIC's, and a new connection
         // per call, at 1 and 1,000 orders.
         assert_eq!(hidden.rows.len(), plan.hidden_vias.len() * 2);
-        assert_eq!(hidden.rows.len(), plan.vias.len() * 2, "grpc-h3 out, h1-json-close in");
+        assert_eq!(
+            hidden.rows.len(),
+            plan.vias.len() * 2,
+            "grpc-h3 out, h1-json-close in"
+        );
         for via in plan.hidden_vias.iter().map(String::as_str) {
             assert!(
-                hidden.rows.iter().any(|r| r[0].label().starts_with(&format!("{via} ("))),
+                hidden
+                    .rows
+                    .iter()
+                    .any(|r| r[0].label().starts_with(&format!("{via} ("))),
                 "{via} is not in the proxy-against-packets table"
             );
         }
@@ -564,7 +569,11 @@ mod tests {
             .expect("an idle-then-burst table");
         assert_eq!(idle.rows.len(), 2);
         assert!(idle.caption.ends_with("cubic"), "{}", idle.caption);
-        assert!(hidden.reading.contains("more round trips"), "{}", hidden.reading);
+        assert!(
+            hidden.reading.contains("more round trips"),
+            "{}",
+            hidden.reading
+        );
         assert!(
             rtt.blocks
                 .iter()

@@ -62,7 +62,14 @@ impl RttPlan {
     }
 
     /// The same on a given path.
-    pub fn cell_on(&self, path: PathChoice, via: &str, pool: u16, orders: u32, rtt_ms: u32) -> Cell {
+    pub fn cell_on(
+        &self,
+        path: PathChoice,
+        via: &str,
+        pool: u16,
+        orders: u32,
+        rtt_ms: u32,
+    ) -> Cell {
         let env = match path {
             PathChoice::Packets => Env {
                 path: Some(PacketPath {
