@@ -233,8 +233,11 @@ fn requests_that_find_every_connection_busy_wait_and_are_counted_late() {
     let k = s.schedule.clone().unwrap();
     assert_eq!((k.due, k.sent, k.unsent), (200, 200, 0), "{k:?}");
     assert_eq!(s.requests, server.answered.load(Ordering::SeqCst));
-    // About 60 were due during the stall with the one connection busy.
-    assert!((45..=65).contains(&k.waited), "{} waited", k.waited);
+    // About 60 were due during the stall with the one connection busy, and
+    // those due while the backlog drains (one request per round trip) wait
+    // too: a few on an idle machine, up to 19 more on a host that kept its
+    // cores away for milliseconds at a time (66 to 79 seen there).
+    assert!((45..=90).contains(&k.waited), "{} waited", k.waited);
     let lag = telemetry::hdr::decode(&k.lag_hdr).unwrap();
     assert!(
         lag.max() >= 250_000,
