@@ -507,7 +507,7 @@ async fn gets_on_one_connection(
 /// real binary: 30 good GETs on a new connection right after are all
 /// answered 200 (15 of 30 got 503 when the waiting bodies held their
 /// slots), the process never grows by 64 MiB, neither at the flood's peak
-/// (the calls waiting with their slots are held to a budget: 120-129 MiB
+/// (the calls waiting with their slots are held to a budget: 66-129 MiB
 /// before it and before bodies were coalesced into frames of their size)
 /// nor once it settles (the calls waiting without a slot are held to
 /// theirs, the rest shed), and at the body-read timeout the waiting calls'
