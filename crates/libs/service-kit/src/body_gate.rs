@@ -30,7 +30,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -39,6 +39,11 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
+
+mod budget;
+
+use budget::Held;
+pub use budget::{Budgets, CALL_COST, STALLED_BODY_BYTES, StalledBudget, WAITING_BODY_BYTES};
 
 /// One service's limit of work in service, shared by all its surfaces:
 /// REST requests and gRPC calls (through [`ShedLayer::shared`]), and each
@@ -159,80 +164,12 @@ impl prometheus_client::collector::Collector for ShedCollector {
 /// bytes before it gives the slot back.
 pub const BODY_WAIT: Duration = Duration::from_secs(1);
 
-/// The most bytes of request bodies held at once, over the process, by
-/// calls that lent or gave back their slot while waiting for the rest.
-pub const STALLED_BODY_BYTES: usize = 8 << 20;
-
-/// The most bytes of request bodies held at once, over the process, by
-/// calls that keep their slot while they wait for the rest. A call that
-/// would pass it gives its slot back at once (its bytes then count in
-/// [`STALLED_BODY_BYTES`], or it is shed): with 512 slots' calls holding
-/// 64 KiB each, a flood took order-service's debug build 63 MiB up at its
-/// peak, 27 with 64 slots, 46-48 with this bound.
-pub const WAITING_BODY_BYTES: usize = 16 << 20;
-
-/// What a call waiting without a slot counts in the budget beside its
-/// body's bytes: its stream's and task's state, whatever it received.
-pub const CALL_COST: usize = 16 << 10;
-
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The bytes held by bodies waiting without a slot, and the most they may
-/// hold.
-#[derive(Debug)]
-pub struct StalledBudget {
-    limit: usize,
-    held: AtomicUsize,
-}
-
-impl StalledBudget {
-    /// A budget of `limit` bytes.
-    pub const fn new(limit: usize) -> Self {
-        StalledBudget {
-            limit,
-            held: AtomicUsize::new(0),
-        }
-    }
-
-    /// The process's: [`STALLED_BODY_BYTES`], every listener's bodies.
-    pub fn process() -> &'static StalledBudget {
-        static PROCESS: StalledBudget = StalledBudget::new(STALLED_BODY_BYTES);
-        &PROCESS
-    }
-
-    /// The process's for calls waiting with their slot:
-    /// [`WAITING_BODY_BYTES`].
-    pub fn with_slot() -> &'static StalledBudget {
-        static PROCESS: StalledBudget = StalledBudget::new(WAITING_BODY_BYTES);
-        &PROCESS
-    }
-
-    /// Bytes held now.
-    pub fn held(&self) -> usize {
-        self.held.load(Ordering::Relaxed)
-    }
-
-    /// Room for `n` more bytes, taken; `false` (nothing taken) if there is
-    /// none.
-    fn try_hold(&self, n: usize) -> bool {
-        self.held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                h.checked_add(n).filter(|t| *t <= self.limit)
-            })
-            .is_ok()
-    }
-
-    fn release(&self, n: usize) {
-        self.held.fetch_sub(n, Ordering::AcqRel);
-    }
-}
 
 /// One request's slot, shared by its body and its place in the limit.
 pub struct Gate {
     limiter: Limiter,
-    budget: &'static StalledBudget,
-    /// What calls waiting with their slot hold.
-    with_slot: &'static StalledBudget,
+    budgets: Budgets,
     state: Mutex<State>,
 }
 
@@ -259,61 +196,25 @@ struct State {
     queued: bool,
     /// Body bytes received so far.
     received: usize,
-    /// What the body holds of the budget (its bytes, while it has no slot).
-    held: usize,
-    /// What it holds of the budget of calls waiting with their slot.
-    held_with_slot: usize,
+    /// What the body holds of the budgets while it waits.
+    held: Held,
     /// The body's task, to wake when the call is shed from outside it.
     waker: Option<Waker>,
 }
 
 impl State {
     /// The slot is gone (given back or lent): what the body holds takes its
-    /// room in `budget`, or the call is shed (`false`).
-    fn hold(&mut self, budget: &StalledBudget, with_slot: &StalledBudget) -> bool {
-        self.release_with_slot(with_slot);
-        // Held already (lent, then silent): nothing came since, so the
-        // same bytes.
-        if self.held > 0 {
-            return true;
-        }
-        let cost = self.received + CALL_COST;
-        if budget.try_hold(cost) {
-            self.held = cost;
-            true
-        } else {
-            self.shed = true;
-            false
-        }
+    /// room among the calls without one, or the call is shed (`false`).
+    fn hold(&mut self, b: Budgets) -> bool {
+        let kept = self.held.without_slot(b, self.received);
+        self.shed |= !kept;
+        kept
     }
 
-    /// The call waits holding its slot: its bytes take their room in
-    /// `with_slot`; `false` if there is none.
-    fn hold_with_slot(&mut self, with_slot: &StalledBudget) -> bool {
-        if self.held_with_slot > 0 || self.received == 0 {
-            return true;
-        }
-        if with_slot.try_hold(self.received) {
-            self.held_with_slot = self.received;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn release_with_slot(&mut self, with_slot: &StalledBudget) {
-        if self.held_with_slot > 0 {
-            with_slot.release(self.held_with_slot);
-            self.held_with_slot = 0;
-        }
-    }
-
-    fn release(&mut self, budget: &StalledBudget, with_slot: &StalledBudget) {
-        self.release_with_slot(with_slot);
-        if self.held > 0 {
-            budget.release(self.held);
-            self.held = 0;
-        }
+    /// The call waits keeping its slot: what the body holds takes its room
+    /// among the calls that do; `false` if there is none.
+    fn hold_with_slot(&mut self, b: Budgets) -> bool {
+        self.held.with_slot(b, self.received)
     }
 }
 
@@ -321,24 +222,13 @@ impl Gate {
     /// A request holding `permit` of `limiter`, which gives it another
     /// when it gave its own back.
     pub(crate) fn new(limiter: Limiter, permit: OwnedSemaphorePermit) -> Arc<Self> {
-        Self::with_budgets(
-            limiter,
-            permit,
-            StalledBudget::process(),
-            StalledBudget::with_slot(),
-        )
+        Self::with_budgets(limiter, permit, Budgets::process())
     }
 
-    fn with_budgets(
-        limiter: Limiter,
-        permit: OwnedSemaphorePermit,
-        budget: &'static StalledBudget,
-        with_slot: &'static StalledBudget,
-    ) -> Arc<Self> {
+    fn with_budgets(limiter: Limiter, permit: OwnedSemaphorePermit, budgets: Budgets) -> Arc<Self> {
         Arc::new(Gate {
             limiter,
-            budget,
-            with_slot,
+            budgets,
             state: Mutex::new(State {
                 permit: Some(permit),
                 shed: false,
@@ -346,8 +236,7 @@ impl Gate {
                 waiting: false,
                 queued: false,
                 received: 0,
-                held: 0,
-                held_with_slot: 0,
+                held: Held::default(),
                 waker: None,
             }),
         })
@@ -368,9 +257,9 @@ impl Gate {
             if st.shed {
                 return false;
             }
-            if st.permit.is_some() && !st.done && !st.hold_with_slot(self.with_slot) {
+            if st.permit.is_some() && !st.done && !st.hold_with_slot(self.budgets) {
                 st.permit = None;
-                if !st.hold(self.budget, self.with_slot) {
+                if !st.hold(self.budgets) {
                     self.limiter.count_shed();
                     return false;
                 }
@@ -403,7 +292,7 @@ impl Gate {
             return None;
         }
         let permit = st.permit.take()?;
-        if !st.hold(self.budget, self.with_slot) {
+        if !st.hold(self.budgets) {
             self.limiter.count_shed();
             if let Some(w) = st.waker.take() {
                 w.wake();
@@ -420,7 +309,7 @@ impl Gate {
             return true;
         }
         st.permit = None;
-        let kept = st.hold(self.budget, self.with_slot);
+        let kept = st.hold(self.budgets);
         if !kept {
             self.limiter.count_shed();
         }
@@ -434,7 +323,7 @@ impl Gate {
         {
             let mut st = self.state();
             st.waiting = false;
-            st.release(self.budget, self.with_slot);
+            st.held.release(self.budgets);
             st.received += n;
             if st.shed {
                 return false;
@@ -465,7 +354,7 @@ impl Gate {
     fn dropped(&self) {
         let mut st = self.state();
         st.waiting = false;
-        st.release(self.budget, self.with_slot);
+        st.held.release(self.budgets);
     }
 
     /// The answer's head is out: the slot is freed, and whether the call
@@ -474,7 +363,7 @@ impl Gate {
         let mut st = self.state();
         st.done = true;
         st.permit = None;
-        st.release(self.budget, self.with_slot);
+        st.held.release(self.budgets);
         st.shed
     }
 }
@@ -635,7 +524,14 @@ mod tests {
         with_slot: &'static StalledBudget,
     ) -> Call {
         let permit = limiter.try_acquire().expect("a free slot");
-        let gate = Gate::with_budgets(limiter.clone(), permit, budget, with_slot);
+        let gate = Gate::with_budgets(
+            limiter.clone(),
+            permit,
+            Budgets {
+                stalled: budget,
+                with_slot,
+            },
+        );
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let body = Gated::new(Fed(rx), &gate);
         (gate, body, tx)
